@@ -1,0 +1,214 @@
+"""The neutral message model and its validation.
+
+Provider wire formats live in :mod:`contextfold.wire`; everything inside the library works on
+:class:`Message`. A message is frozen; "changing" one means building a copy with
+:func:`dataclasses.replace`, so the full history can never be edited by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, cast
+
+from .errors import InvalidMessageError
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+#: Content is either plain text, a tuple of provider content blocks (kept as JSON dicts and
+#: passed through untouched: images, audio, thinking blocks ...), or absent.
+Content = str | tuple[Mapping[str, Any], ...] | None
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """One tool call of an assistant message. ``arguments`` is JSON text (an object)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    #: Wire fields we do not interpret (``type`` other than function, provider extras).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def parsed_arguments(self) -> Any:
+        return json.loads(self.arguments) if self.arguments.strip() else {}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Message:
+    """A chat message in neutral form."""
+
+    role: Role
+    content: Content = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    uuid: str = field(default_factory=new_uuid)
+    #: contextfold's own annotations (offload pointers, origin, ...). Never sent to a provider.
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Wire fields of the original dict that the model does not interpret (``reasoning_content``,
+    #: ``refusal``, ``audio`` ...). Passed through untouched.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The textual part of the content (text blocks joined by newlines)."""
+        return content_text(self.content)
+
+    @property
+    def is_tool_result(self) -> bool:
+        return self.role == "tool"
+
+    def with_content(self, content: Content, **metadata: Any) -> Message:
+        meta = dict(self.metadata)
+        meta.update(metadata)
+        return replace(self, content=content, metadata=meta)
+
+
+def content_text(content: Content) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        text = block.get("text")
+        if isinstance(text, str):
+            parts.append(text)
+        elif block.get("type") == "tool_result":
+            inner = block.get("content")
+            if isinstance(inner, str):
+                parts.append(inner)
+            elif isinstance(inner, list):
+                parts.extend(b.get("text", "") for b in inner if isinstance(b, Mapping))
+    return "\n".join(parts)
+
+
+def content_chars(content: Content) -> int:
+    """Characters of the content as it would be serialized (text blocks by their text)."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content)
+    total = 0
+    for block in content:
+        text = block.get("text")
+        if isinstance(text, str):
+            total += len(text)
+        else:
+            total += len(json.dumps(block, ensure_ascii=False))
+    return total
+
+
+def system(text: str, **kw: Any) -> Message:
+    return Message(role="system", content=text, **kw)
+
+
+def user(text: str, **kw: Any) -> Message:
+    return Message(role="user", content=text, **kw)
+
+
+def assistant(text: str | None = None, tool_calls: Iterable[ToolCall] = (), **kw: Any) -> Message:
+    return Message(role="assistant", content=text, tool_calls=tuple(tool_calls), **kw)
+
+
+def tool(tool_call_id: str, text: str, **kw: Any) -> Message:
+    return Message(role="tool", content=text, tool_call_id=tool_call_id, **kw)
+
+
+def check_message(msg: Message, index: int | None = None) -> Message:
+    """Validate one message on its own; returns it. Raises InvalidMessageError."""
+    if msg.role not in ROLES:
+        raise InvalidMessageError(f"unknown role {msg.role!r}", index=index)
+    if msg.content is not None and not isinstance(msg.content, str | tuple):
+        raise InvalidMessageError(
+            f"content must be text, a list of blocks or null, not {type(msg.content).__name__}",
+            index=index,
+        )
+    if isinstance(msg.content, tuple):
+        for j, block in enumerate(msg.content):
+            if not isinstance(block, Mapping):
+                raise InvalidMessageError(f"content block {j} is not an object", index=index)
+    if msg.role == "tool":
+        if not msg.tool_call_id or not isinstance(msg.tool_call_id, str):
+            raise InvalidMessageError("tool message without tool_call_id", index=index)
+    elif msg.tool_call_id is not None:
+        raise InvalidMessageError(f"{msg.role} message must not carry tool_call_id", index=index)
+    if msg.tool_calls and msg.role != "assistant":
+        raise InvalidMessageError(f"{msg.role} message must not carry tool_calls", index=index)
+    seen: set[str] = set()
+    for j, call in enumerate(msg.tool_calls):
+        if not call.id or not isinstance(call.id, str):
+            raise InvalidMessageError(f"tool call {j} has no id", index=index)
+        if call.id in seen:
+            raise InvalidMessageError(f"tool call id {call.id!r} repeated", index=index)
+        seen.add(call.id)
+        if not call.name:
+            raise InvalidMessageError(f"tool call {call.id!r} has no function name", index=index)
+        try:
+            json.loads(call.arguments or "{}")
+        except (TypeError, ValueError) as exc:
+            raise InvalidMessageError(
+                f"tool call {call.id!r} ({call.name}): arguments are not valid JSON ({exc})",
+                index=index,
+            ) from None
+    return msg
+
+
+def check_sequence(
+    messages: Sequence[Message], *, open_calls: Mapping[str, int] | None = None, start: int = 0
+) -> dict[str, int]:
+    """Validate tool pairing across a sequence.
+
+    Every tool result must answer a call that appeared earlier and was not answered yet.
+    ``open_calls`` carries calls still awaiting results from before ``messages`` (for incremental
+    checks); the returned dict maps the ids still open to the index of their assistant message.
+    """
+    pending: dict[str, int] = dict(open_calls or {})
+    answered: set[str] = set()
+    for offset, msg in enumerate(messages):
+        index = start + offset
+        check_message(msg, index)
+        if msg.role == "assistant":
+            for call in msg.tool_calls:
+                if call.id in pending or call.id in answered:
+                    raise InvalidMessageError(f"tool call id {call.id!r} reused", index=index)
+                pending[call.id] = index
+        elif msg.role == "tool":
+            call_id = cast(str, msg.tool_call_id)
+            if call_id not in pending:
+                what = "was already answered" if call_id in answered else "never appeared"
+                raise InvalidMessageError(
+                    f"tool result for call {call_id!r} whose call {what}", index=index
+                )
+            del pending[call_id]
+            answered.add(call_id)
+    return pending
+
+
+def check_view(messages: Sequence[Message]) -> None:
+    """A view sent to a provider: every call has exactly one result and vice versa."""
+    pending = check_sequence(messages)
+    if pending:
+        first = min(pending.values())
+        raise InvalidMessageError(
+            f"tool calls without results: {sorted(pending)}", index=first
+        )
+
+
+__all__ = [
+    "Message",
+    "Role",
+    "ToolCall",
+    "check_sequence",
+    "check_view",
+]

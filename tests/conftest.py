@@ -1,0 +1,87 @@
+"""Test-wide guards and fixtures.
+
+No test may open a network connection except to the loopback interface: ``socket.connect`` and
+``getaddrinfo`` are wrapped for the whole session and raise for any other address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
+if not TRACES_DIR.is_dir():  # CI lays shared/ beside the clone
+    TRACES_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_getaddrinfo = socket.getaddrinfo
+_LOCAL_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+class NetworkBlockedError(RuntimeError):
+    pass
+
+
+def _is_local(host: Any) -> bool:
+    if host is None:
+        return True
+    if isinstance(host, bytes):
+        host = host.decode()
+    host = str(host)
+    if host in _LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _check(sock: socket.socket, address: Any) -> None:
+    if sock.family == getattr(socket, "AF_UNIX", None):
+        return
+    host = address[0] if isinstance(address, tuple) else address
+    if not _is_local(host):
+        raise NetworkBlockedError(f"tests may only connect to 127.0.0.1, not {address!r}")
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    _check(self, address)
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    _check(self, address)
+    return _real_connect_ex(self, address)
+
+
+def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if not _is_local(host):
+        raise NetworkBlockedError(f"tests may not resolve {host!r}")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = _guarded_getaddrinfo
+
+
+def trace_files() -> list[Path]:
+    return sorted(TRACES_DIR.glob("*.json"))
+
+
+def load_trace(path: Path) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "ws"
