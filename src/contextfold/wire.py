@@ -308,7 +308,10 @@ def to_anthropic(
                 except ValueError:
                     args = {"_raw_arguments": call.arguments}
                 use: dict[str, Any] = {"type": "tool_use", "id": call.id, "name": call.name, "input": args}
-                use.update(call.extra)
+                use.update(
+                    {k: v for k, v in call.extra.items()
+                     if k not in ("type", "function_extra", "no_arguments")}
+                )
                 uses.append(use)
             positions = msg.extra.get("_tool_use_positions")
             if positions and len(positions) == len(uses):

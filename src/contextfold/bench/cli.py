@@ -1,0 +1,336 @@
+"""``contextfold bench``: replay trajectories, print the table, write JSON and the HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import ContextFoldError
+from .replay import ReplayConfig, resolve_traces, run_replay
+from .report_html import write_report
+from .strategies import ALL_STRATEGIES, CONTEXTFOLD, SummarizerSpec
+
+TABLE_COLUMNS: list[tuple[str, str]] = [
+    ("cumulative_input_tokens", "input tok"),
+    ("input_vs_raw", "in/raw"),
+    ("cache_cost", "cache cost"),
+    ("cost_vs_raw", "cost/raw"),
+    ("cost_vs_mask", "cost/mask"),
+    ("peak_view_tokens", "peak"),
+    ("overflows", "overfl"),
+    ("compactions", "compact"),
+    ("summarizer_input_tokens", "summ in"),
+    ("retention_first_pct", "first%"),
+    ("retention_newest_pct", "newest%"),
+    ("recoverability_pct", "recov%"),
+    ("artifact_recall_pct", "artif%"),
+    ("prepare_p50_ms", "p50 ms"),
+    ("prepare_p95_ms", "p95 ms"),
+    ("compaction_p50_ms", "comp ms"),
+]
+
+
+def _ints(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip().lower().replace("_", "")
+        if not part:
+            continue
+        mult = 1000 if part.endswith("k") else 1
+        try:
+            value = int(float(part.rstrip("k")) * mult)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a window size: {part!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"window must be positive: {part!r}")
+        out.append(value)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="contextfold bench",
+        description="Replay agent trajectories with several context strategies and compare "
+        "cost, cache, retention, recoverability and speed (exact o200k tokens).",
+    )
+    p.add_argument(
+        "--window",
+        action="append",
+        type=_ints,
+        default=None,
+        help="context window(s) in tokens, comma separated (default 32000)",
+    )
+    p.add_argument(
+        "--strategies",
+        default=",".join(ALL_STRATEGIES),
+        help=f"comma separated, from {','.join(ALL_STRATEGIES)} (default: all)",
+    )
+    p.add_argument(
+        "--traces",
+        nargs="+",
+        default=None,
+        metavar="DIR|FILE",
+        help="trace folders (*.json) or files (default ../shared/traces)",
+    )
+    p.add_argument("--limit", type=int, default=0, help="only the first N traces")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
+    p.add_argument("--summarizer", choices=("extractive", "openai"), default="extractive")
+    p.add_argument(
+        "--base-url", default=None, help="OpenAI-compatible endpoint (--summarizer openai)"
+    )
+    p.add_argument("--model", default=None, help="summarizer model (--summarizer openai)")
+    p.add_argument(
+        "--counter",
+        default=None,
+        help="token counter of the contextfold manager (heuristic, o200k_base ...; "
+        "default: the library default). The benchmark itself always counts o200k.",
+    )
+    p.add_argument("--no-html", action="store_true", help="skip the HTML report")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--plain", action="store_true", help="plain-text table even if rich is installed"
+    )
+    return p
+
+
+def evaluate_targets(aggregates: Mapping[str, Any], window: int = 32_000) -> list[dict[str, Any]]:
+    """Issue 5 section 5 targets, per available contextfold strategy, at ``window``."""
+    per = aggregates.get(str(window), {})
+    out: list[dict[str, Any]] = []
+    mask_cost = (
+        per.get("mask", {}).get("cache_cost") if per.get("mask", {}).get("available") else None
+    )
+    for s in CONTEXTFOLD:
+        a = per.get(s, {})
+        if not a.get("available"):
+            continue
+
+        def add(text: str, met: bool, value: Any, s: str = s) -> None:
+            out.append(
+                {
+                    "strategy": s,
+                    "window": window,
+                    "text": f"{s}: {text}",
+                    "met": bool(met),
+                    "value": value,
+                }
+            )
+
+        add(f"0 overflows (got {a['overflows']})", a["overflows"] == 0, a["overflows"])
+        for key, label in (
+            ("retention_first_pct", "first user"),
+            ("retention_newest_pct", "newest user"),
+        ):
+            v = a.get(key)
+            add(f"{label} message retained in 100% of views (got {v}%)", v == 100.0, v)
+        rec = a.get("recoverability_pct")
+        add(
+            f"recoverability 100% (got {rec if rec is not None else 'n/a: nothing left'}"
+            f"{'' if rec is None else '%'} of {a['tool_outputs_left']} outputs that left)",
+            rec is None or rec == 100.0,
+            rec,
+        )
+        v = a.get("input_vs_raw")
+        add(f"cumulative input <= 50% of raw (got {_pct(v)})", v is not None and v <= 0.5, v)
+        v = a.get("cost_vs_raw")
+        add(f"cache-aware cost <= 75% of raw (got {_pct(v)})", v is not None and v <= 0.75, v)
+        if mask_cost is not None:
+            v = a.get("cost_vs_mask")
+            add(
+                f"cache-aware cost below mask (got {_pct(v)} of mask)", v is not None and v < 1.0, v
+            )
+        v = a.get("artifact_recall_pct")
+        add(
+            f"artifact recall >= 95% (got {v if v is not None else 'n/a'}%)",
+            v is None or v >= 95.0,
+            v,
+        )
+        v = a.get("prepare_p50_ms")
+        add(f"prepare p50 <= 1 ms (got {v} ms)", v is not None and v <= 1.0, v)
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 10 else f"{v:,.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def table_rows(per: Mapping[str, Mapping[str, Any]], strategies: Sequence[str]) -> list[list[str]]:
+    rows = []
+    for s in strategies:
+        a = per.get(s, {})
+        if not a.get("available"):
+            rows.append([s, "unavailable", *([""] * (len(TABLE_COLUMNS) - 1))])
+            continue
+        rows.append([s, *(_cell(a.get(k)) for k, _ in TABLE_COLUMNS)])
+    return rows
+
+
+def print_tables(results: Mapping[str, Any], stream: TextIO, plain: bool = False) -> None:
+    meta = results["meta"]
+    strategies = meta["strategies"]
+    headers = ["strategy", *(h for _, h in TABLE_COLUMNS)]
+    for w in meta["windows"]:
+        per = results["aggregates"][str(w)]
+        title = f"window {w:,}: {len(meta['traces'])} trajectories"
+        rows = table_rows(per, strategies)
+        if not plain:
+            try:
+                from rich.console import Console
+                from rich.table import Table
+            except ImportError:
+                plain = True
+        if not plain:
+            table = Table(title=title)
+            for h in headers:
+                table.add_column(h, justify="left" if h == "strategy" else "right")
+            for row in rows:
+                table.add_row(*(row + [""] * (len(headers) - len(row))))
+            Console(file=stream, width=max(200, len(headers) * 11)).print(table)
+        else:
+            print(title, file=stream)
+            print(format_plain(headers, rows), file=stream)
+        for s in strategies:
+            a = per.get(s, {})
+            if not a.get("available"):
+                print(f"  {s} unavailable: {a.get('reason', 'not run')}", file=stream)
+
+
+def format_plain(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        if len(row) == len(headers):
+            widths = [max(a, len(b)) for a, b in zip(widths, row, strict=False)]
+    lines = [
+        "  ".join(
+            h.rjust(wd) if i else h.ljust(wd)
+            for i, (h, wd) in enumerate(zip(headers, widths, strict=False))
+        )
+    ]
+    for row in rows:
+        if len(row) != len(headers):
+            lines.append(f"{row[0].ljust(widths[0])}  {' '.join(row[1:])}")
+            continue
+        lines.append(
+            "  ".join(
+                c.rjust(wd) if i else c.ljust(wd)
+                for i, (c, wd) in enumerate(zip(row, widths, strict=False))
+            )
+        )
+    return "\n".join(lines)
+
+
+class _Progress:
+    """A one-line progress indicator on stderr (rich's bar when available and a terminal)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._rich: Any = None
+        self._task: Any = None
+        self._t0 = time.perf_counter()
+        if enabled and sys.stderr.isatty():
+            try:
+                from rich.progress import Progress
+
+                self._rich = Progress(transient=True)
+            except ImportError:
+                self._rich = None
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled:
+            return
+        if self._rich is not None:
+            if self._task is None:
+                self._rich.start()
+                self._task = self._rich.add_task("replay", total=total)
+            self._rich.update(self._task, completed=done, description=label[:60])
+            return
+        secs = time.perf_counter() - self._t0
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\r[{done}/{total}] {secs:6.1f}s {label[:70]:<70}{end}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._rich is not None and self._task is not None:
+            self._rich.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    windows = tuple(w for group in (args.window or [[32_000]]) for w in group)
+    strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
+    unknown = [s for s in strategies if s not in ALL_STRATEGIES]
+    if unknown:
+        print(
+            f"contextfold bench: unknown strategies {unknown}; choose from "
+            f"{', '.join(ALL_STRATEGIES)}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.summarizer == "openai" and not args.model:
+        print("contextfold bench: --summarizer openai needs --model", file=sys.stderr)
+        return 2
+    try:
+        traces = resolve_traces(args.traces)
+    except ContextFoldError as exc:
+        print(f"contextfold bench: {exc}", file=sys.stderr)
+        return 2
+    if args.limit > 0:
+        traces = traces[: args.limit]
+    config = ReplayConfig(
+        windows=windows,
+        strategies=strategies,
+        traces=tuple(traces),
+        jobs=max(1, args.jobs),
+        summarizer=SummarizerSpec(
+            kind=args.summarizer,
+            base_url=args.base_url,
+            model=args.model,
+            token_counter=args.counter,
+        ),
+    )
+    progress = _Progress(enabled=not args.no_progress)
+    try:
+        results = run_replay(config, progress=progress)
+    finally:
+        progress.close()
+    targets: list[dict[str, Any]] = []
+    for w in windows:
+        targets += evaluate_targets(results["aggregates"], w) if w == 32_000 else []
+    results["targets"] = targets
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    print_tables(results, sys.stdout, plain=args.plain)
+    for t in targets:
+        print(("  [met]    " if t["met"] else "  [MISSED] ") + t["text"])
+    errors = [
+        f"{r['trace']} {r['strategy']}@{r['window']}: {r['error']}"
+        for r in results["runs"]
+        if "error" in r
+    ]
+    for e in errors[:20]:
+        print(f"error: {e}", file=sys.stderr)
+    print(f"results: {out / 'results.json'}")
+    if not args.no_html:
+        print(f"report:  {write_report(results, out / 'report.html', targets)}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

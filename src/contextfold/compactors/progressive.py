@@ -1,0 +1,588 @@
+"""ProgressiveCompactor: tiered compaction by window ratio (seed 000).
+
+Tiers None / Warn / Soft / Full / Emergency. Each run works on a :class:`HistoryView`: it
+decides the tier (pure, :func:`determine_tier`), then moves the view's boundary and/or swaps
+view forms; the history itself never changes. Every stage fails open: an offload write error
+keeps the text, a summarizer error falls back to extractive truncation, and each is recorded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from ..anchors import Anchor, merge_anchors, parse_summary, render_compaction_message
+from ..config import SummaryTriggerConfig, TierConfig, TruncateArgsConfig
+from ..errors import ContextFoldError, StorageError
+from ..messages import Message
+from ..offload import COMPACTION_POLICY, OffloadPolicy, OffloadStore, is_offloaded_text, placeholder
+from ..records import CompactionRecord, OffloadEntry, RecordStore, Tier
+from ..summarizers.base import Summarizer, SummaryRequest, SummaryStyle
+from ..summarizers.extractive import ExtractiveSummarizer
+from ..summarizers.transcript import truncate_tool_arguments
+from ..view import HistoryView
+
+EMERGENCY_POLICY = OffloadPolicy(name="emergency", threshold=1_000)
+COMPACTION_KIND = "compaction"
+
+
+def determine_tier(ratio: float, cfg: TierConfig) -> Tier:
+    """Seed 2.2's determineTier, on an already computed ratio."""
+    if ratio >= cfg.emergency_threshold:
+        return Tier.EMERGENCY
+    if ratio >= cfg.full_threshold:
+        return Tier.FULL
+    if ratio >= cfg.soft_threshold:
+        return Tier.SOFT
+    if ratio >= cfg.warn_threshold:
+        return Tier.WARN
+    return Tier.NONE
+
+
+@dataclass(kw_only=True)
+class CompactorState:
+    """What survives a restart besides the history (seed 4.7's lastSummary/lastAnchors)."""
+
+    last_summary: str = ""
+    last_anchors: tuple[Anchor, ...] = ()
+    compaction_text: str = ""
+    boundary_uuid: str | None = None
+    compactions: int = 0
+    offload_policies: dict[str, str] = field(default_factory=dict)
+
+
+#: Called before messages leave the view (memory flush); fail-open.
+BeforeSummarize = Callable[[Sequence[Message]], None]
+#: Called after a range left the view; returns "recall" lines for the compaction message.
+IndexRange = Callable[
+    [Sequence[Message], Sequence[OffloadEntry], Sequence[Anchor], str, Tier], list[str]
+]
+
+
+def effective_trigger_tokens(trig: SummaryTriggerConfig, window: int) -> int:
+    """triggerTokens, capped at 75% of a smaller window so the trigger fires before overflow."""
+    if not trig.trigger_tokens:
+        return 0
+    return min(trig.trigger_tokens, int(window * 0.75)) if window > 0 else trig.trigger_tokens
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(kw_only=True)
+class _Run:
+    tier: Tier
+    tokens_before: int
+    msgs_before: int
+    started: float
+    reason: str
+    forced: bool = False
+    strategy: str = "progressive"
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    offloaded: list[OffloadEntry] = field(default_factory=list)
+    summarized: int = 0
+    summary_text: str = ""
+    anchors: tuple[Anchor, ...] = ()
+    summarizer_name: str = ""
+    summarizer_in: int = 0
+    summarizer_out: int = 0
+
+
+class ProgressiveCompactor:
+    """Seed 000's ProgressiveCompactor over an incremental view."""
+
+    def __init__(
+        self,
+        *,
+        view: HistoryView,
+        window: int,
+        config: TierConfig,
+        session_id: str,
+        count_text: Callable[[str], int],
+        summarizer: Summarizer | None = None,
+        offload: OffloadStore | None = None,
+        record_store: RecordStore | None = None,
+        truncate_args: TruncateArgsConfig | None = None,
+        summary_style: SummaryStyle = "anchors",
+        summary_prompt: str | None = None,
+        scale: Callable[[int], int] = lambda t: t,
+        before_summarize: BeforeSummarize | None = None,
+        index_range: IndexRange | None = None,
+        active_tasks: Callable[[], list[str]] | None = None,
+        policies: dict[str, OffloadPolicy] | None = None,
+    ) -> None:
+        self.view = view
+        self.window = window
+        self.cfg = config
+        self.session_id = session_id
+        self.count_text = count_text
+        self.fallback_summarizer = ExtractiveSummarizer()
+        self.summarizer: Summarizer = summarizer or self.fallback_summarizer
+        self.offload = offload
+        self.record_store = record_store
+        self.truncate_args = truncate_args
+        self.summary_style: SummaryStyle = summary_style
+        self.summary_prompt = summary_prompt
+        self.scale = scale
+        self.before_summarize = before_summarize
+        self.index_range = index_range
+        self.active_tasks = active_tasks
+        self.state = CompactorState()
+        self.compaction_policy = replace(
+            COMPACTION_POLICY,
+            threshold=config.offload_threshold,
+            preview_lines=config.preview_lines,
+        )
+        self.policies: dict[str, OffloadPolicy] = {
+            "compaction": self.compaction_policy,
+            "emergency": EMERGENCY_POLICY,
+            **(policies or {}),
+        }
+        self.record_errors: list[str] = []
+
+    # ------------------------------------------------------------------ measuring
+    def view_tokens(self, extra: int = 0) -> int:
+        return self.scale(self.view.view_tokens()) + extra
+
+    def tier_for(self, tokens: int) -> Tier:
+        if self.window <= 0:
+            return Tier.NONE
+        return determine_tier(tokens / self.window, self.cfg)
+
+    # ------------------------------------------------------------------ entry points
+    def run(
+        self, *, extra_tokens: int = 0, force: Tier | None = None, reason: str = ""
+    ) -> CompactionRecord:
+        """Decide the tier (or use ``force``) and compact the view. Returns the record."""
+        before = self.view_tokens(extra_tokens)
+        tier = force or self.tier_for(before)
+        run = _Run(
+            tier=tier,
+            tokens_before=before,
+            msgs_before=len(self.view.view_messages()) if tier is not Tier.NONE else 0,
+            started=time.perf_counter(),
+            reason=reason or self._reason(tier, before),
+            forced=force is not None,
+        )
+        if tier is Tier.NONE:
+            return self._record(run, before, extra_tokens, persist=False)
+        if tier is Tier.WARN:
+            self._warn(run)
+        elif tier in (Tier.SOFT, Tier.FULL):
+            self._summarize_tier(run, extra_tokens)
+        else:
+            run.errors.append("emergency fallback: forced truncation")
+            self._truncate(run, extra_tokens)
+        changed = bool(run.offloaded or run.summarized or run.errors)
+        return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=changed)
+
+    def _reason(self, tier: Tier, tokens: int) -> str:
+        ratio = tokens / self.window if self.window else 0.0
+        return f"view at {ratio:.0%} of the {self.window}-token window -> {tier.label}"
+
+    # ------------------------------------------------------------------ tiers
+    def _warn(self, run: _Run) -> None:
+        v = self.view
+        tail = v.tail_start(self.cfg.min_tail_messages)
+        self._offload_range(run, v.boundary, tail, self.compaction_policy)
+
+    def _summarize_tier(self, run: _Run, extra: int) -> None:
+        v = self.view
+        start = v.boundary
+        tail = v.tail_start(self.cfg.min_tail_messages)
+        if tail <= start:
+            run.notes.append("head is empty: nothing to summarize; offloading the tail instead")
+            self._offload_range(run, start, len(v), self.compaction_policy)
+            self._ensure_fits(run, extra)
+            return
+        end = tail
+        if run.tier is Tier.SOFT:
+            mid = v.legal_cut_at_or_before(start + (tail - start) // 2, start)
+            end = mid if mid > start else tail
+        self._offload_range(run, start, end, self.compaction_policy)
+        end = self._extend_for_target(run, start, end, tail, extra)
+        if end > start:
+            self._summarize(run, start, end, use_llm=True)
+        if self.view_tokens(extra) > self.target_tokens:
+            self._offload_range(run, v.boundary, len(v), self.compaction_policy)
+        self._ensure_fits(run, extra)
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.cfg.target_ratio * self.window)
+
+    def _estimated_summary_tokens(self) -> int:
+        if self.view.compaction is not None:
+            return self.count_text(self.view.compaction.text) + 200
+        return 800
+
+    def _projected(self, boundary: int, extra: int) -> int:
+        raw = self.view.view_tokens(boundary, compaction_tokens=self._estimated_summary_tokens())
+        return self.scale(raw) + extra
+
+    def _extend_for_target(self, run: _Run, start: int, end: int, tail: int, extra: int) -> int:
+        """Grow the summarized range (legal cuts only) until the view fits the target."""
+        v = self.view
+        if self._projected(end, extra) <= self.target_tokens:
+            return end
+        new_end = end
+        while new_end < tail and self._projected(new_end, extra) > self.target_tokens:
+            nxt = v.legal_cut_at_or_after(new_end + 1)
+            new_end = min(nxt, tail)
+        if new_end != end:
+            self._offload_range(run, end, new_end, self.compaction_policy)
+            run.notes.append(
+                f"summarized {new_end - start} messages instead of {end - start} to leave room "
+                f"(target {self.cfg.target_ratio:.0%} of the window)"
+            )
+        return new_end
+
+    def _ensure_fits(self, run: _Run, extra: int) -> None:
+        """Nothing may leave this compactor above the window: fall back to truncation."""
+        if self.view_tokens(extra) > self.cfg.emergency_threshold * self.window:
+            run.notes.append("still above the emergency line after summarizing: truncating")
+            self._truncate(run, extra)
+
+    # ------------------------------------------------------------------ offload
+    def _offload_range(self, run: _Run, start: int, end: int, policy: OffloadPolicy) -> None:
+        if self.offload is None:
+            return
+        v = self.view
+        for i in range(start, end):
+            form = v.forms[i]
+            if form.role != "tool" or not isinstance(form.content, str):
+                continue
+            text = form.content
+            if not policy.applies(text, None) or form.metadata.get("cf_offloaded"):
+                continue
+            original = v.history[i]
+            tool_name = self._tool_name(i)
+            try:
+                entry = self.offload.write(
+                    original.tool_call_id or "",
+                    original.text,
+                    message_uuid=original.uuid,
+                    policy=policy.name,
+                    tool_name=tool_name,
+                )
+            except ContextFoldError as exc:
+                run.errors.append(f"offload failed for {original.tool_call_id}: {exc}")
+                continue
+            self.apply_offload(i, entry, policy)
+            run.offloaded.append(entry)
+
+    def apply_offload(self, index: int, entry: OffloadEntry, policy: OffloadPolicy) -> None:
+        original = self.view.history[index]
+        text = placeholder(entry, original.text, policy)
+        form = original.with_content(text, cf_offloaded=entry.path, cf_replaced=True)
+        self.view.set_form(index, form)
+        self.state.offload_policies[entry.tool_call_id] = policy.name
+
+    def _tool_name(self, index: int) -> str | None:
+        call_id = self.view.history[index].tool_call_id
+        j = index - 1
+        while j >= 0:
+            m = self.view.history[j]
+            if m.role == "assistant":
+                for c in m.tool_calls:
+                    if c.id == call_id:
+                        return c.name
+                return None
+            j -= 1
+        return None
+
+    # ------------------------------------------------------------------ summarize
+    def _summarize(self, run: _Run, start: int, end: int, *, use_llm: bool) -> None:
+        v = self.view
+        msgs = list(v.messages_between(start, end))
+        if self.before_summarize is not None:
+            try:
+                self.before_summarize(msgs)
+            except Exception as exc:  # fail-open by design: memory flush must not block
+                run.errors.append(f"memory flush failed: {exc}")
+        to_send: Sequence[Message] = msgs
+        if self.truncate_args is not None:
+            to_send = truncate_tool_arguments(
+                msgs,
+                tools=self.truncate_args.tools,
+                max_length=self.truncate_args.max_arg_length,
+                text=self.truncate_args.truncation_text,
+            )
+        request = SummaryRequest(
+            messages=to_send,
+            previous_summary=self.state.last_summary or None,
+            previous_anchors=self.state.last_anchors,
+            style=self.summary_style,
+            prompt=self.summary_prompt,
+            max_summary_tokens=max(256, min(4_000, int(self.window * 0.06))),
+            notes=tuple(self.active_tasks() if self.active_tasks else ()),
+        )
+        summarizer = self.summarizer if use_llm else self.fallback_summarizer
+        text = ""
+        try:
+            text = summarizer.summarize(request)
+            if not text.strip():
+                raise ContextFoldError("summarizer returned an empty summary")
+            run.summarizer_name = type(summarizer).__name__
+        except Exception as exc:  # fail-open: any summarizer failure degrades to extractive
+            run.errors.append(f"LLM summary failed in Tier{run.tier.label}: {exc}")
+            summarizer = self.fallback_summarizer
+            text = summarizer.summarize(request)
+            run.summarizer_name = type(summarizer).__name__ + " (fallback)"
+        if summarizer is not self.fallback_summarizer:
+            prompt_tokens = sum(self.count_text(m.text) for m in to_send) + 300
+            prompt_tokens += self.count_text(self.state.last_summary)
+            run.summarizer_in += prompt_tokens
+            run.summarizer_out += self.count_text(text)
+        parsed = parse_summary(text)
+        if parsed.problems:
+            run.errors.append("summary parse: " + "; ".join(parsed.problems))
+        anchors = merge_anchors(self.state.last_anchors, parsed.anchors)
+        summary = parsed.summary
+        removed = list(v.history[start:end])
+        offloaded_here = [e for e in run.offloaded]
+        recall: list[str] = []
+        if self.index_range is not None:
+            try:
+                recall = self.index_range(removed, offloaded_here, anchors, summary, run.tier)
+            except Exception as exc:  # fail-open: the evidence index is an extra
+                run.errors.append(f"evidence indexing failed: {exc}")
+        self._set_compaction(run, end, anchors, summary, recall, summarized=end - start)
+
+    def _set_compaction(
+        self,
+        run: _Run,
+        end: int,
+        anchors: tuple[Anchor, ...],
+        summary: str,
+        recall: list[str],
+        *,
+        summarized: int,
+        note: str | None = None,
+    ) -> None:
+        v = self.view
+        offloaded_refs = self._offloaded_refs(end)
+        tasks = self.active_tasks() if self.active_tasks else []
+        text = render_compaction_message(
+            anchors, summary, offloaded=offloaded_refs, active_tasks=tasks, recall=recall, note=note
+        )
+        if v.newest_user is not None and v.newest_user < end and v.newest_user != v.first_user:
+            text += "\n\n(The latest user request follows verbatim.)"
+        msg = Message(
+            role="user",
+            content=text,
+            uuid=str(
+                uuidlib.uuid5(
+                    uuidlib.NAMESPACE_URL, f"cf:{self.session_id}:{end}:{self.state.compactions}"
+                )
+            ),
+            metadata={"cf_kind": COMPACTION_KIND},
+        )
+        v.set_boundary(end, msg)
+        self.state.last_summary = summary
+        self.state.last_anchors = anchors
+        self.state.compaction_text = text
+        self.state.boundary_uuid = v.history[end].uuid if end < len(v) else None
+        self.state.compactions += 1
+        run.summarized += summarized
+        run.summary_text = summary
+        run.anchors = anchors
+
+    def _offloaded_refs(self, end: int) -> list[tuple[str, str]]:
+        if self.offload is None:
+            return []
+        out: list[tuple[str, str]] = []
+        entries = self.offload.entries()
+        hidden_ids = {
+            m.tool_call_id for m in self.view.history[self.view.prefix_len : end] if m.tool_call_id
+        }
+        for call_id, e in entries.items():
+            if call_id in hidden_ids:
+                out.append(
+                    (
+                        e.path,
+                        f"{e.lines} lines, {e.bytes // 1024} KB - tool result of "
+                        f"{e.tool_name or 'tool'} ({call_id})",
+                    )
+                )
+        return out[-20:]
+
+    # ------------------------------------------------------------------ emergency
+    def _truncate(self, run: _Run, extra: int) -> None:
+        """Seed 6.3: no LLM. Keep the newest messages within the target; the dropped range gets
+        an extractive (deterministic, no LLM) summary merged into the previous anchors."""
+        v = self.view
+        start = v.boundary
+        n = len(v)
+        budget = self.target_tokens
+        b = start
+        last_cut = v.legal_cut_at_or_before(n - 1, start) if n > start else start
+        while b < last_cut and self._projected(b, extra) > budget:
+            b = v.legal_cut_at_or_after(b + 1)
+            b = min(b, last_cut)
+        if b > start:
+            self._summarize(run, start, b, use_llm=False)
+            run.notes.append(f"truncated {b - start} messages without an LLM")
+        if self.view_tokens(extra) > budget:
+            self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
+        if self.view_tokens(extra) > self.cfg.emergency_threshold * self.window:
+            self._squeeze(run, extra)
+        if self.view_tokens(extra) > self.window:
+            run.errors.append(
+                "view still exceeds the window: pinned messages (system prompt, first and newest "
+                "user message) alone are too large"
+            )
+
+    def _squeeze(self, run: _Run, extra: int) -> None:
+        """Last resort: cut oversized non-pinned message texts to head+tail, saving the whole
+        text to a file first (so every byte stays recoverable)."""
+        v = self.view
+        pinned = {v.first_user, v.newest_user}
+        order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
+        for i in order:
+            if self.view_tokens(extra) <= self.target_tokens:
+                break
+            if i in pinned or self.offload is None:
+                continue
+            form = v.forms[i]
+            original = v.history[i]
+            if not isinstance(form.content, str) or len(form.content) < 2_000:
+                continue
+            if is_offloaded_text(form.content) and form.role == "tool":
+                continue
+            key = original.tool_call_id or f"msg-{original.uuid}"
+            try:
+                entry = self.offload.write(
+                    key,
+                    original.text,
+                    message_uuid=original.uuid,
+                    policy="emergency",
+                    tool_name=None,
+                )
+            except (ContextFoldError, StorageError) as exc:
+                run.errors.append(f"emergency offload failed for {key}: {exc}")
+                continue
+            policy = replace(EMERGENCY_POLICY, style="head_tail", head_chars=600, tail_chars=600)
+            self.apply_offload(i, entry, policy)
+            run.offloaded.append(entry)
+
+    # ------------------------------------------------------------------ seed 002 trigger
+    def run_trigger(
+        self, trig: SummaryTriggerConfig, *, extra_tokens: int = 0
+    ) -> CompactionRecord | None:
+        """Seed 002 2.1: summarize everything but the kept tail once a trigger fires."""
+        v = self.view
+        count = len(v.view_messages())
+        tokens = self.view_tokens(extra_tokens)
+        trigger_tokens = effective_trigger_tokens(trig, self.window)
+        why = ""
+        if trig.trigger_messages and count >= trig.trigger_messages:
+            why = f"trigger: {count} messages >= triggerMessages {trig.trigger_messages}"
+        elif trigger_tokens and tokens >= trigger_tokens:
+            why = f"trigger: {tokens} tokens >= triggerTokens {trigger_tokens}"
+        if not why:
+            return None
+        tail = self._kept_tail(trig)
+        if tail <= v.boundary:
+            return None
+        run = _Run(
+            tier=Tier.FULL,
+            tokens_before=tokens,
+            msgs_before=count,
+            started=time.perf_counter(),
+            reason=why,
+            strategy="summary",
+        )
+        hook = self.before_summarize
+        if not trig.flush_before_compact:
+            self.before_summarize = None
+        try:
+            self._summarize(run, v.boundary, tail, use_llm=True)
+        finally:
+            self.before_summarize = hook
+        self._ensure_fits(run, extra_tokens)
+        return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=True)
+
+    def _kept_tail(self, trig: SummaryTriggerConfig) -> int:
+        v = self.view
+        n = len(v)
+        if trig.keep_tokens:
+            b = v.legal_cut_at_or_before(n - 1, v.boundary) if n > v.boundary else n
+            while b > v.boundary:
+                prev = v.legal_cut_at_or_before(b - 1, v.boundary)
+                if prev == b or v.range_tokens(prev, n) > trig.keep_tokens:
+                    break
+                b = prev
+            return b
+        return v.legal_cut_at_or_before(n - trig.keep_messages, v.boundary)
+
+    # ------------------------------------------------------------------ overflow recovery
+    def recover_overflow(self, *, extra_tokens: int = 0) -> CompactionRecord:
+        """Seed 002 2.4: keep only the newest message group verbatim (plus the pinned system
+        prompt and user messages) and one compact summary of everything else."""
+        v = self.view
+        before = self.view_tokens(extra_tokens)
+        run = _Run(
+            tier=Tier.EMERGENCY,
+            tokens_before=before,
+            msgs_before=len(v.view_messages()),
+            started=time.perf_counter(),
+            reason="context overflow reported by the model",
+            forced=True,
+            strategy="overflow_recovery",
+        )
+        n = len(v)
+        last = v.legal_cut_at_or_before(n - 1, v.boundary) if n > v.boundary else v.boundary
+        if last > v.boundary:
+            self._offload_range(run, v.boundary, last, self.compaction_policy)
+            self._summarize(run, v.boundary, last, use_llm=True)
+        self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
+        if self.view_tokens(extra_tokens) > self.target_tokens:
+            self._squeeze(run, extra_tokens)
+        return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=True)
+
+    # ------------------------------------------------------------------ records
+    def _record(self, run: _Run, after: int, extra: int, *, persist: bool) -> CompactionRecord:
+        v = self.view
+        msgs_after = len(v.view_messages()) if persist else run.msgs_before
+        changed = persist and run.tier is not Tier.NONE
+        tail = len(v) - v.boundary
+        record = CompactionRecord(
+            id=str(uuidlib.uuid4()),
+            session_id=self.session_id,
+            timestamp=_now(),
+            tier=run.tier,
+            tokens_before=run.tokens_before,
+            tokens_after=after,
+            msgs_before=run.msgs_before,
+            msgs_after=msgs_after,
+            anchors=run.anchors,
+            offloaded=tuple(run.offloaded),
+            summarized=run.summarized,
+            preserved_tail=tail,
+            summary_text=run.summary_text,
+            compression_ratio=(after / run.tokens_before) if run.tokens_before else 1.0,
+            duration_ms=(time.perf_counter() - run.started) * 1000.0,
+            error="; ".join(run.errors),
+            reason=run.reason,
+            strategy=run.strategy,
+            forced=run.forced,
+            summarizer=run.summarizer_name,
+            summarizer_input_tokens=run.summarizer_in,
+            summarizer_output_tokens=run.summarizer_out,
+            boundary_uuid=self.state.boundary_uuid,
+            window=self.window,
+            notes=tuple(run.notes),
+            changed=changed,
+        )
+        if persist and self.record_store is not None:
+            try:
+                self.record_store.append(record)
+            except ContextFoldError as exc:  # fail-open: seed 5.2
+                self.record_errors.append(str(exc))
+        return record

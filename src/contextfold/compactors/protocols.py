@@ -1,0 +1,37 @@
+"""Seed 000 section 7.1: the three compactor interfaces, as Protocols."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..messages import Message
+from ..records import CompactionRecord
+
+
+@runtime_checkable
+class Compactor(Protocol):
+    def compact(self, msgs: Sequence[Message]) -> list[Message]: ...
+
+
+@runtime_checkable
+class ForceCompactor(Compactor, Protocol):
+    def compact_force(self, msgs: Sequence[Message]) -> list[Message]: ...
+
+
+@runtime_checkable
+class RecordedCompactor(Compactor, Protocol):
+    def compact_with_record(
+        self, msgs: Sequence[Message]
+    ) -> tuple[list[Message], CompactionRecord]: ...
+
+
+def apply_compaction(
+    comp: Compactor | None, msgs: Sequence[Message]
+) -> tuple[list[Message], CompactionRecord | None]:
+    """Seed 5.3's applyCompactionWith: use the richest interface the compactor offers."""
+    if comp is None:
+        return list(msgs), None
+    if isinstance(comp, RecordedCompactor):
+        return comp.compact_with_record(msgs)
+    return comp.compact(msgs), None

@@ -1,0 +1,245 @@
+"""Configuration: plain frozen objects, validated when built, and the two presets.
+
+``progressive()`` is seed 000 (tiers by window ratio, ingest offload on) plus recovery;
+``harness()`` is seed 002's defaults (all four strategies off until enabled). Copy and change
+either with :func:`dataclasses.replace`; invalid combinations raise :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+from .offload import DEFAULT_EVICTION_EXCLUDES
+
+
+def _ratio(name: str, value: float) -> None:
+    if not isinstance(value, int | float) or not 0.0 < float(value) <= 1.0:
+        raise ConfigError(f"{name} must be a ratio in (0, 1], got {value!r}")
+
+
+def _nonneg(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TierConfig:
+    """Seed 000's ProgressiveCompactor thresholds (ratios of the context window)."""
+
+    warn_threshold: float = 0.60
+    soft_threshold: float = 0.70
+    full_threshold: float = 0.80
+    emergency_threshold: float = 0.95
+    #: Messages always kept verbatim at the end (the split never breaks a tool pair, so the
+    #: tail may hold a few more).
+    min_tail_messages: int = 6
+    #: Head tool results above this many characters are offloaded at compaction time.
+    offload_threshold: int = 4_000
+    preview_lines: int = 10
+    #: After a Soft/Full/Emergency compaction the view is brought under this ratio when the
+    #: tail allows, so the next turns append to a stable prefix instead of compacting again.
+    target_ratio: float = 0.45
+
+    def __post_init__(self) -> None:
+        for name in (
+            "warn_threshold",
+            "soft_threshold",
+            "full_threshold",
+            "emergency_threshold",
+            "target_ratio",
+        ):
+            _ratio(name, getattr(self, name))
+        if not (
+            self.warn_threshold
+            < self.soft_threshold
+            < self.full_threshold
+            < self.emergency_threshold
+            <= 1.0
+        ):
+            raise ConfigError(
+                "thresholds must satisfy warn < soft < full < emergency <= 1, got "
+                f"{self.warn_threshold} / {self.soft_threshold} / {self.full_threshold} / "
+                f"{self.emergency_threshold}"
+            )
+        if self.target_ratio >= self.warn_threshold:
+            raise ConfigError(
+                f"target_ratio ({self.target_ratio}) must be below warn_threshold "
+                f"({self.warn_threshold})"
+            )
+        _nonneg("min_tail_messages", self.min_tail_messages)
+        _nonneg("offload_threshold", self.offload_threshold)
+        if self.preview_lines < 1:
+            raise ConfigError(f"preview_lines must be >= 1, got {self.preview_lines}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SummaryTriggerConfig:
+    """Seed 002 2.1: trigger-based summary compaction (CompactionConfig)."""
+
+    trigger_messages: int = 50
+    trigger_tokens: int = 80_000
+    keep_messages: int = 20
+    keep_tokens: int = 0
+    flush_before_compact: bool = True
+    offload_before_compact: bool = True
+    #: Custom prompt; must contain "{messages}".
+    summary_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("trigger_messages", "trigger_tokens", "keep_messages", "keep_tokens"):
+            _nonneg(name, getattr(self, name))
+        if self.trigger_messages == 0 and self.trigger_tokens == 0:
+            raise ConfigError("summary compaction needs trigger_messages or trigger_tokens > 0")
+        if self.keep_messages == 0 and self.keep_tokens == 0:
+            raise ConfigError("keep_messages or keep_tokens must be > 0")
+        if (
+            self.trigger_messages
+            and self.keep_tokens == 0
+            and (self.keep_messages >= self.trigger_messages)
+        ):
+            raise ConfigError(
+                f"keep_messages ({self.keep_messages}) must be below trigger_messages "
+                f"({self.trigger_messages})"
+            )
+        if self.summary_prompt is not None and "{messages}" not in self.summary_prompt:
+            raise ConfigError("summary_prompt must contain the {messages} placeholder")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvictionConfig:
+    """Seed 002 2.2: large tool-result eviction at ingest (ToolResultEvictionConfig)."""
+
+    max_chars: int = 80_000
+    head_chars: int = 2_000
+    tail_chars: int = 2_000
+    exclude_tools: tuple[str, ...] = DEFAULT_EVICTION_EXCLUDES
+    #: Folder for evicted results; default: the session's tool_results folder.
+    offload_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        _nonneg("max_chars", self.max_chars)
+        _nonneg("head_chars", self.head_chars)
+        _nonneg("tail_chars", self.tail_chars)
+        if self.head_chars + self.tail_chars >= self.max_chars:
+            raise ConfigError("head_chars + tail_chars must be smaller than max_chars")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TruncateArgsConfig:
+    """Seed 002 2.3: argument truncation on the text sent to the summarizer."""
+
+    tools: tuple[str, ...] = ("write_file", "edit_file")
+    max_arg_length: int = 2_000
+    truncation_text: str = "... [truncated] ..."
+
+    def __post_init__(self) -> None:
+        if self.max_arg_length < 16:
+            raise ConfigError(f"max_arg_length must be >= 16, got {self.max_arg_length}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveryConfig:
+    """Seed 004: evidence index and intent-triggered injection."""
+
+    index_evidence: bool = True
+    inject: bool = True
+    #: Share of the context window the injected evidence may take.
+    injection_budget_ratio: float = 0.08
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.injection_budget_ratio <= 0.5:
+            raise ConfigError("injection_budget_ratio must be in (0, 0.5]")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextConfig:
+    """Everything the ContextManager does, in one validated object."""
+
+    preset: Literal["progressive", "harness", "custom"] = "progressive"
+    #: Seed 000 tiers; None turns the progressive compactor off.
+    tiers: TierConfig | None = field(default_factory=TierConfig)
+    #: Seed 000 OffloadHook: tool results above this many characters are offloaded when they
+    #: arrive (10,000). 0 turns it off.
+    ingest_offload_chars: int = 10_000
+    summary: SummaryTriggerConfig | None = None
+    eviction: EvictionConfig | None = None
+    truncate_args: TruncateArgsConfig | None = field(default_factory=TruncateArgsConfig)
+    #: Seed 002 2.4: on a context-overflow error, compact hard and retry once.
+    overflow_recovery: bool = True
+    recovery: RecoveryConfig | None = field(default_factory=RecoveryConfig)
+    #: Summary format: seed 000 anchors or seed 002's four sections.
+    summary_style: Literal["anchors", "sections"] = "anchors"
+    #: Tokens kept free for the model's answer (added to the view's estimate).
+    reserve_output_tokens: int = 0
+    #: Agents whose sessions this agent may read through the session tools ("*" = all).
+    allow_agents: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _nonneg("ingest_offload_chars", self.ingest_offload_chars)
+        _nonneg("reserve_output_tokens", self.reserve_output_tokens)
+        if self.summary_style not in ("anchors", "sections"):
+            raise ConfigError(
+                f"summary_style must be 'anchors' or 'sections', got {self.summary_style!r}"
+            )
+        if (
+            self.eviction is not None
+            and self.ingest_offload_chars
+            and self.ingest_offload_chars >= self.eviction.max_chars
+        ):
+            # both set: ingest offload would never leave anything for eviction: allowed, noted
+            pass
+
+    def with_(self, **changes: Any) -> ContextConfig:
+        return replace(self, preset="custom", **changes)
+
+
+def progressive() -> ContextConfig:
+    """The default: seed 000's tiers with ingest offload, argument truncation and recovery."""
+    return ContextConfig(preset="progressive")
+
+
+def harness(
+    *,
+    summary: SummaryTriggerConfig | None = None,
+    eviction: EvictionConfig | None = None,
+    truncate_args: TruncateArgsConfig | None = None,
+    overflow_recovery: bool = False,
+) -> ContextConfig:
+    """Seed 002's defaults: every strategy off until enabled; any combination allowed."""
+    return ContextConfig(
+        preset="harness",
+        tiers=None,
+        ingest_offload_chars=0,
+        summary=summary,
+        eviction=eviction,
+        truncate_args=truncate_args,
+        overflow_recovery=overflow_recovery,
+        summary_style="sections",
+    )
+
+
+def harness_all_on() -> ContextConfig:
+    """Seed 002 with all four strategies enabled at their documented defaults."""
+    return harness(
+        summary=SummaryTriggerConfig(),
+        eviction=EvictionConfig(),
+        truncate_args=TruncateArgsConfig(),
+        overflow_recovery=True,
+    )
+
+
+PRESETS = {"progressive": progressive, "harness": harness_all_on}
+
+
+def resolve_preset(name: str | ContextConfig | None) -> ContextConfig:
+    if name is None:
+        return progressive()
+    if isinstance(name, ContextConfig):
+        return name
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None

@@ -1,0 +1,368 @@
+"""Ranked retrieval over the evidence of a session (seed 004, section 5.3).
+
+BM25 over each evidence body plus its hints (command, anchors, content types), with the seed's
+preferences on top: sub-agent output, tool results, and stack traces / errors / test output
+rank higher, and so does recent evidence. A command named in the query (in backticks, or
+verbatim) is the strongest signal: "show me the full error output of `pytest -x`" ranks the
+output of ``pytest -x`` first.
+
+The index keeps term frequencies only, not texts: bodies are read from disk for the top hits.
+It grows incrementally: :meth:`EvidenceSearch.sync` indexes blocks appended since the last call.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .classify import normalize_command
+from .model import CompactBlock, EvidencePointer
+from .store import EvidenceStore
+
+#: Characters of a body that are indexed (head and tail of very large outputs).
+INDEX_CHARS = 200_000
+K1 = 1.2
+B = 0.75
+COMMAND_EXACT_BONUS = 60.0
+COMMAND_PARTIAL_BONUS = 12.0
+ANCHOR_BONUS = 4.0
+SNIPPET_CHARS = 400
+#: A query term in more documents than this only re-scores documents already matched.
+COMMON_DF = 1_000
+
+_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
+_SPLIT = re.compile(r"[_./:\-]+")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
+_ERRORISH = re.compile(
+    r"error|fail|traceback|stack|exception|crash|broke|报错|错误|失败|异常|堆栈|崩溃", re.IGNORECASE
+)
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+STOPWORDS = _words(
+    "a an and are as at be by can could did do does for from give had has have how i in is it "
+    "its me my of on or our please show that the their them then there these this those to us "
+    "was we were what when where which who why will with would you your full entire complete "
+    "again earlier before previous last time 的 了 吗 我 你 把 给 一下 刚才 之前"
+)
+
+
+#: Words that name a kind of evidence rather than a particular one.
+GENERIC = _words(
+    "error errors output outputs log logs trace traces stack traceback tracebacks failure "
+    "failures failed fail failing result results message messages test tests run exception "
+    "报错 错误 输出 日志 堆栈 失败 异常 结果 测试"
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase words; identifiers also split on ``_./:-`` and camelCase (whole token kept);
+    CJK runs as character bigrams (a single character stays a unigram)."""
+    out: list[str] = []
+    for m in _WORD.finditer(text):
+        word = m.group(0).strip("./:-")
+        if not word:
+            continue
+        low = word.lower()
+        out.append(low)
+        parts = [p for p in _SPLIT.split(word) if p]
+        if len(parts) > 1 or _CAMEL.search(word):
+            for part in parts:
+                sub = _CAMEL.split(part)
+                if len(sub) > 1:
+                    out.append(part.lower())
+                out.extend(s.lower() for s in sub if len(s) > 1 or s.isdigit())
+    for m in _CJK.finditer(text):
+        run = m.group(0)
+        if len(run) == 1:
+            out.append(run)
+        else:
+            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def _index_text(text: str) -> str:
+    if len(text) <= INDEX_CHARS:
+        return text
+    half = INDEX_CHARS // 2
+    return text[:half] + "\n" + text[-half:]
+
+
+def snippet(text: str, terms: Iterable[str], width: int = SNIPPET_CHARS) -> str:
+    """A short excerpt of ``text``: around the last line naming a query term (errors are
+    usually at the end), else the head."""
+    if len(text) <= width:
+        return text
+    low = text.lower()
+    best = -1
+    for term in terms:
+        if len(term) >= 3:
+            best = max(best, low.rfind(term))
+    if best < 0:
+        return text[: width - 1] + "…"
+    start = max(0, text.rfind("\n", 0, max(0, best - width // 3)) + 1)
+    start = min(start, max(0, best - width // 2))
+    piece = text[start : start + width]
+    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
+
+
+def _failed(p: EvidencePointer) -> bool:
+    """A non-zero exit code or a stack trace."""
+    if "stack_trace" in p.content_types:
+        return True
+    return any(a.startswith("exit_code:") and a != "exit_code:0" for a in p.anchors)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hit:
+    pointer: EvidencePointer
+    score: float
+    text_preview: str
+
+
+class EvidenceSearch:
+    """An in-memory BM25 index over a store's evidence, grown incrementally."""
+
+    def __init__(self, store: EvidenceStore) -> None:
+        self.store = store
+        self._pointers: list[EvidencePointer] = []
+        self._by_id: dict[str, int] = {}
+        self._postings: dict[str, tuple[array[int], array[int]]] = {}
+        self._lengths: array[int] = array("i")
+        self._total_len = 0
+        self._commands: dict[str, list[int]] = {}
+        self._anchors: dict[str, list[int]] = {}
+        self._blocks_seen = 0
+        self._max_created = 1
+        self._created: array[int] = array("q")
+        self._failed: list[bool] = []
+        self._pref: array[float] = array("d")
+        self._pref_error: array[float] = array("d")
+        self._anchor_keys: dict[str, set[str]] = {}
+        self._dicts: dict[str, dict[int, int]] = {}
+        self._cmd_by_token: dict[str, set[str]] = {}
+        self._cmd_by_key: dict[str, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pointers)
+
+    # ----------------------------------------------------------------- building
+
+    def sync(self) -> int:
+        """Index blocks appended to the store since the last call; returns how many."""
+        blocks = self.store.blocks()
+        new = blocks[self._blocks_seen :]
+        for block in new:
+            self.add_block(block)
+        self._blocks_seen = len(blocks)
+        return len(new)
+
+    def add_block(self, block: CompactBlock) -> None:
+        for pointer in block.evidence:
+            self.add(pointer)
+
+    def add(self, pointer: EvidencePointer, text: str | None = None) -> None:
+        """Index one pointer (its body is read from the store unless given)."""
+        if pointer.id in self._by_id:  # same evidence indexed again: keep the first, no dupes
+            return
+        if text is None:
+            text = self.store.restore(pointer).text
+        doc = len(self._pointers)
+        self._pointers.append(pointer)
+        self._by_id[pointer.id] = doc
+        hints = " ".join((pointer.command or "", *pointer.anchors, *pointer.content_types))
+        counts = Counter(tokenize(_index_text(text)))
+        # hints count double: they are what a question names
+        for tok in tokenize(hints):
+            counts[tok] += 2
+        length = sum(counts.values())
+        self._lengths.append(length)
+        self._total_len += length
+        for term, tf in counts.items():
+            posting = self._postings.get(term)
+            if posting is None:
+                posting = (array("i"), array("i"))
+                self._postings[term] = posting
+            posting[0].append(doc)
+            posting[1].append(tf)
+        if pointer.command:
+            norm = normalize_command(pointer.command)
+            if norm:
+                if norm not in self._commands:
+                    toks = set(tokenize(norm))
+                    for tok in toks:
+                        self._cmd_by_token.setdefault(tok, set()).add(norm)
+                    if toks:
+                        key = max(sorted(toks), key=len)
+                        self._cmd_by_key.setdefault(key, set()).add(norm)
+                self._commands.setdefault(norm, []).append(doc)
+        for anchor in pointer.anchors:
+            if not anchor.startswith(("command:", "exit_code:")):
+                key = anchor.split(":", 1)[1].lower()
+                if len(key) < 4:
+                    continue
+                docs = self._anchors.setdefault(key, [])
+                if not docs:  # findable from any of its words
+                    for tok in set(tokenize(key)):
+                        self._anchor_keys.setdefault(tok, set()).add(key)
+                docs.append(doc)
+        self._max_created = max(self._max_created, pointer.created_at)
+        self._created.append(pointer.created_at)
+        self._failed.append(_failed(pointer))
+        self._pref.append(_preference(pointer, False))
+        self._pref_error.append(_preference(pointer, True))
+
+    def get(self, evidence_id: str) -> EvidencePointer | None:
+        self.sync()
+        doc = self._by_id.get(evidence_id)
+        return self._pointers[doc] if doc is not None else None
+
+    def pointers(self) -> list[EvidencePointer]:
+        self.sync()
+        return list(self._pointers)
+
+    # ----------------------------------------------------------------- querying
+
+    def _command_matches(self, query: str) -> tuple[set[int], set[int]]:
+        exact: set[int] = set()
+        partial: set[int] = set()
+        quoted = [
+            normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
+        ]
+        quoted = [q for q in quoted if q]
+        for q in quoted:
+            exact.update(self._commands.get(q, ()))
+        named = set(quoted)
+        flat_query = " ".join(query.split())
+        # a command that appears verbatim in the query has its longest word in the query
+        candidates: set[str] = set()
+        for tok in set(tokenize(query)):
+            candidates.update(self._cmd_by_key.get(tok, ()))
+        for cmd in candidates:
+            if cmd not in named and len(cmd) >= 6 and cmd in flat_query:
+                (exact if not quoted else partial).update(self._commands[cmd])
+        # a quoted fragment of a longer command: every word of it is a word of the command
+        for q in quoted:
+            if len(q) < 4:
+                continue
+            sets = sorted((self._cmd_by_token.get(t, set()) for t in set(tokenize(q))), key=len)
+            if not sets:
+                continue
+            for cmd in sets[0].intersection(*sets[1:]):
+                if cmd != q and q in cmd:
+                    partial.update(self._commands[cmd])
+        return exact, partial - exact
+
+    def _bm25(self, terms: Iterable[str]) -> dict[int, float]:
+        """BM25 scores. Terms are taken rarest first; once some documents are scored, a term
+        found in more than :data:`COMMON_DF` documents only adds to those candidates instead
+        of walking its whole posting list (it could not lift an unmatched document far)."""
+        n = len(self._pointers)
+        avgdl = self._total_len / n if n else 1.0
+        scores: dict[int, float] = {}
+        lengths = self._lengths
+        norm = K1 * (1.0 - B)
+        per_len = K1 * B / avgdl
+        present = [(len(self._postings[t][0]), t) for t in terms if t in self._postings]
+        for df, term in sorted(present):
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            if idf < 0.05:  # in nearly every document: no signal, only cost
+                continue
+            docs, tfs = self._postings[term]
+            get = scores.get
+            if df > COMMON_DF and scores and len(scores) < df:
+                lookup = self._term_dict(term)
+                for doc in list(scores):
+                    tf = lookup.get(doc)
+                    if tf is not None:
+                        scores[doc] += idf * tf * (K1 + 1.0) / (tf + norm + per_len * lengths[doc])
+                continue
+            for doc, tf in zip(docs, tfs, strict=True):
+                scores[doc] = get(doc, 0.0) + idf * tf * (K1 + 1.0) / (
+                    tf + norm + per_len * lengths[doc]
+                )
+        return scores
+
+    def _term_dict(self, term: str) -> dict[int, int]:
+        docs, tfs = self._postings[term]
+        cached = self._dicts.get(term)
+        if cached is None or len(cached) != len(docs):
+            cached = dict(zip(docs, tfs, strict=True))
+            self._dicts[term] = cached
+        return cached
+
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        """The ``k`` best pieces of evidence for ``query``, best first."""
+        self.sync()
+        if not self._pointers or k <= 0:
+            return []
+        terms = [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
+        scores = self._bm25(terms)
+        exact, partial = self._command_matches(query)
+        wants_error = bool(_ERRORISH.search(query))
+        created = self._created
+        top = self._max_created
+        if exact:
+            # Runs of the named command: generic words ("error", "output") no longer tell them
+            # apart. A failing run wins when the query asks for an error, specific extra words
+            # ("the ImportError one") come next, and the latest run wins among equals.
+            named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact)))
+            extra = self._bm25([t for t in terms if t not in named and t not in GENERIC])
+            for doc in exact:
+                bonus = COMMAND_EXACT_BONUS + 5.0 * created[doc] / top
+                if wants_error and self._failed[doc]:
+                    bonus += 15.0
+                scores[doc] = bonus + min(10.0, extra.get(doc, 0.0))
+        for doc in partial:
+            scores[doc] = scores.get(doc, 0.0) + COMMAND_PARTIAL_BONUS
+        low_query = query.lower()
+        for term in terms:
+            for anchor in self._anchor_keys.get(term, ()):
+                if anchor in low_query:
+                    for doc in self._anchors[anchor]:
+                        scores[doc] = scores.get(doc, 0.0) + ANCHOR_BONUS
+        if not scores:
+            return []
+        pref = self._pref_error if wants_error else self._pref
+        ranked = heapq.nlargest(
+            k,
+            (
+                (base * pref[doc] * (1.0 + 0.1 * created[doc] / top), created[doc], doc)
+                for doc, base in scores.items()
+            ),
+        )
+        hits: list[Hit] = []
+        for score, _, doc in ranked:
+            pointer = self._pointers[doc]
+            body = self.store.restore(pointer).text
+            hits.append(
+                Hit(pointer=pointer, score=round(score, 4), text_preview=snippet(body, terms))
+            )
+        return hits
+
+
+def _preference(p: EvidencePointer, wants_error: bool) -> float:
+    """The seed's preferences (5.3) as a factor; recency is applied at query time."""
+    factor = 1.0
+    if p.source_scope == "sub_agent":
+        factor *= 1.15
+    if p.role == "tool":
+        factor *= 1.1
+    if set(p.content_types) & {"stack_trace", "error", "test_output"}:
+        factor *= 1.2 if wants_error else 1.05
+    if wants_error and _failed(p):
+        factor *= 1.25
+    return factor
+
+
+__all__ = ["EvidenceSearch", "Hit", "tokenize"]

@@ -1,0 +1,477 @@
+"""The recoverable store: content-addressed bodies plus the thin index (seed 004, 2 and 4).
+
+Layout inside a session folder::
+
+    evidence/<sha[:2]>/<sha>.txt     byte-exact UTF-8 bodies, written once (temp file + rename)
+    compact-blocks.jsonl             one CompactBlock per line, append-only
+
+:class:`EvidenceStore` turns the range of messages a compaction just removed from the view into
+a :class:`CompactBlock` (:meth:`EvidenceStore.index_compaction`), files a sub-agent's output
+under the same index (:meth:`EvidenceStore.add_subagent_output`) and gets a body back following
+the seed's priority (:meth:`EvidenceStore.restore`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from ..errors import StorageError, UnsafeIdError
+from ..messages import Message
+from ..paths import confined
+from .classify import classify, extract_anchors, link_summary_item, summary_hints
+from .model import CompactBlock, EvidenceFormatError, EvidencePointer
+
+PREVIEW_CHARS = 240
+#: Assistant messages shorter than this (stripped) carry no evidence worth indexing.
+MIN_ASSISTANT_CHARS = 40
+MAX_COMMAND_CHARS = 500
+
+_ARCHIVED = re.compile(r"evidence/[0-9a-f]{2}/[0-9a-f]{64}\.txt")
+
+RestoreSource = Literal["archived", "tool_result", "transcript", "preview"]
+TranscriptLookup = Callable[[str], "str | None"]
+
+
+class OffloadInfo(Protocol):
+    """What the compactor knows about a tool result it wrote to disk."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RestoredText:
+    """A body brought back. ``sha256_ok`` is None when there was nothing to check against
+    (or only the preview was left); ``problem`` says what went wrong on the way, if anything."""
+
+    text: str
+    source: RestoreSource
+    sha256_ok: bool | None
+    problem: str | None = None
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _preview(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+
+
+def command_of(name: str, arguments: str) -> str:
+    """A short human form of a tool call: the shell command for bash-like tools, else JSON."""
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return arguments[:MAX_COMMAND_CHARS]
+    if isinstance(args, dict):
+        for key in ("command", "cmd", "script"):
+            value = args.get(key)
+            if isinstance(value, str) and value.strip():
+                return value[:MAX_COMMAND_CHARS]
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return " ".join(value)[:MAX_COMMAND_CHARS]
+    text = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    return f"{name} {text}"[:MAX_COMMAND_CHARS]
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class EvidenceStore:
+    """Bodies and the compact-blocks index of one session folder."""
+
+    def __init__(
+        self, session_dir: Path, *, transcript_lookup: TranscriptLookup | None = None
+    ) -> None:
+        self.session_dir = Path(session_dir)
+        self.evidence_dir = self.session_dir / "evidence"
+        self.blocks_path = self.session_dir / "compact-blocks.jsonl"
+        self.transcript_lookup = transcript_lookup
+        self._blocks: list[CompactBlock] = []
+        self._offset = 0
+        self._skipped_lines = 0
+        #: tool call id -> (tool name, command), for results whose call left the view earlier.
+        self._calls: dict[str, tuple[str, str]] = {}
+
+    # ----------------------------------------------------------------- bodies
+
+    def _rel(self, path: Path) -> str:
+        return path.relative_to(self.session_dir).as_posix()
+
+    def archive_bytes(self, data: bytes) -> tuple[str, str]:
+        """Store ``data`` once under its sha256; returns (path relative to the session, sha)."""
+        sha = sha256_hex(data)
+        folder = self.evidence_dir / sha[:2]
+        target = folder / f"{sha}.txt"
+        if target.exists() and target.stat().st_size == len(data):
+            return self._rel(target), sha
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                # No fsync per body (a compaction may archive hundreds): the rename makes the
+                # file appear whole or not at all, and a body emptied by a power cut is caught
+                # by the size check above (rewritten) or by the sha256 check on restore.
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise StorageError(f"cannot archive evidence {sha[:12]} under {folder}: {exc}") from exc
+        return self._rel(target), sha
+
+    def archive(self, text: str) -> tuple[str, str]:
+        """Store ``text`` (UTF-8, byte-exact) once; returns (relative path, sha256)."""
+        return self.archive_bytes(_encode(text))
+
+    def _resolve(self, path: str) -> Path:
+        if _ARCHIVED.fullmatch(path):  # our own layout: cannot escape, skip resolving links
+            return self.session_dir / path
+        p = Path(path)
+        return confined(self.session_dir, p if p.is_absolute() else self.session_dir / p)
+
+    def _read_offloaded(self, info: OffloadInfo) -> bytes | None:
+        try:
+            return self._resolve(str(info.path)).read_bytes()
+        except (OSError, UnsafeIdError):
+            return None
+
+    # ----------------------------------------------------------------- indexing
+
+    def _evidence_count(self) -> int:
+        return sum(len(b.evidence) for b in self.blocks())
+
+    def _pointer(
+        self,
+        *,
+        text: str,
+        data: bytes,
+        role: str,
+        seq: int,
+        message_uuid: str | None,
+        tool_use_id: str | None = None,
+        tool_result_path: str | None = None,
+        tool_name: str | None = None,
+        command: str | None = None,
+        source_scope: Literal["main_agent", "sub_agent"] = "main_agent",
+        agent_run_id: str | None = None,
+        parent_message_uuid: str | None = None,
+    ) -> EvidencePointer:
+        rel, sha = self.archive_bytes(data)
+        key = "\x00".join(
+            [source_scope, agent_run_id or "", message_uuid or "", tool_use_id or "", sha]
+        )
+        return EvidencePointer(
+            id="ev-" + hashlib.sha256(_encode(key)).hexdigest()[:12],
+            message_uuid=message_uuid,
+            tool_use_id=tool_use_id,
+            tool_result_path=tool_result_path,
+            archived_tool_result_path=rel,
+            source_scope=source_scope,
+            agent_run_id=agent_run_id,
+            parent_message_uuid=parent_message_uuid,
+            content_types=classify(text),
+            anchors=extract_anchors(text, command),
+            sha256=sha,
+            chars=len(text),
+            preview=_preview(text),
+            command=command,
+            tool_name=tool_name,
+            role=role,
+            created_at=seq,
+        )
+
+    def _pointers_for(
+        self,
+        messages: Sequence[Message],
+        offloaded: Mapping[str, OffloadInfo],
+        seq: int,
+        **scope: Any,
+    ) -> list[EvidencePointer]:
+        out: list[EvidencePointer] = []
+        for msg in messages:
+            if msg.role == "assistant":
+                for call in msg.tool_calls:
+                    self._calls[call.id] = (call.name, command_of(call.name, call.arguments))
+                if len(msg.text.strip()) < MIN_ASSISTANT_CHARS:
+                    continue
+            elif msg.role not in ("tool", "user"):
+                continue
+            text = msg.text
+            if msg.role == "user" and not text.strip():
+                continue
+            data = _encode(text)
+            tool_result_path: str | None = None
+            name: str | None = None
+            command: str | None = None
+            if msg.role == "tool":
+                call_id = msg.tool_call_id or ""
+                info = offloaded.get(call_id) or offloaded.get(msg.uuid)
+                if info is not None:
+                    tool_result_path = str(info.path)
+                    body = self._read_offloaded(info)
+                    if body is not None:
+                        data = body
+                        text = _decode(body)
+                name, command = self._calls.get(call_id, (None, None))  # type: ignore[assignment]
+            seq += 1
+            out.append(
+                self._pointer(
+                    text=text,
+                    data=data,
+                    role=msg.role,
+                    seq=seq,
+                    message_uuid=msg.uuid,
+                    tool_use_id=msg.tool_call_id,
+                    tool_result_path=tool_result_path,
+                    tool_name=name,
+                    command=command,
+                    **scope,
+                )
+            )
+        return out
+
+    def index_compaction(
+        self,
+        *,
+        messages: Sequence[Message],
+        offloaded: Mapping[str, OffloadInfo],
+        summary_items_source: Sequence[tuple[str, str]],
+        token_before: int,
+        token_after: int,
+        boundary_uuid: str | None,
+        natural_summary: str,
+        tier: str,
+        strategy: str,
+        source_scope: Literal["main_agent", "sub_agent"] = "main_agent",
+        agent_run_id: str | None = None,
+        parent_message_uuid: str | None = None,
+    ) -> CompactBlock:
+        """Index the range of messages that just left the view and append its CompactBlock.
+
+        ``offloaded`` maps a tool call id (or a message uuid) to the file its full result was
+        written to; that file's bytes become the evidence body. Tool results whose call is
+        earlier in ``messages`` (or in an earlier call of this method) get the call's command.
+        """
+        seq = self._evidence_count() + len(self._blocks)
+        pointers = self._pointers_for(
+            messages,
+            offloaded,
+            seq,
+            source_scope=source_scope,
+            agent_run_id=agent_run_id,
+            parent_message_uuid=parent_message_uuid,
+        )
+        items = tuple(link_summary_item(k, t, pointers) for k, t in summary_items_source)
+        block = CompactBlock(
+            id=f"cb-{len(self._blocks) + 1}",
+            compact_boundary_uuid=boundary_uuid,
+            token_before=token_before,
+            token_after=token_after,
+            natural_summary=natural_summary,
+            summary_items=items,
+            evidence=tuple(pointers),
+            tier=tier,
+            strategy=strategy,
+            created_at=seq + len(pointers) + 1,
+        )
+        self._append(block)
+        return block
+
+    def add_subagent_output(
+        self,
+        run_id: str,
+        messages_or_text: str | Sequence[Message],
+        parent_message_uuid: str | None = None,
+    ) -> list[EvidencePointer]:
+        """File a worker's transcript (or its plain-text output) under ``sourceScope=sub_agent``."""
+        if not isinstance(run_id, str) or not run_id:
+            raise UnsafeIdError(f"sub-agent run id must be a non-empty string, got {run_id!r}")
+        seq = self._evidence_count() + len(self._blocks)
+        if isinstance(messages_or_text, str):
+            text = messages_or_text
+            pointers = [
+                self._pointer(
+                    text=text,
+                    data=_encode(text),
+                    role="text",
+                    seq=seq + 1,
+                    message_uuid=None,
+                    source_scope="sub_agent",
+                    agent_run_id=run_id,
+                    parent_message_uuid=parent_message_uuid,
+                )
+            ]
+        else:
+            pointers = self._pointers_for(
+                messages_or_text,
+                {},
+                seq,
+                source_scope="sub_agent",
+                agent_run_id=run_id,
+                parent_message_uuid=parent_message_uuid,
+            )
+        block = CompactBlock(
+            id=f"cb-{len(self._blocks) + 1}",
+            compact_boundary_uuid=parent_message_uuid,
+            natural_summary=f"Output of sub-agent run {run_id} ({len(pointers)} items).",
+            evidence=tuple(pointers),
+            tier="sub_agent",
+            strategy="sub_agent",
+            created_at=seq + len(pointers) + 1,
+        )
+        self._append(block)
+        return pointers
+
+    # ----------------------------------------------------------------- the index file
+
+    def _append(self, block: CompactBlock) -> None:
+        self.blocks()  # catch up with anything another writer appended
+        line = json.dumps(block.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
+        try:
+            self.session_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.blocks_path, "ab") as fh:
+                if fh.tell() > 0:
+                    with open(self.blocks_path, "rb") as rd:
+                        rd.seek(-1, os.SEEK_END)
+                        if rd.read(1) != b"\n":  # a torn line: close it, it will be skipped
+                            fh.write(b"\n")
+                fh.write(_encode(line))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise StorageError(f"cannot append to {self.blocks_path}: {exc}") from exc
+        self.blocks()
+
+    def blocks(self) -> list[CompactBlock]:
+        """All blocks in order; reads only what was appended since the last call. Lines that
+        do not parse (a torn write) are skipped."""
+        try:
+            size = self.blocks_path.stat().st_size
+        except FileNotFoundError:
+            return list(self._blocks)
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.blocks_path}: {exc}") from exc
+        if size < self._offset:  # replaced by someone: start over
+            self._blocks, self._offset = [], 0
+        if size > self._offset:
+            with open(self.blocks_path, "rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read(size - self._offset)
+            end = chunk.rfind(b"\n") + 1  # only complete lines; a partial tail waits
+            for raw in chunk[:end].splitlines():
+                if not raw.strip():
+                    continue
+                try:
+                    self._blocks.append(CompactBlock.from_dict(json.loads(_decode(raw))))
+                except (ValueError, EvidenceFormatError):
+                    self._skipped_lines += 1
+            self._offset += end
+        return list(self._blocks)
+
+    @property
+    def skipped_lines(self) -> int:
+        return self._skipped_lines
+
+    def pointers(self) -> list[EvidencePointer]:
+        return [p for b in self.blocks() for p in b.evidence]
+
+    def find(self, evidence_id: str) -> EvidencePointer | None:
+        """The newest pointer with this id, or None."""
+        found: EvidencePointer | None = None
+        for p in self.pointers():
+            if p.id == evidence_id:
+                found = p
+        return found
+
+    # ----------------------------------------------------------------- restore
+
+    def _read_checked(
+        self, path: str, pointer: EvidencePointer, source: RestoreSource, notes: list[str]
+    ) -> RestoredText | None:
+        try:
+            data = self._resolve(path).read_bytes()
+        except UnsafeIdError as exc:
+            notes.append(f"{source} path refused: {exc}")
+            return None
+        except OSError as exc:
+            notes.append(f"{source} copy {path!r} unreadable ({type(exc).__name__})")
+            return None
+        return self._checked(_decode(data), data, pointer, source, notes)
+
+    def _checked(
+        self,
+        text: str,
+        data: bytes,
+        pointer: EvidencePointer,
+        source: RestoreSource,
+        notes: list[str],
+    ) -> RestoredText:
+        ok: bool | None = None
+        if pointer.sha256:
+            actual = sha256_hex(data)
+            ok = actual == pointer.sha256
+            if not ok:
+                notes.append(
+                    f"sha256 mismatch for {source} copy of {pointer.id}: expected "
+                    f"{pointer.sha256[:12]}…, found {actual[:12]}… (the body changed since indexing)"
+                )
+        return RestoredText(
+            text=text, source=source, sha256_ok=ok, problem="; ".join(notes) or None
+        )
+
+    def restore(self, pointer: EvidencePointer) -> RestoredText:
+        """The body of ``pointer``: archived copy, then the tool-result file, then the session
+        transcript, then the preview. A later source is used only when an earlier one is
+        missing; a sha256 mismatch is reported in ``sha256_ok``/``problem``, not hidden."""
+        notes: list[str] = []
+        if pointer.archived_tool_result_path:
+            got = self._read_checked(pointer.archived_tool_result_path, pointer, "archived", notes)
+            if got is not None:
+                return got
+        if pointer.tool_result_path:
+            got = self._read_checked(pointer.tool_result_path, pointer, "tool_result", notes)
+            if got is not None:
+                return got
+        if pointer.message_uuid and self.transcript_lookup is not None:
+            text = self.transcript_lookup(pointer.message_uuid)
+            if text is not None:
+                return self._checked(text, _encode(text), pointer, "transcript", notes)
+            notes.append(f"message {pointer.message_uuid} not found in the transcript")
+        notes.append("original body not found; only the preview is left")
+        return RestoredText(
+            text=pointer.preview, source="preview", sha256_ok=None, problem="; ".join(notes)
+        )
+
+
+__all__ = [
+    "EvidenceStore",
+    "OffloadInfo",
+    "RestoredText",
+    "command_of",
+    "link_summary_item",
+    "summary_hints",
+]

@@ -1,0 +1,479 @@
+"""ContextManager: the facade between an agent's full history and each model call."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from .anchors import Anchor, AnchorType
+from .compactors.progressive import CompactorState, ProgressiveCompactor
+from .config import ContextConfig, resolve_preset
+from .errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
+from .messages import Message
+from .offload import INGEST_POLICY, OffloadPolicy, OffloadStore, placeholder
+from .overflow import is_context_overflow
+from .paths import Workspace, check_session_id
+from .records import CompactionRecord, FileRecordStore, OffloadEntry, Tier, atomic_write_text
+from .recovery import Recovery
+from .sessions.log import SessionLog
+from .state import SessionState, load_state, save_state
+from .summarizers.base import Summarizer
+from .tokens import Calibration, MessageTokenCache, TokenCounter, count_tools, get_counter
+from .tools import ToolBox
+from .usage import extract_input_tokens
+from .view import HistoryView
+from .wire import from_openai, to_anthropic
+
+T = TypeVar("T")
+OnCompaction = Callable[[CompactionRecord], None]
+
+
+class ContextManager:
+    """Keep an agent inside its context window without losing what it learned.
+
+    ``add`` appends to the full, persisted history; ``prepare`` derives the view to send now
+    (compacting when needed); nothing is ever removed from the history.
+    """
+
+    def __init__(
+        self,
+        workspace: str | Path = "./.contextfold",
+        session_id: str = "default",
+        context_window: int = 128_000,
+        *,
+        preset: str | ContextConfig | None = None,
+        config: ContextConfig | None = None,
+        summarizer: Summarizer | None = None,
+        token_counter: str | TokenCounter | None = None,
+        agent_id: str = "default",
+        on_compaction: OnCompaction | None = None,
+        fact_extractor: Any = None,
+    ) -> None:
+        if not isinstance(context_window, int) or context_window <= 0:
+            raise ConfigError(f"context_window must be a positive integer, got {context_window!r}")
+        if config is not None and preset is not None:
+            raise ConfigError("pass either preset or config, not both")
+        self.config = config or resolve_preset(preset)
+        self.window = context_window
+        self.session_id = check_session_id(session_id)
+        self.agent_id = check_session_id(agent_id)
+        self.ws = Workspace.at(workspace)
+        self.on_compaction = on_compaction
+        self.counter = get_counter(token_counter)
+        self._cache = MessageTokenCache(self.counter)
+        self.calibration = Calibration()
+        self.log = SessionLog(self.ws, self.session_id, agent_id=self.agent_id)
+        self.offload = OffloadStore(self.ws, self.session_id)
+        ev = self.config.eviction
+        self.eviction_store = (
+            OffloadStore(self.ws, self.session_id, root=Path(ev.offload_root))
+            if ev is not None and ev.offload_root is not None
+            else self.offload
+        )
+        self.records = FileRecordStore(self.ws.records_path)
+        self.session_state = load_state(self.ws.session_dir(self.session_id) / "session_state.json")
+        self.view = HistoryView(self._cache.count)
+        self.summarizer = summarizer
+        tiers = self.config.tiers
+        from .config import TierConfig
+
+        self.compactor = ProgressiveCompactor(
+            view=self.view,
+            window=self.window,
+            config=tiers or TierConfig(),
+            session_id=self.session_id,
+            count_text=self.counter.count_text,
+            summarizer=summarizer,
+            offload=self.offload,
+            record_store=self.records,
+            truncate_args=self.config.truncate_args,
+            summary_style=self.config.summary_style,
+            summary_prompt=self.config.summary.summary_prompt if self.config.summary else None,
+            scale=self.calibration.apply,
+            active_tasks=self.session_state.active_task_lines,
+            policies=self._policies(),
+        )
+        self.recovery = Recovery(self, fact_extractor=fact_extractor)
+        self.compactor.before_summarize = self.recovery.before_summarize
+        self.compactor.index_range = self.recovery.index_range
+        self.last_record: CompactionRecord | None = None
+        self._last_estimate = 0
+        self._tool_tokens: dict[str, int] = {}
+        self._load()
+
+    # ------------------------------------------------------------------ policies
+    def _policies(self) -> dict[str, OffloadPolicy]:
+        from dataclasses import replace
+
+        out: dict[str, OffloadPolicy] = {}
+        if self.config.ingest_offload_chars:
+            out["ingest"] = replace(INGEST_POLICY, threshold=self.config.ingest_offload_chars)
+        ev = self.config.eviction
+        if ev is not None:
+            from .offload import EVICTION_POLICY
+
+            out["eviction"] = replace(
+                EVICTION_POLICY,
+                threshold=ev.max_chars,
+                head_chars=ev.head_chars,
+                tail_chars=ev.tail_chars,
+                exclude_tools=tuple(ev.exclude_tools),
+            )
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    @property
+    def _state_path(self) -> Path:
+        return self.ws.state_path(self.session_id)
+
+    def _load(self) -> None:
+        history = self.log.read()
+        for i, msg in enumerate(history):
+            self.view.append(msg, i)
+        path = self._state_path
+        if not path.exists():
+            self._reapply_offloads({})
+            return
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as exc:
+            raise StorageError(f"compactor state {path} is unreadable: {exc}") from exc
+        st = self.compactor.state
+        st.last_summary = data.get("last_summary", "")
+        st.last_anchors = tuple(
+            Anchor(type=AnchorType(a["type"]), content=a["content"])
+            for a in data.get("last_anchors", [])
+        )
+        st.compaction_text = data.get("compaction_text", "")
+        st.boundary_uuid = data.get("boundary_uuid")
+        st.compactions = int(data.get("compactions", 0))
+        self.calibration = Calibration.from_dict(data.get("calibration", {}))
+        self.compactor.scale = self.calibration.apply
+        self._reapply_offloads(data.get("offload_policies", {}))
+        boundary = int(data.get("boundary", self.view.prefix_len))
+        if st.boundary_uuid is not None and st.boundary_uuid in self.view.uuids:
+            boundary = self.view.uuids[st.boundary_uuid]
+        if boundary > self.view.prefix_len and st.compaction_text:
+            msg = Message(
+                role="user",
+                content=st.compaction_text,
+                uuid=data.get("compaction_uuid") or f"cf-compaction-{st.compactions}",
+                metadata={"cf_kind": "compaction"},
+            )
+            self.view.set_boundary(min(boundary, len(self.view)), msg)
+
+    def _reapply_offloads(self, policies: Mapping[str, str]) -> None:
+        entries = self.offload.entries()
+        if self.eviction_store is not self.offload:
+            entries.update(self.eviction_store.entries())
+        by_call = {m.tool_call_id: i for i, m in enumerate(self.view.history) if m.tool_call_id}
+        for call_id, entry in entries.items():
+            idx = by_call.get(call_id)
+            if idx is None:
+                continue
+            name = policies.get(call_id, entry.policy)
+            policy = self.compactor.policies.get(name)
+            if policy is None:
+                continue
+            self.compactor.apply_offload(idx, entry, policy)
+
+    def _save_state(self) -> None:
+        st: CompactorState = self.compactor.state
+        comp = self.view.compaction
+        data = {
+            "boundary": self.view.boundary,
+            "boundary_uuid": st.boundary_uuid,
+            "compaction_text": st.compaction_text,
+            "compaction_uuid": comp.uuid if comp is not None else None,
+            "last_summary": st.last_summary,
+            "last_anchors": [{"type": a.type.value, "content": a.content} for a in st.last_anchors],
+            "compactions": st.compactions,
+            "offload_policies": st.offload_policies,
+            "calibration": self.calibration.to_dict(),
+        }
+        atomic_write_text(self._state_path, json.dumps(data, ensure_ascii=False))
+
+    # ------------------------------------------------------------------ adding
+    @property
+    def history(self) -> list[Message]:
+        """The full history (a copy of the list; messages are immutable)."""
+        return list(self.view.history)
+
+    def add(self, message: Mapping[str, Any] | Message) -> Message:
+        """Append one message (OpenAI dict or Message). Validated before anything is written."""
+        return self.add_many([message])[0]
+
+    def add_many(self, messages: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
+        items = list(messages)
+        start = len(self.view)
+        parsed = [from_openai(m, start + i) for i, m in enumerate(items)]
+        self.view.check_batch(parsed, start)  # all or nothing: validate before writing
+        self.log.append(parsed)
+        for i, msg in enumerate(parsed):
+            self.view.append(msg, start + i)
+            if msg.role == "tool":
+                self._ingest(start + i)
+        return parsed
+
+    def _ingest(self, index: int) -> None:
+        """Seed 000's OffloadHook / seed 002's eviction, when a tool result arrives."""
+        msg = self.view.history[index]
+        text = msg.text
+        if not isinstance(msg.content, str):
+            return
+        tool_name = self.compactor._tool_name(index)
+        pol = self.compactor.policies
+        for name, store in (("eviction", self.eviction_store), ("ingest", self.offload)):
+            policy = pol.get(name)
+            if policy is None or not policy.applies(text, tool_name):
+                continue
+            try:
+                entry = store.write(
+                    msg.tool_call_id or "",
+                    text,
+                    message_uuid=msg.uuid,
+                    policy=name,
+                    tool_name=tool_name,
+                )
+            except ContextFoldError as exc:
+                self.recovery.note_problem(f"{name} offload failed for {msg.tool_call_id}: {exc}")
+                return
+            self.compactor.apply_offload(index, entry, policy)
+            self.recovery.index_ingest(index, entry)
+            return
+
+    # ------------------------------------------------------------------ preparing
+    def _extra_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        extra = self.config.reserve_output_tokens
+        if tools:
+            key = json.dumps(tools, sort_keys=True, default=str)
+            if key not in self._tool_tokens:
+                self._tool_tokens[key] = count_tools(self.counter, tools)
+            extra += self._tool_tokens[key]
+        return extra
+
+    def prepare(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["openai", "anthropic"] = "openai",
+    ) -> Any:
+        """The view to send now: a list of OpenAI dicts, or for ``format="anthropic"`` a dict
+        ``{"system": ..., "messages": [...]}`` ready for ``client.messages.create(**view)``."""
+        if format not in ("openai", "anthropic"):
+            raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
+        extra = self._extra_tokens(tools) + self.recovery.injection_reserve()
+        record = self._compact_if_needed(extra)
+        self._finish(record)
+        return self._render(format)
+
+    def _compact_if_needed(self, extra: int) -> CompactionRecord:
+        cfg = self.config
+        record: CompactionRecord | None = None
+        if cfg.summary is not None:
+            record = self.compactor.run_trigger(cfg.summary, extra_tokens=extra)
+        if cfg.tiers is not None:
+            tier_record = self.compactor.run(extra_tokens=extra)
+            if record is None or tier_record.tier is not Tier.NONE:
+                record = tier_record
+        elif record is None:
+            record = self.compactor.run(extra_tokens=extra, force=Tier.NONE)
+        # safety net for every preset: never hand out a view above the window
+        if self.compactor.view_tokens(extra) > self.window:
+            record = self.compactor.run(
+                extra_tokens=extra, force=Tier.EMERGENCY, reason="safety net: view above the window"
+            )
+        return record
+
+    def _finish(self, record: CompactionRecord) -> None:
+        self.last_record = record
+        self._last_estimate = self.view.view_tokens()
+        if record.changed:
+            self.recovery.after_compaction(record)
+            self._save_state()
+            if self.on_compaction is not None:
+                self.on_compaction(record)
+
+    def _render(self, format: str) -> Any:
+        inject = self.recovery.injection()
+        if format == "openai":
+            view = self.view.view_dicts()
+            if inject is not None:
+                view.insert(self._newest_user_position(view), {"role": "user", "content": inject})
+            return view
+        msgs = self.view.view_messages()
+        if inject is not None:
+            pos = self._newest_user_position(msgs)
+            msgs.insert(pos, Message(role="user", content=inject))
+        system, out = to_anthropic(msgs)
+        result: dict[str, Any] = {"messages": out}
+        if system is not None:
+            result["system"] = system
+        return result
+
+    @staticmethod
+    def _newest_user_position(view: Sequence[Any]) -> int:
+        for i in range(len(view) - 1, -1, -1):
+            item = view[i]
+            role = item.get("role") if isinstance(item, dict) else item.role
+            if role == "user":
+                return i
+        return len(view)
+
+    def view_messages(self) -> list[Message]:
+        """The current view as neutral messages (no compaction is run)."""
+        return self.view.view_messages()
+
+    @property
+    def view_tokens(self) -> int:
+        return self.compactor.view_tokens()
+
+    # ------------------------------------------------------------------ manual compaction
+    def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
+        """Manual /compact (seed 8.3). ``force=True`` summarizes the whole head now with the
+        configured summarizer (Full tier) whatever the ratio; ``tier="emergency"`` is the seed's
+        CompactForce (truncation, no LLM); ``force=False`` runs the normal tier decision."""
+        if tier is not None:
+            chosen: Tier | None = Tier(tier)
+        else:
+            chosen = Tier.FULL if force else None
+        record = self.compactor.run(force=chosen, reason="manual /compact" if force else "")
+        self._finish(record)
+        return record
+
+    # ------------------------------------------------------------------ usage / calibration
+    def report_usage(self, input_tokens: int | None = None, *, response: Any = None) -> float:
+        """Feed the provider-reported input tokens of the last call; returns the new scale."""
+        if input_tokens is None and response is not None:
+            input_tokens = extract_input_tokens(response)
+        if input_tokens is None or self._last_estimate <= 0:
+            return self.calibration.scale
+        scale = self.calibration.observe(self._last_estimate, int(input_tokens))
+        try:
+            self._save_state()
+        except ContextFoldError as exc:
+            self.recovery.note_problem(str(exc))
+        return scale
+
+    # ------------------------------------------------------------------ overflow recovery
+    def call(
+        self,
+        fn: Callable[[Any], T],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["openai", "anthropic"] = "openai",
+    ) -> T:
+        """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
+        once (seed 002 2.4). A second overflow raises ContextOverflowError with the record."""
+        view = self.prepare(tools=tools, format=format)
+        try:
+            result = fn(view)
+        except Exception as exc:
+            retry_view, record = self._recover(exc, tools, format)
+            try:
+                result = fn(retry_view)
+            except Exception as exc2:
+                self._raise_overflow(exc2, record)
+                raise
+        self.report_usage(response=result)
+        return result
+
+    async def acall(
+        self,
+        fn: Callable[[Any], Awaitable[T]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["openai", "anthropic"] = "openai",
+    ) -> T:
+        view = self.prepare(tools=tools, format=format)
+        try:
+            result = await fn(view)
+        except Exception as exc:
+            retry_view, record = self._recover(exc, tools, format)
+            try:
+                result = await fn(retry_view)
+            except Exception as exc2:
+                self._raise_overflow(exc2, record)
+                raise
+        self.report_usage(response=result)
+        return result
+
+    def _recover(self, exc: Exception, tools: Any, format: Any) -> tuple[Any, CompactionRecord]:
+        if not self.config.overflow_recovery or not is_context_overflow(exc):
+            raise exc
+        record = self.compactor.recover_overflow(extra_tokens=self._extra_tokens(tools))
+        self._finish(record)
+        return self._render(format), record
+
+    @staticmethod
+    def _raise_overflow(exc: Exception, record: CompactionRecord) -> None:
+        if is_context_overflow(exc):
+            raise ContextOverflowError(
+                f"the model still reports a context overflow after recovery ({exc})",
+                record=record,
+                cause=exc,
+            ) from exc
+
+    # ------------------------------------------------------------------ records, tools, state
+    def records(self) -> list[CompactionRecord]:
+        return self.records_store_list()
+
+    def records_store_list(self) -> list[CompactionRecord]:
+        return self.records.list(self.session_id)
+
+    @property
+    def toolbox(self) -> ToolBox:
+        return self.recovery.toolbox
+
+    def tool_schemas(
+        self, format: Literal["openai", "anthropic"] = "openai"
+    ) -> list[dict[str, Any]]:
+        return self.toolbox.schemas(format)
+
+    def handle_tool_call(self, call: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one of contextfold's agent tools; returns the tool message (errors included)."""
+        return self.toolbox.handle(call)
+
+    def restore(self, query: str, k: int = 5) -> list[Any]:
+        return self.recovery.restore(query, k)
+
+    def add_subagent_output(
+        self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None = None
+    ) -> list[Any]:
+        return self.recovery.add_subagent_output(run_id, messages_or_text, parent_message_uuid)
+
+    def recover_tool_result(self, tool_call_id: str) -> str | None:
+        return self.recovery.recover_tool_result(tool_call_id)
+
+    @property
+    def state(self) -> SessionState:
+        return self.session_state
+
+    def save_session_state(self) -> None:
+        save_state(self.ws.session_dir(self.session_id) / "session_state.json", self.session_state)
+
+    def offloaded(self) -> dict[str, OffloadEntry]:
+        return self.offload.entries()
+
+    # ------------------------------------------------------------------ cleanup
+    def delete_session(self) -> None:
+        """Cascade cleanup (seed 5.5): log, tool results, records, evidence, state, index rows."""
+        self.recovery.forget_session()
+        folder = self.ws.session_dir(self.session_id)
+        if folder.exists():
+            shutil.rmtree(folder)
+        ev = self.config.eviction
+        if ev is not None and ev.offload_root is not None:
+            for entry in self.eviction_store.entries().values():
+                self.eviction_store.path_of(entry).unlink(missing_ok=True)
+        self.view = HistoryView(self._cache.count)
+        self.compactor.view = self.view
+        self.compactor.state = CompactorState()
+        self.last_record = None
+
+
+def placeholder_for(entry: OffloadEntry, text: str, policy: OffloadPolicy = INGEST_POLICY) -> str:
+    return placeholder(entry, text, policy)

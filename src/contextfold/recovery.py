@@ -1,0 +1,340 @@
+"""Everything that makes compaction recoverable, wired for one ContextManager session.
+
+Seed 004's evidence index (index every range that leaves the view, restore, intent-triggered
+injection, the ``recall`` tool), seed 002's memory flush and session tools, and the
+``read_offloaded`` tool. Each hook is fail-open: a failure here is recorded, never raised
+into the agent loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .anchors import Anchor
+from .errors import ContextFoldError, StorageError, ToolArgumentsError
+from .evidence.inject import build_injection
+from .evidence.intents import detect_intent
+from .evidence.model import EvidencePointer
+from .evidence.search import EvidenceSearch
+from .evidence.store import EvidenceStore
+from .evidence.tools import recall_tool
+from .memory import ExtractiveFactExtractor, MemoryStore, memory_tools
+from .messages import Message
+from .records import CompactionRecord, OffloadEntry, Tier
+from .sessions.index import SessionIndex
+from .sessions.tools import session_tools
+from .tools import Tool, ToolBox
+
+if TYPE_CHECKING:
+    from .manager import ContextManager
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RestoreHit:
+    """One ranked result of ``ContextManager.restore``: the original text and its pointer."""
+
+    pointer: EvidencePointer
+    score: float
+    text: str
+    source: str
+    sha256_ok: bool | None
+    problem: str | None = None
+
+
+class Recovery:
+    def __init__(self, cm: ContextManager, *, fact_extractor: Any = None) -> None:
+        self.cm = cm
+        self.problems: list[str] = []
+        self._store: EvidenceStore | None = None
+        self._search: EvidenceSearch | None = None
+        self._index: SessionIndex | None = None
+        self._memory: MemoryStore | None = None
+        self._toolbox: ToolBox | None = None
+        self.fact_extractor = fact_extractor or ExtractiveFactExtractor()
+        self._injection_key: tuple[str, int] | None = None
+        self._injection: str | None = None
+
+    def note_problem(self, problem: str) -> None:
+        self.problems.append(problem)
+
+    # ------------------------------------------------------------------ lazy parts
+    @property
+    def enabled(self) -> bool:
+        rc = self.cm.config.recovery
+        return rc is not None and rc.index_evidence
+
+    @property
+    def store(self) -> EvidenceStore:
+        if self._store is None:
+            self._store = EvidenceStore(
+                self.cm.ws.session_dir(self.cm.session_id), transcript_lookup=self._transcript
+            )
+        return self._store
+
+    @property
+    def search(self) -> EvidenceSearch:
+        if self._search is None:
+            self._search = EvidenceSearch(self.store)
+        self._search.sync()
+        return self._search
+
+    @property
+    def memory(self) -> MemoryStore:
+        if self._memory is None:
+            self._memory = MemoryStore(self.cm.ws)
+        return self._memory
+
+    @property
+    def index(self) -> SessionIndex:
+        if self._index is None:
+            self._index = SessionIndex(self.cm.ws)
+        return self._index
+
+    def _transcript(self, message_uuid: str) -> str | None:
+        idx = self.cm.view.uuids.get(message_uuid)
+        return None if idx is None else self.cm.view.history[idx].text
+
+    # ------------------------------------------------------------------ compaction hooks
+    def before_summarize(self, msgs: Sequence[Message]) -> None:
+        """Seed 002 3.1 flush-before-compact: facts go to memory before messages leave."""
+        summary = self.cm.config.summary
+        if (
+            summary is not None
+            and not summary.flush_before_compact
+            and self.cm.config.tiers is None
+        ):
+            return
+        facts = self.fact_extractor.extract(list(msgs))
+        if facts:
+            self.memory.flush(facts)
+
+    def index_range(
+        self,
+        removed: Sequence[Message],
+        offloaded: Sequence[OffloadEntry],
+        anchors: Sequence[Anchor],
+        summary: str,
+        tier: Tier,
+    ) -> list[str]:
+        if not self.enabled:
+            return []
+        items = [(a.type.value, item) for a in anchors for item in a.items()]
+        block = self.store.index_compaction(
+            messages=removed,
+            offloaded=self._offload_map(removed),
+            summary_items_source=items,
+            token_before=0,
+            token_after=0,
+            boundary_uuid=None,
+            natural_summary=summary,
+            tier=tier.value,
+            strategy="progressive",
+        )
+        lines = []
+        for p in block.evidence:
+            if p.tool_use_id is None:
+                continue
+            kinds = ",".join(p.content_types[:2])
+            what = p.command or p.tool_name or "tool result"
+            lines.append(f"{p.id}: {what[:80]} [{kinds}]")
+        return lines[-12:]
+
+    def _offload_map(self, msgs: Sequence[Message]) -> dict[str, OffloadEntry]:
+        entries = self.cm.offload.entries()
+        if self.cm.eviction_store is not self.cm.offload:
+            entries.update(self.cm.eviction_store.entries())
+        return {
+            m.tool_call_id: entries[m.tool_call_id]
+            for m in msgs
+            if m.tool_call_id and m.tool_call_id in entries
+        }
+
+    def index_ingest(self, index: int, entry: OffloadEntry) -> None:
+        """A result offloaded on arrival left the view at once: make it evidence now."""
+        if not self.enabled:
+            return
+        view = self.cm.view
+        msgs = [view.history[index]]
+        try:
+            self.store.index_compaction(
+                messages=msgs,
+                offloaded=self._offload_map(msgs),
+                summary_items_source=[],
+                token_before=0,
+                token_after=0,
+                boundary_uuid=msgs[0].uuid,
+                natural_summary="",
+                tier="none",
+                strategy=entry.policy,
+            )
+        except ContextFoldError as exc:
+            self.note_problem(f"evidence indexing failed: {exc}")
+
+    def after_compaction(self, record: CompactionRecord) -> None:
+        """Warn-tier offloads summarize nothing, but what they moved out is evidence too."""
+        if not self.enabled or record.tier is not Tier.WARN or not record.offloaded:
+            return
+        by_id = {m.tool_call_id: m for m in self.cm.view.history if m.tool_call_id}
+        msgs = [by_id[e.tool_call_id] for e in record.offloaded if e.tool_call_id in by_id]
+        try:
+            self.store.index_compaction(
+                messages=msgs,
+                offloaded=self._offload_map(msgs),
+                summary_items_source=[],
+                token_before=record.tokens_before,
+                token_after=record.tokens_after,
+                boundary_uuid=record.boundary_uuid,
+                natural_summary="",
+                tier="warn",
+                strategy="offload",
+            )
+        except ContextFoldError as exc:
+            self.note_problem(f"evidence indexing failed: {exc}")
+
+    # ------------------------------------------------------------------ restore / inject
+    def restore(self, query: str, k: int = 5) -> list[RestoreHit]:
+        if not isinstance(query, str) or not query.strip():
+            raise ToolArgumentsError("restore needs a non-empty query")
+        out = []
+        for hit in self.search.search(query, k=k):
+            restored = self.store.restore(hit.pointer)
+            out.append(
+                RestoreHit(
+                    pointer=hit.pointer,
+                    score=hit.score,
+                    text=restored.text,
+                    source=restored.source,
+                    sha256_ok=restored.sha256_ok,
+                    problem=restored.problem,
+                )
+            )
+        return out
+
+    def add_subagent_output(
+        self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None
+    ) -> list[EvidencePointer]:
+        from .wire import from_openai
+
+        payload = messages_or_text
+        if not isinstance(payload, str):
+            payload = [from_openai(m, i) for i, m in enumerate(payload)]
+        return self.store.add_subagent_output(run_id, payload, parent_message_uuid)
+
+    def recover_tool_result(self, tool_call_id: str) -> str | None:
+        for store in (self.cm.offload, self.cm.eviction_store):
+            if store.get(tool_call_id) is not None:
+                try:
+                    return store.read(tool_call_id)
+                except StorageError as exc:
+                    self.note_problem(str(exc))
+        for p in self.store.pointers():
+            if p.tool_use_id == tool_call_id:
+                restored = self.store.restore(p)
+                if restored.sha256_ok:
+                    return restored.text
+        return None
+
+    def injection_reserve(self) -> int:
+        rc = self.cm.config.recovery
+        if rc is None or not rc.inject or self.cm.compactor.state.compactions == 0:
+            return 0
+        newest = self.cm.view.newest_user
+        if newest is None or detect_intent(self.cm.view.history[newest].text) is None:
+            return 0
+        return int(rc.injection_budget_ratio * self.cm.window)
+
+    def injection(self) -> str | None:
+        """Seed 004 4.4: evidence for the newest user message, when it asks for it."""
+        rc = self.cm.config.recovery
+        view = self.cm.view
+        if rc is None or not rc.inject or view.newest_user is None:
+            return None
+        if self.cm.compactor.state.compactions == 0 and not self.store.blocks():
+            return None
+        msg = view.history[view.newest_user]
+        key = (msg.uuid, len(self.store.blocks()))
+        if key == self._injection_key:
+            return self._injection
+        text: str | None = None
+        intent = detect_intent(msg.text)
+        if intent is not None:
+            try:
+                hits = self.search.search(msg.text, k=5)
+                text = build_injection(
+                    msg.text,
+                    hits,
+                    self.store.restore,
+                    budget_tokens=int(rc.injection_budget_ratio * self.cm.window),
+                    count_tokens=self.cm.counter.count_text,
+                    intent=intent,
+                )
+            except ContextFoldError as exc:
+                self.note_problem(f"evidence injection failed: {exc}")
+        self._injection_key, self._injection = key, text
+        return text
+
+    # ------------------------------------------------------------------ tools
+    @property
+    def toolbox(self) -> ToolBox:
+        if self._toolbox is None:
+            box = ToolBox([self._read_offloaded_tool()])
+            for tool in session_tools(
+                self.index,
+                self.cm.ws,
+                agent_id=self.cm.agent_id,
+                allow_agents=self.cm.config.allow_agents,
+            ):
+                box.register(tool)
+            for tool in memory_tools(self.memory):
+                box.register(tool)
+            box.register(recall_tool(self.search, self.store))
+            self._toolbox = box
+        return self._toolbox
+
+    def _read_offloaded_tool(self) -> Tool:
+        def handler(args: Any) -> str:
+            ref = args.get("id") or args.get("path")
+            if not isinstance(ref, str) or not ref:
+                raise ToolArgumentsError("read_offloaded: give id (tool call id) or path")
+            offset = int(args.get("offset", 0))
+            limit = int(args.get("limit", 200))
+            try:
+                return self.cm.offload.read_page(ref, offset=offset, limit=limit)
+            except StorageError as exc:
+                if self.cm.eviction_store is not self.cm.offload:
+                    return self.cm.eviction_store.read_page(ref, offset=offset, limit=limit)
+                raise ToolArgumentsError(str(exc)) from exc
+
+        return Tool(
+            name="read_offloaded",
+            description=(
+                "Read a tool result that was offloaded to a file to save context. Pass the tool "
+                "call id (id) or the path shown in the placeholder; page with offset/limit (lines)."
+            ),
+            parameters={
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "description": "tool call id of the offloaded result"},
+                    "path": {"type": "string", "description": "path shown in the placeholder"},
+                    "offset": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "first line (0-based)",
+                    },
+                    "limit": {"type": "integer", "minimum": 1, "description": "lines to return"},
+                },
+                "required": [],
+            },
+            handler=handler,
+        )
+
+    def forget_session(self) -> None:
+        try:
+            self.index.remove_session(self.cm.session_id)
+        except ContextFoldError as exc:
+            self.note_problem(str(exc))
+        self._store = None
+        self._search = None
+        self._injection_key = None

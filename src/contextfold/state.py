@@ -1,0 +1,74 @@
+"""Session state that compaction never touches (seed 002, section 4).
+
+Plan mode, the todo list, background tasks and permissions live beside the messages in
+``sessions/<id>/session_state.json``. No compaction strategy reads or changes them; the todo
+list is only *rendered* into the compaction message's Active Tasks section.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ContextFoldError, StorageError
+from .records import atomic_write_text
+
+TODO_STATUSES = ("pending", "in_progress", "completed")
+_MARK = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
+
+
+@dataclass(kw_only=True)
+class TodoItem:
+    content: str
+    status: str = "pending"
+
+    def __post_init__(self) -> None:
+        if self.status not in TODO_STATUSES:
+            raise ContextFoldError(
+                f"todo status must be one of {TODO_STATUSES}, got {self.status!r}"
+            )
+
+
+@dataclass(kw_only=True)
+class SessionState:
+    plan_mode: bool = False
+    plan_file: str | None = None
+    todos: list[TodoItem] = field(default_factory=list)
+    background_tasks: list[dict[str, Any]] = field(default_factory=list)
+    permissions: dict[str, Any] = field(default_factory=dict)
+
+    def active_task_lines(self) -> list[str]:
+        """Todo items as seed 4.8's Active Tasks lines ("[>] ...", "[ ] ..."); done ones omitted."""
+        return [f"{_MARK[t.status]} {t.content}" for t in self.todos if t.status != "completed"]
+
+    def set_todos(self, items: list[Mapping[str, Any]] | list[TodoItem]) -> None:
+        self.todos = [i if isinstance(i, TodoItem) else TodoItem(**dict(i)) for i in items]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionState:
+        return cls(
+            plan_mode=bool(data.get("plan_mode", False)),
+            plan_file=data.get("plan_file"),
+            todos=[TodoItem(**t) for t in data.get("todos", [])],
+            background_tasks=list(data.get("background_tasks", [])),
+            permissions=dict(data.get("permissions", {})),
+        )
+
+
+def load_state(path: Path) -> SessionState:
+    if not path.exists():
+        return SessionState()
+    try:
+        return SessionState.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as exc:
+        raise StorageError(f"session state {path} is unreadable: {exc}") from exc
+
+
+def save_state(path: Path, state: SessionState) -> None:
+    atomic_write_text(path, json.dumps(state.to_dict(), ensure_ascii=False, indent=1))

@@ -1,0 +1,272 @@
+"""The full history and the view derived from it.
+
+:class:`HistoryView` holds the append-only history and the few facts that define the view:
+the boundary (history before it is represented by one compaction message), per-message view
+forms (offload placeholders, unanswered tool calls stripped) and the pinned messages (system
+prompt, first and newest user message). Token counts are kept as prefix sums, so asking "how
+big is the view" after appending costs O(new messages), not O(history).
+
+Tool results must follow their assistant message (only other tool results in between), which
+makes every non-tool position a legal cut point: a cut there never separates a call from its
+result. This is computed once, here, and every strategy cuts only at :meth:`legal_cut_at_or_before`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from .errors import InvalidMessageError
+from .messages import Message, check_message
+from .wire import to_openai
+
+CountFn = Callable[[Message], int]
+
+
+class HistoryView:
+    def __init__(self, count: CountFn) -> None:
+        self._count = count
+        self.history: list[Message] = []
+        self.forms: list[Message] = []
+        self._tokens: list[int] = []
+        self._cum: list[int] = [0]
+        self._dicts: list[dict[str, Any]] = []
+        self.prefix_len = 0
+        self.first_user: int | None = None
+        self.newest_user: int | None = None
+        self.boundary = 0
+        self.compaction: Message | None = None
+        self._compaction_tokens = 0
+        self._compaction_dict: dict[str, Any] | None = None
+        #: tool call id -> index of its assistant message, for the group still collecting results
+        self._open_calls: dict[str, int] = {}
+        self._answered: dict[int, set[str]] = {}
+        self._call_index: dict[str, int] = {}
+        self.uuids: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ building
+    def __len__(self) -> int:
+        return len(self.history)
+
+    def check_batch(self, msgs: Sequence[Message], start: int) -> None:
+        """Validate appending ``msgs`` without changing anything (all or nothing)."""
+        open_calls = dict(self._open_calls)
+        new_calls: set[str] = set()
+        new_uuids: set[str] = set()
+        for offset, msg in enumerate(msgs):
+            self._check(msg, start + offset, open_calls, new_calls, new_uuids)
+
+    def _check(
+        self,
+        msg: Message,
+        where: int,
+        open_calls: dict[str, int],
+        new_calls: set[str],
+        new_uuids: set[str],
+    ) -> None:
+        """Pairing rules; mutates only the scratch structures passed in."""
+        check_message(msg, where)
+        if msg.uuid in self.uuids or msg.uuid in new_uuids:
+            raise InvalidMessageError(f"message uuid {msg.uuid!r} already in history", index=where)
+        new_uuids.add(msg.uuid)
+        seen_calls = new_calls
+        if msg.role == "tool":
+            call_id = msg.tool_call_id or ""
+            if call_id not in open_calls:
+                if call_id in seen_calls or call_id in self._call_index:
+                    problem = (
+                        f"tool result for call {call_id!r} arrives after the conversation "
+                        "moved on (or was already answered)"
+                    )
+                else:
+                    problem = f"tool result for call {call_id!r} whose call never appeared"
+                raise InvalidMessageError(problem, index=where)
+            del open_calls[call_id]
+            return
+        open_calls.clear()
+        for call in msg.tool_calls:
+            if call.id in seen_calls or call.id in self._call_index:
+                raise InvalidMessageError(f"tool call id {call.id!r} reused", index=where)
+            seen_calls.add(call.id)
+            open_calls[call.id] = where
+
+    def append(self, msg: Message, index: int | None = None) -> None:
+        """Append one message, enforcing tool pairing. Raises InvalidMessageError."""
+        n = len(self.history)
+        where = n if index is None else index
+        self._check(msg, where, dict(self._open_calls), set(), set())
+        if msg.role != "tool":
+            self._open_calls = {call.id: n for call in msg.tool_calls}
+        # commit
+        self.history.append(msg)
+        self.uuids[msg.uuid] = n
+        if msg.role == "tool":
+            call_id = msg.tool_call_id or ""
+            owner = self._open_calls.pop(call_id)
+            self._answered.setdefault(owner, set()).add(call_id)
+            self._push_form(msg)
+            self._refresh_assistant(owner)
+            return
+        for call in msg.tool_calls:
+            self._call_index[call.id] = n
+        if msg.role in ("system", "developer") and self.prefix_len == n:
+            self.prefix_len = n + 1
+            if self.boundary == n:
+                self.boundary = n + 1
+        if msg.role == "user":
+            if self.first_user is None:
+                self.first_user = n
+            self.newest_user = n
+        self._push_form(self._assistant_form(msg, n) if msg.tool_calls else msg)
+
+    def _push_form(self, form: Message) -> None:
+        tokens = self._count(form)
+        self.forms.append(form)
+        self._tokens.append(tokens)
+        self._cum.append(self._cum[-1] + tokens)
+        self._dicts.append(to_openai(form))
+
+    def _assistant_form(self, msg: Message, index: int) -> Message:
+        answered = self._answered.get(index, set())
+        if len(answered) == len(msg.tool_calls):
+            return msg
+        kept = tuple(c for c in msg.tool_calls if c.id in answered)
+        content = msg.content
+        if not kept and not msg.text.strip() and not isinstance(content, tuple):
+            content = "(tool call without a result omitted)"
+        return replace(msg, tool_calls=kept, content=content)
+
+    def _refresh_assistant(self, index: int) -> None:
+        current = self.forms[index]
+        base = self.history[index]
+        if current.metadata.get("cf_replaced"):
+            return
+        form = self._assistant_form(base, index)
+        if form is not current:
+            self.set_form(index, form)
+
+    # ------------------------------------------------------------------ forms
+    def set_form(self, index: int, form: Message) -> None:
+        """Replace the view form of one history message (the history itself never changes)."""
+        self.forms[index] = form
+        old = self._tokens[index]
+        new = self._count(form)
+        self._tokens[index] = new
+        self._dicts[index] = to_openai(form)
+        delta = new - old
+        if delta:
+            cum = self._cum
+            for j in range(index + 1, len(cum)):
+                cum[j] += delta
+
+    def tokens_of(self, index: int) -> int:
+        return self._tokens[index]
+
+    def range_tokens(self, start: int, end: int) -> int:
+        return self._cum[end] - self._cum[start]
+
+    # ------------------------------------------------------------------ cuts
+    def is_legal_cut(self, index: int) -> bool:
+        n = len(self.history)
+        if index < self.prefix_len or index > n:
+            return False
+        return index == n or self.history[index].role != "tool"
+
+    def legal_cut_at_or_before(self, index: int, floor: int) -> int:
+        """The largest legal cut in [floor, index]; ``floor`` if none."""
+        i = min(index, len(self.history))
+        while i > floor and not self.is_legal_cut(i):
+            i -= 1
+        return max(i, floor)
+
+    def legal_cut_at_or_after(self, index: int) -> int:
+        i = max(index, self.prefix_len)
+        n = len(self.history)
+        while i < n and not self.is_legal_cut(i):
+            i += 1
+        return i
+
+    def tail_start(self, min_tail: int) -> int:
+        """Start of the kept tail: at least ``min_tail`` messages, never splitting a tool pair."""
+        n = len(self.history)
+        return self.legal_cut_at_or_before(n - min_tail, self.boundary)
+
+    def has_open_calls(self) -> bool:
+        return bool(self._open_calls)
+
+    # ------------------------------------------------------------------ pinned
+    def pinned_before(self, boundary: int) -> list[int]:
+        """Pinned history indices that a boundary at ``boundary`` would otherwise hide."""
+        out: list[int] = []
+        if self.first_user is not None and self.prefix_len <= self.first_user < boundary:
+            out.append(self.first_user)
+        nu = self.newest_user
+        if nu is not None and self.prefix_len <= nu < boundary and nu != self.first_user:
+            out.append(nu)
+        return out
+
+    # ------------------------------------------------------------------ boundary
+    def set_boundary(self, boundary: int, compaction: Message | None) -> None:
+        if not self.is_legal_cut(boundary) and boundary != self.prefix_len:
+            raise InvalidMessageError(f"internal: {boundary} is not a legal cut point")
+        self.boundary = boundary
+        self.compaction = compaction
+        self._compaction_tokens = self._count(compaction) if compaction is not None else 0
+        self._compaction_dict = to_openai(compaction) if compaction is not None else None
+
+    # ------------------------------------------------------------------ the view
+    def view_tokens(
+        self, boundary: int | None = None, *, compaction_tokens: int | None = None
+    ) -> int:
+        b = self.boundary if boundary is None else boundary
+        total = self._cum[self.prefix_len] + self._cum[len(self.history)] - self._cum[b]
+        for i in self.pinned_before(b):
+            total += self._tokens[i]
+        if b > self.prefix_len:
+            total += self._compaction_tokens if compaction_tokens is None else compaction_tokens
+        return total
+
+    def view_indices(self) -> tuple[list[int], list[int], list[int]]:
+        """(prefix indices, pinned indices shown after the compaction message, tail indices)."""
+        b = self.boundary
+        pinned = self.pinned_before(b)
+        return list(range(self.prefix_len)), pinned, list(range(b, len(self.history)))
+
+    def view_messages(self) -> list[Message]:
+        b = self.boundary
+        out = self.forms[: self.prefix_len]
+        pinned = self.pinned_before(b)
+        if self.first_user in pinned:
+            out.append(self.forms[self.first_user])  # type: ignore[index]
+        if self.compaction is not None and b > self.prefix_len:
+            out.append(self.compaction)
+        for i in pinned:
+            if i != self.first_user:
+                out.append(self.forms[i])
+        out.extend(self.forms[b:])
+        return out
+
+    def view_dicts(self) -> list[dict[str, Any]]:
+        b = self.boundary
+        dicts = self._dicts
+        out = [dict(d) for d in dicts[: self.prefix_len]]
+        pinned = self.pinned_before(b)
+        if self.first_user in pinned:
+            out.append(dict(dicts[self.first_user]))  # type: ignore[index]
+        if self._compaction_dict is not None and b > self.prefix_len:
+            out.append(dict(self._compaction_dict))
+        for i in pinned:
+            if i != self.first_user:
+                out.append(dict(dicts[i]))
+        out.extend([dict(d) for d in dicts[b:]])
+        return out
+
+    def messages_between(
+        self, start: int, end: int, *, skip_pinned: bool = False
+    ) -> Sequence[Message]:
+        """View forms of history[start:end] (what a summarizer should see)."""
+        if not skip_pinned:
+            return self.forms[start:end]
+        pinned = {self.first_user, self.newest_user}
+        return [m for i, m in enumerate(self.forms[start:end], start) if i not in pinned]
