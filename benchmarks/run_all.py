@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
+import inspect
 import shutil
 import subprocess
 import sys
@@ -69,7 +69,12 @@ def other_benchmarks() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.run_all")
-    p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="replay worker processes (default 1: parallel workers distort the per-call timings)",
+    )
     p.add_argument("--out", default=str(ROOT / "bench-results"))
     p.add_argument("--window", default="32000")
     p.add_argument("--skip-micro", action="store_true")
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"\n== benchmarks.{name}", flush=True)
             try:
-                code = entry([])
+                takes_args = bool(inspect.signature(entry).parameters)
+                code = entry([]) if takes_args else entry()
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except Exception as exc:

@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         index.sync()
         t_sync = time.perf_counter() - t0
+        n_sessions = len(index.list_sessions(None))
+        n_msgs = sum(m.message_count for m in index.list_sessions(None))
 
         queries = make_queries(ws, args.queries, rng)
         boxes = {a: ToolBox(session_tools(index, ws, agent_id=a)) for a in AGENTS}
@@ -152,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     def pct(xs: list[float], p: float) -> float:
         return sorted(xs)[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 
-    n_msgs = args.sessions * args.messages
-    print(f"sessions x messages      : {args.sessions} x {args.messages} = {n_msgs:,}")
+    print(f"sessions / messages      : {n_sessions:,} / {n_msgs:,}")
     print(f"raw logs written         : {t_logs:.1f} s, {log_bytes / 1e6:.1f} MB")
     print(f"index build (from logs)  : {t_build:.1f} s ({n_msgs / t_build:,.0f} msg/s)")
     print(f"index size               : {size / 1e6:.1f} MB")

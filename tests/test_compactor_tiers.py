@@ -31,17 +31,29 @@ class QuarterCounter:
 
 def manager(tmp_path: Path, **kw: Any) -> ContextManager:
     kw.setdefault("context_window", WINDOW)
+    kw.setdefault("fact_extractor", "extractive")
     return ContextManager(workspace=tmp_path, session_id="t", token_counter=QuarterCounter(), **kw)
 
 
 def turn(i: int, out_chars: int, cmd: str | None = None) -> list[dict[str, Any]]:
     command = cmd or f"python step_{i}.py"
     return [
-        {"role": "assistant", "content": f"Next I will run step {i}.",
-         "tool_calls": [{"id": f"call_{i}", "type": "function",
-                         "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]},
-        {"role": "tool", "tool_call_id": f"call_{i}",
-         "content": "\n".join(f"out {i}.{j} " + "x" * 40 for j in range(out_chars // 50))},
+        {
+            "role": "assistant",
+            "content": f"Next I will run step {i}.",
+            "tool_calls": [
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": f"call_{i}",
+            "content": "\n".join(f"out {i}.{j} " + "x" * 40 for j in range(out_chars // 50)),
+        },
     ]
 
 
@@ -86,9 +98,14 @@ def test_thresholds_validated() -> None:
     with pytest.raises(ConfigError):
         TierConfig(target_ratio=0.65)
     cfg = TierConfig()
-    assert (cfg.warn_threshold, cfg.soft_threshold, cfg.full_threshold,
-            cfg.emergency_threshold, cfg.min_tail_messages, cfg.offload_threshold) == (
-        0.60, 0.70, 0.80, 0.95, 6, 4_000)
+    assert (
+        cfg.warn_threshold,
+        cfg.soft_threshold,
+        cfg.full_threshold,
+        cfg.emergency_threshold,
+        cfg.min_tail_messages,
+        cfg.offload_threshold,
+    ) == (0.60, 0.70, 0.80, 0.95, 6, 4_000)
 
 
 def test_warn_offloads_large_head_results_only(tmp_path: Path) -> None:
@@ -232,7 +249,8 @@ def test_incremental_second_compaction_merges(tmp_path: Path) -> None:
     # progress items of the first round survive the second (union merge)
     first_items = set(first.anchors[1].items())
     assert first_items and first_items <= set(second.anchors[1].items()) | {
-        x for x in first_items if x.startswith("(+")}
+        x for x in first_items if x.startswith("(+")
+    }
 
 
 def test_restart_restores_view_and_state(tmp_path: Path) -> None:
@@ -301,8 +319,12 @@ def test_bad_input_is_rejected_before_anything_is_written(tmp_path: Path) -> Non
     cm = manager(tmp_path)
     base(cm)
     with pytest.raises(InvalidMessageError) as info:
-        cm.add_many([{"role": "assistant", "content": "ok"},
-                     {"role": "tool", "tool_call_id": "nope", "content": "x"}])
+        cm.add_many(
+            [
+                {"role": "assistant", "content": "ok"},
+                {"role": "tool", "tool_call_id": "nope", "content": "x"},
+            ]
+        )
     assert info.value.index == 3
     assert len(cm.history) == 2
     assert len(manager(tmp_path).history) == 2

@@ -210,8 +210,22 @@ PLAIN = "total 8\ndrwxr-xr-x  3 dev dev 4096 May  1 10:00 src\n-rw-r--r--  1 dev
         (SOURCE, {"file_content"}),
         (LOG, {"log"}),
     ],
-    ids=["python", "java", "js", "go", "rust", "pytest", "unittest", "jest", "gotest", "cargo",
-         "diff", "cat-n", "source", "log"],
+    ids=[
+        "python",
+        "java",
+        "js",
+        "go",
+        "rust",
+        "pytest",
+        "unittest",
+        "jest",
+        "gotest",
+        "cargo",
+        "diff",
+        "cat-n",
+        "source",
+        "log",
+    ],
 )
 def test_classify_formats(text: str, expected: set[str]) -> None:
     types = classify(text)
@@ -233,19 +247,27 @@ def test_exit_codes() -> None:
 
 
 def test_anchors_python() -> None:
-    a = extract_anchors("<returncode>1</returncode>\n" + PYTHON_TB, "cd /repo && python -m app.cli x.py")
+    a = extract_anchors(
+        "<returncode>1</returncode>\n" + PYTHON_TB, "cd /repo && python -m app.cli x.py"
+    )
     assert a[0] == "command:python -m app.cli x.py"
     assert "exit_code:1" in a
     assert "exception:ValueError" in a
     assert "file:/home/dev/app/src/app/core.py:17" in a
     # innermost frame first
-    assert a.index("file:/home/dev/app/src/app/core.py:17") < a.index("file:/home/dev/app/src/app/cli.py:42")
+    assert a.index("file:/home/dev/app/src/app/core.py:17") < a.index(
+        "file:/home/dev/app/src/app/cli.py:42"
+    )
     assert "file:x.py" in a
 
 
 def test_anchors_other_languages() -> None:
     java = extract_anchors(JAVA_TB)
-    assert {"exception:IllegalStateException", "exception:IOException", "file:WorkQueue.java:88"} <= set(java)
+    assert {
+        "exception:IllegalStateException",
+        "exception:IOException",
+        "file:WorkQueue.java:88",
+    } <= set(java)
     js = extract_anchors(JS_TB)
     assert {"exception:TypeError", "file:/home/dev/web/src/server.js:14"} <= set(js)
     go = extract_anchors(GO_PANIC)
@@ -285,8 +307,11 @@ def test_summary_hints_and_linking() -> None:
     assert "test:test_parse_empty" in hints
     assert "exception:AssertionError" in hints
     assert "file:src/parser.py:31" in hints
-    p1 = EvidencePointer(id="ev-1", command="pytest -x tests/test_parser.py",
-                         anchors=extract_anchors(PYTEST_OUT, "pytest -x tests/test_parser.py"))
+    p1 = EvidencePointer(
+        id="ev-1",
+        command="pytest -x tests/test_parser.py",
+        anchors=extract_anchors(PYTEST_OUT, "pytest -x tests/test_parser.py"),
+    )
     p2 = EvidencePointer(id="ev-2", command="ls", anchors=("command:ls",))
     item = link_summary_item("tried_solution", "`pytest -x tests/test_parser.py` failed", [p1, p2])
     assert item.evidence_ids == ("ev-1",)

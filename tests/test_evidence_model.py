@@ -35,28 +35,54 @@ POINTER = EvidencePointer(
     created_at=5,
 )
 ITEM = CompactSummaryItem(
-    kind="tried_solution", text="ran `pytest -x`", confidence=1.0, evidence_ids=("ev-1",),
+    kind="tried_solution",
+    text="ran `pytest -x`",
+    confidence=1.0,
+    evidence_ids=("ev-1",),
     query_hints=("cmd:pytest -x",),
 )
 BLOCK = CompactBlock(
-    id="cb-1", compact_boundary_uuid="m-9", token_before=30_000, token_after=4_000,
-    natural_summary="summary", summary_items=(ITEM,), evidence=(POINTER,), tier="full",
-    strategy="llm", created_at=6,
+    id="cb-1",
+    compact_boundary_uuid="m-9",
+    token_before=30_000,
+    token_after=4_000,
+    natural_summary="summary",
+    summary_items=(ITEM,),
+    evidence=(POINTER,),
+    tier="full",
+    strategy="llm",
+    created_at=6,
 )
 
 
 def test_pointer_uses_seed_keys() -> None:
     d = POINTER.to_dict()
     assert d["schema_version"] == SCHEMA_VERSION
-    for key in ("messageUuid", "toolUseId", "toolResultPath", "archivedToolResultPath",
-                "sourceScope", "agentRunId", "parentMessageUuid", "contentTypes", "anchors",
-                "sha256", "chars", "preview", "command", "toolName", "createdAt"):
+    for key in (
+        "messageUuid",
+        "toolUseId",
+        "toolResultPath",
+        "archivedToolResultPath",
+        "sourceScope",
+        "agentRunId",
+        "parentMessageUuid",
+        "contentTypes",
+        "anchors",
+        "sha256",
+        "chars",
+        "preview",
+        "command",
+        "toolName",
+        "createdAt",
+    ):
         assert key in d, key
     assert d["contentTypes"] == ["stack_trace", "error"]
 
 
 @pytest.mark.parametrize("record", [POINTER, ITEM, BLOCK], ids=["pointer", "item", "block"])
-def test_round_trip_through_json(record: EvidencePointer | CompactSummaryItem | CompactBlock) -> None:
+def test_round_trip_through_json(
+    record: EvidencePointer | CompactSummaryItem | CompactBlock,
+) -> None:
     text = json.dumps(record.to_dict(), ensure_ascii=False)
     again = type(record).from_dict(json.loads(text))
     assert again == record

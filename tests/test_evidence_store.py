@@ -40,8 +40,15 @@ def result(call_id: str, text: str) -> Message:
 
 def index(store: EvidenceStore, messages: list[Message], **kw: object) -> object:
     args: dict[str, object] = dict(
-        messages=messages, offloaded={}, summary_items_source=[], token_before=1000,
-        token_after=100, boundary_uuid="b-1", natural_summary="s", tier="full", strategy="llm",
+        messages=messages,
+        offloaded={},
+        summary_items_source=[],
+        token_before=1000,
+        token_after=100,
+        boundary_uuid="b-1",
+        natural_summary="s",
+        tier="full",
+        strategy="llm",
     )
     args.update(kw)
     return store.index_compaction(**args)  # type: ignore[arg-type]
@@ -63,7 +70,7 @@ def test_archive_is_content_addressed_byte_exact_and_deduplicated(tmp_path: Path
 def test_lone_surrogates_survive(tmp_path: Path) -> None:
     store = EvidenceStore(tmp_path)
     text = "bad \udcff byte"
-    rel, _ = store.archive(text)
+    _rel, _ = store.archive(text)
     index(store, [Message(role="user", content=text)])
     p = store.pointers()[0]
     assert store.restore(p).text == text and store.restore(p).sha256_ok is True
@@ -215,9 +222,12 @@ def test_subagent_output_text_and_messages(tmp_path: Path) -> None:
     block = store.blocks()[-1]
     assert block.strategy == "sub_agent" and block.evidence == (p,)
 
-    msgs = [call("w1", "pytest -q"), result("w1", "1 failed, 3 passed in 0.1s\nFAILED t.py::test_a")]
+    msgs = [
+        call("w1", "pytest -q"),
+        result("w1", "1 failed, 3 passed in 0.1s\nFAILED t.py::test_a"),
+    ]
     more = store.add_subagent_output("run-43", msgs, parent_message_uuid="m-parent")
-    tool_ptr = [q for q in more if q.role == "tool"][0]
+    tool_ptr = next(q for q in more if q.role == "tool")
     assert tool_ptr.command == "pytest -q" and tool_ptr.source_scope == "sub_agent"
     assert "test:t.py::test_a" in tool_ptr.anchors
     with pytest.raises(ContextFoldError):
@@ -238,3 +248,12 @@ def test_command_of() -> None:
     assert command_of("exec", '{"cmd": ["git", "status"]}') == "git status"
     assert command_of("read_file", '{"path": "a.py"}') == 'read_file {"path": "a.py"}'
     assert command_of("x", "not json") == "not json"
+
+
+def test_known_calls_give_a_lone_result_its_command(tmp_path: Path) -> None:
+    store = EvidenceStore(tmp_path)
+    c = call("c9", "pytest -k slow")
+    block = index(store, [result("c9", "1 failed")], known_calls=[c])
+    (p,) = block.evidence  # type: ignore[attr-defined]
+    assert p.command == "pytest -k slow" and p.tool_name == "bash"
+    assert all(q.role == "tool" for q in block.evidence)  # type: ignore[attr-defined]

@@ -84,7 +84,9 @@ def test_extractive_facts_on_hand_built_history() -> None:
     assert any("Never touch the tests/ folder" in t for t in by_kind["constraint"])
     assert any("不要修改数据库迁移文件" in t for t in by_kind["constraint"])
     assert any("backwards compatible" in t for t in by_kind["requirement"])
-    assert any("需要把连接池改成 32" in t for t in by_kind["requirement"] + by_kind["configuration"])
+    assert any(
+        "需要把连接池改成 32" in t for t in by_kind["requirement"] + by_kind["configuration"]
+    )
     config = " | ".join(by_kind["configuration"])
     assert "LOG_LEVEL=debug" in config and "3.12" in config
     conclusions = " | ".join(by_kind["conclusion"])
@@ -130,7 +132,18 @@ def test_flush_is_incremental_and_idempotent(workspace: Path) -> None:
     # a fresh store (new process) recovers the known facts from the files
     again = MemoryStore(Workspace.at(workspace))
     assert again.flush(facts) == 0
-    assert again.flush([Fact(topic="files", text="  CHANGED   docs/usage.md (write_file). ", kind="file_change")]) == 0
+    assert (
+        again.flush(
+            [
+                Fact(
+                    topic="files",
+                    text="  CHANGED   docs/usage.md (write_file). ",
+                    kind="file_change",
+                )
+            ]
+        )
+        == 0
+    )
     after = {p.name: p.read_text(encoding="utf-8") for p in store.dir.glob("*.md")}
     assert before == after
     assert "MEMORY.md" in after and "files.md" in after and "constraints.md" in after
@@ -221,17 +234,21 @@ def test_llm_extractor_parses_json_lines() -> None:
     assert ex.last_fallback is None
     prompt = model.calls[0][0]["content"]
     assert "LOG_LEVEL=debug" in prompt and "{messages}" not in prompt
-    assert LLMFactExtractor(_Model('[{"kind": "constraint", "text": "No tests"}]')).extract(msgs)[
-        0
-    ].kind == "constraint"
+    assert (
+        LLMFactExtractor(_Model('[{"kind": "constraint", "text": "No tests"}]'))
+        .extract(msgs)[0]
+        .kind
+        == "constraint"
+    )
     assert LLMFactExtractor(_Model("NONE")).extract(msgs) == []
 
 
 @pytest.mark.parametrize("answer", [RuntimeError("HTTP 500"), "I cannot do that."])
 def test_llm_extractor_falls_back_to_extractive(answer: str | Exception) -> None:
     ex = LLMFactExtractor(_Model(answer))
-    facts = ex.extract(_history())
-    assert facts == ExtractiveFactExtractor().extract(_history())
+    msgs = _history()
+    facts = ex.extract(msgs)
+    assert facts == ExtractiveFactExtractor().extract(msgs)
     assert ex.last_fallback and "extractive" in ex.last_fallback
 
 

@@ -7,20 +7,46 @@ import pytest
 
 from contextfold.errors import ContextFoldError, InvalidMessageError
 from contextfold.messages import Message, ToolCall, check_view
-from contextfold.wire import from_anthropic, from_openai, messages_from_openai, to_anthropic, to_openai
+from contextfold.wire import (
+    from_anthropic,
+    from_openai,
+    messages_from_openai,
+    to_anthropic,
+    to_openai,
+)
 from tests.conftest import load_trace, trace_files
 
 OPENAI_SAMPLES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are helpful."},
     {"role": "user", "content": "hi", "name": "alice"},
-    {"role": "user", "content": [{"type": "text", "text": "look"},
-                                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
-    {"role": "assistant", "content": None, "reasoning_content": "thinking...",
-     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "thinking...",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+            }
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "a\nb"},
     {"role": "assistant", "content": "done", "refusal": None},
     {"role": "developer", "content": "be terse"},
-    {"role": "assistant", "tool_calls": [{"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+    {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    },
 ]
 
 
@@ -43,19 +69,42 @@ def test_anthropic_round_trip_is_lossless() -> None:
     system = "sys prompt"
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "fix the bug"},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
-            {"type": "text", "text": "Running tests"},
-            {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"command": "pytest"}},
-            {"type": "tool_use", "id": "tu2", "name": "read", "input": {"path": "a.py"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "tu1", "content": "1 failed", "is_error": True},
-            {"type": "tool_result", "tool_use_id": "tu2", "content": [{"type": "text", "text": "code"}]},
-            {"type": "text", "text": "also check b.py"},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "text", "text": "Running tests"},
+                {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"command": "pytest"}},
+                {"type": "tool_use", "id": "tu2", "name": "read", "input": {"path": "a.py"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "tu1",
+                    "content": "1 failed",
+                    "is_error": True,
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "tu2",
+                    "content": [{"type": "text", "text": "code"}],
+                },
+                {"type": "text", "text": "also check b.py"},
+            ],
+        },
         {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAA"}}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "AAA"},
+                }
+            ],
+        },
     ]
     msgs = from_anthropic(copy.deepcopy(messages), system)
     roles = [m.role for m in msgs]
@@ -70,29 +119,48 @@ def test_anthropic_round_trip_is_lossless() -> None:
 def test_anthropic_tool_use_positions_preserved() -> None:
     messages = [
         {"role": "user", "content": "go"},
-        {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "a", "name": "x", "input": {}},
-            {"type": "text", "text": "between"},
-            {"type": "tool_use", "id": "b", "name": "y", "input": {"k": 1}},
-        ]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "1"},
-                                     {"type": "tool_result", "tool_use_id": "b", "content": "2"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "a", "name": "x", "input": {}},
+                {"type": "text", "text": "between"},
+                {"type": "tool_use", "id": "b", "name": "y", "input": {"k": 1}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                {"type": "tool_result", "tool_use_id": "b", "content": "2"},
+            ],
+        },
     ]
     _, out = to_anthropic(from_anthropic(copy.deepcopy(messages)))
     assert out == messages
 
 
 def test_openai_view_converts_to_anthropic_and_groups_tool_results() -> None:
-    msgs = messages_from_openai([
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": "u"},
-        {"role": "assistant", "content": "calling", "tool_calls": [
-            {"id": "1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
-            {"id": "2", "type": "function", "function": {"name": "b", "arguments": "{\"x\": 1}"}}]},
-        {"role": "tool", "tool_call_id": "1", "content": "r1"},
-        {"role": "tool", "tool_call_id": "2", "content": "r2"},
-        {"role": "user", "content": "next"},
-    ])
+    msgs = messages_from_openai(
+        [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "u"},
+            {
+                "role": "assistant",
+                "content": "calling",
+                "tool_calls": [
+                    {"id": "1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+                    {
+                        "id": "2",
+                        "type": "function",
+                        "function": {"name": "b", "arguments": '{"x": 1}'},
+                    },
+                ],
+            },
+            {"role": "tool", "tool_call_id": "1", "content": "r1"},
+            {"role": "tool", "tool_call_id": "2", "content": "r2"},
+            {"role": "user", "content": "next"},
+        ]
+    )
     system, out = to_anthropic(msgs)
     assert system == "s"
     assert [m["role"] for m in out] == ["user", "assistant", "user"]
@@ -105,10 +173,25 @@ def test_openai_view_converts_to_anthropic_and_groups_tool_results() -> None:
     [
         ({"role": "wizard", "content": "x"}, "unknown role"),
         ({"role": "tool", "content": "x"}, "without tool_call_id"),
-        ({"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{not json"}}]}, "not valid JSON"),
-        ({"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}, "JSON string"),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{not json"}}],
+            },
+            "not valid JSON",
+        ),
+        (
+            {
+                "role": "assistant",
+                "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}],
+            },
+            "JSON string",
+        ),
         ({"role": "user", "content": 42}, "content must be"),
-        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}, "has no id"),
+        (
+            {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+            "has no id",
+        ),
         ("not a dict", "expected a message object"),
         ({"role": "user", "content": "x", "tool_call_id": "c"}, "must not carry tool_call_id"),
     ],
@@ -123,16 +206,22 @@ def test_bad_input_names_index_and_problem(bad: Any, needle: str) -> None:
 
 
 def test_result_without_call_is_rejected_by_view_check() -> None:
-    msgs = messages_from_openai([{"role": "user", "content": "x"},
-                                 {"role": "tool", "tool_call_id": "ghost", "content": "?"}])
+    msgs = messages_from_openai(
+        [
+            {"role": "user", "content": "x"},
+            {"role": "tool", "tool_call_id": "ghost", "content": "?"},
+        ]
+    )
     with pytest.raises(InvalidMessageError, match="never appeared") as info:
         check_view(msgs)
     assert info.value.index == 1
 
 
 def test_call_without_result_is_rejected_by_view_check() -> None:
-    msgs = [Message(role="user", content="x"),
-            Message(role="assistant", tool_calls=(ToolCall(id="c", name="f"),))]
+    msgs = [
+        Message(role="user", content="x"),
+        Message(role="assistant", tool_calls=(ToolCall(id="c", name="f"),)),
+    ]
     with pytest.raises(InvalidMessageError, match="without results"):
         check_view(msgs)
 

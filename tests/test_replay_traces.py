@@ -64,8 +64,12 @@ def test_replay_trace_at_32k(path: Path, tmp_path: Path) -> None:
             newest_user = msg
     assert views > 0
     # the history is intact and every offloaded output is byte-exact on disk
-    assert [m.uuid for m in cm.history] == [m.uuid for m in ContextManager(
-        workspace=tmp_path, session_id="replay", context_window=WINDOW).history]
+    assert [m.uuid for m in cm.history] == [
+        m.uuid
+        for m in ContextManager(
+            workspace=tmp_path, session_id="replay", context_window=WINDOW
+        ).history
+    ]
     originals = {m.tool_call_id: m.text for m in cm.history if m.tool_call_id}
     for call_id, entry in cm.offloaded().items():
         raw = (tmp_path / entry.path).read_bytes()

@@ -295,7 +295,7 @@ def test_session_history_paging_and_trimming(workspace: Path) -> None:
     assert not err
     assert f"messages {total - 20}-{total - 1} of {total}" in text
     assert f"[{total - 1}] tool (call c49):" in text
-    assert "more characters" in text and '"maxChars"' in text  # trimmed, says how to read all
+    assert "more characters" in text and '"offset": 0, "lastN": 1, "maxChars"' in text
     assert '"offset": 20' in text
 
     text, _ = box.run("session_history", {"sessionId": "long", "offset": 20, "lastN": 5})

@@ -42,8 +42,10 @@ def test_legal_cuts_never_split_tool_pairs() -> None:
 
 
 def test_pending_calls_are_stripped_from_view_until_answered() -> None:
-    v = build(Message(role="user", content="go"),
-              Message(role="assistant", content="x", tool_calls=(call("a"), call("b"))))
+    v = build(
+        Message(role="user", content="go"),
+        Message(role="assistant", content="x", tool_calls=(call("a"), call("b"))),
+    )
     check_view(v.view_messages())
     assert v.view_messages()[-1].tool_calls == ()
     v.append(Message(role="tool", tool_call_id="a", content="1"))
@@ -55,9 +57,11 @@ def test_pending_calls_are_stripped_from_view_until_answered() -> None:
 
 
 def test_result_after_conversation_moved_on_is_rejected() -> None:
-    v = build(Message(role="user", content="go"),
-              Message(role="assistant", tool_calls=(call("a"),)),
-              Message(role="user", content="never mind"))
+    v = build(
+        Message(role="user", content="go"),
+        Message(role="assistant", tool_calls=(call("a"),)),
+        Message(role="user", content="never mind"),
+    )
     with pytest.raises(InvalidMessageError, match="moved on") as info:
         v.append(Message(role="tool", tool_call_id="a", content="late"))
     assert info.value.index == 3
@@ -67,8 +71,10 @@ def test_result_after_conversation_moved_on_is_rejected() -> None:
 
 def test_check_batch_is_all_or_nothing() -> None:
     v = build(Message(role="user", content="go"))
-    batch = [Message(role="assistant", tool_calls=(call("a"),)),
-             Message(role="tool", tool_call_id="zzz", content="?")]
+    batch = [
+        Message(role="assistant", tool_calls=(call("a"),)),
+        Message(role="tool", tool_call_id="zzz", content="?"),
+    ]
     with pytest.raises(InvalidMessageError) as info:
         v.check_batch(batch, len(v))
     assert info.value.index == 2
@@ -122,8 +128,20 @@ def test_tampered_offload_is_reported(tmp_path: Path) -> None:
         store.read("c")
 
 
-@pytest.mark.parametrize("hostile", ["../x", "../../etc/passwd", "/etc/passwd", "a/b", "nul\x00byte",
-                                     "x" * 5000, ".", "..", "C:\\windows"])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "../x",
+        "../../etc/passwd",
+        "/etc/passwd",
+        "a/b",
+        "nul\x00byte",
+        "x" * 5000,
+        ".",
+        "..",
+        "C:\\windows",
+    ],
+)
 def test_hostile_tool_call_ids_stay_inside(tmp_path: Path, hostile: str) -> None:
     ws = Workspace.at(tmp_path)
     store = OffloadStore(ws, "s1")

@@ -63,7 +63,9 @@ def _make_summarizer(args: argparse.Namespace) -> Any:
     from .summarizers.llm import OpenAICompatibleSummarizer
 
     if not args.model:
-        raise ContextFoldError("--summarizer openai needs --model (and --base-url for local servers)")
+        raise ContextFoldError(
+            "--summarizer openai needs --model (and --base-url for local servers)"
+        )
     return OpenAICompatibleSummarizer(model=args.model, base_url=args.base_url)
 
 
@@ -76,7 +78,9 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     if fmt == "anthropic":
         messages = [to_openai(m) for m in from_anthropic(messages, system)]
     cm = ContextManager(
-        workspace=args.workspace, session_id=args.session, context_window=args.window,
+        workspace=args.workspace,
+        session_id=args.session,
+        context_window=args.window,
         summarizer=_make_summarizer(args),
     )
     if cm.history:
@@ -86,7 +90,8 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
         )
     cm.add_many(messages)
     record = cm.compact(force=False) if not args.force else cm.compact(force=True)
-    view = cm.prepare(format=args.format if args.format != "auto" else fmt)
+    out_format: Any = args.format if args.format != "auto" else fmt
+    view = cm.prepare(format=out_format)
     record = cm.last_record if cm.last_record and cm.last_record.tier is not Tier.NONE else record
     if record is not None and record.tier is not Tier.NONE:
         print(record.notification(), file=out)
@@ -99,8 +104,10 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _records_table(records: Sequence[CompactionRecord]) -> str:
-    head = f"{'#':>3}  {'time':<23} {'tier':<9} {'strategy':<17} {'before':>8} {'after':>8} " \
-           f"{'ratio':>6} {'summ':>5} {'offl':>5} {'tail':>5}  error"
+    head = (
+        f"{'#':>3}  {'time':<23} {'tier':<9} {'strategy':<17} {'before':>8} {'after':>8} "
+        f"{'ratio':>6} {'summ':>5} {'offl':>5} {'tail':>5}  error"
+    )
     rows = [head, "-" * len(head)]
     for i, r in enumerate(records, 1):
         rows.append(
@@ -142,8 +149,11 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     trace = Path(args.trace) if args.trace else demo_trace_path()
     _, messages, _ = load_transcript(trace)
     workspace = args.workspace or tempfile.mkdtemp(prefix="contextfold-demo-")
-    print(f"contextfold demo: replaying {trace.name} ({len(messages)} messages) at a "
-          f"{args.window}-token window", file=out)
+    print(
+        f"contextfold demo: replaying {trace.name} ({len(messages)} messages) at a "
+        f"{args.window}-token window",
+        file=out,
+    )
     if not args.trace:
         print(DEMO_ATTRIBUTION, file=out)
     print(f"workspace: {workspace}\n", file=out)
@@ -155,8 +165,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         if record.reason:
             print(f"   why: {record.reason}", file=out)
 
-    cm = ContextManager(workspace=workspace, session_id="demo", context_window=args.window,
-                        on_compaction=show)
+    cm = ContextManager(
+        workspace=workspace, session_id="demo", context_window=args.window, on_compaction=show
+    )
     peak = 0
     calls = 0
     first_user = next((m for m in messages if m.get("role") == "user"), None)
@@ -174,16 +185,29 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     for r in records:
         tiers[r.tier.label] = tiers.get(r.tier.label, 0) + 1
     history_tokens = sum(cm._cache.count(m) for m in cm.history)
+    originals = {m.tool_call_id: m.text for m in cm.history if m.tool_call_id}
+    verified = sum(
+        1 for call_id in cm.offloaded() if cm.offload.read(call_id) == originals.get(call_id)
+    )
     print("\nSummary", file=out)
     print(f"  model calls replayed:  {calls}", file=out)
-    print(f"  full history:          {len(cm.history)} messages, ~{history_tokens} tokens", file=out)
-    print(f"  peak view:             {peak} tokens ({peak / args.window:.0%} of the window)",
+    print(
+        f"  full history:          {len(cm.history)} messages, ~{history_tokens} tokens", file=out
+    )
+    print(
+        f"  peak view:             {peak} tokens ({peak / args.window:.0%} of the window)", file=out
+    )
+    print(
+        f"  compactions:           {len(records)} "
+        f"({', '.join(f'{k} {v}' for k, v in tiers.items()) or 'none'})",
+        file=out,
+    )
+    print(f"  offloaded files:       {len(cm.offloaded())} ({verified} byte-exact, sha256-checked)",
           file=out)
-    print(f"  compactions:           {len(records)} "
-          f"({', '.join(f'{k} {v}' for k, v in tiers.items()) or 'none'})", file=out)
-    print(f"  offloaded files:       {len(cm.offloaded())} (sha256-verified)", file=out)
-    print(f"  final view:            {len(cm.view_messages())} messages, {cm.view_tokens} tokens",
-          file=out)
+    print(
+        f"  final view:            {len(cm.view_messages())} messages, {cm.view_tokens} tokens",
+        file=out,
+    )
     print(f"  records:               contextfold records demo --workspace {workspace}", file=out)
     if cm.compactor.state.last_anchors:
         print("\nLatest anchors:", file=out)
@@ -204,8 +228,11 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     for rank, h in enumerate(hits, 1):
         p = h.pointer
         sha = {True: "sha256 ok", False: "SHA256 MISMATCH", None: "sha256 n/a"}[h.sha256_ok]
-        print(f"#{rank} score={h.score:.3f} id={p.id} tool_call={p.tool_use_id} "
-              f"types={','.join(p.content_types)} source={h.source} {sha}", file=out)
+        print(
+            f"#{rank} score={h.score:.3f} id={p.id} tool_call={p.tool_use_id} "
+            f"types={','.join(p.content_types)} source={h.source} {sha}",
+            file=out,
+        )
         if p.command:
             print(f"   command: {p.command}", file=out)
         if h.problem:
@@ -227,11 +254,16 @@ def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
         print(f"no compaction blocks for session {args.session!r}", file=out)
         return 1
     for b in blocks:
-        print(f"{b.id} tier={b.tier} strategy={b.strategy} evidence={len(b.evidence)} "
-              f"items={len(b.summary_items)}", file=out)
+        print(
+            f"{b.id} tier={b.tier} strategy={b.strategy} evidence={len(b.evidence)} "
+            f"items={len(b.summary_items)}",
+            file=out,
+        )
         for p in b.evidence:
-            print(f"   {p.id} {','.join(p.content_types):<24} {(p.command or p.tool_name or '')[:70]}",
-                  file=out)
+            print(
+                f"   {p.id} {','.join(p.content_types):<24} {(p.command or p.tool_name or '')[:70]}",
+                file=out,
+            )
     return 0
 
 

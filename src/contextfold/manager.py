@@ -73,7 +73,7 @@ class ContextManager:
             if ev is not None and ev.offload_root is not None
             else self.offload
         )
-        self.records = FileRecordStore(self.ws.records_path)
+        self.record_store = FileRecordStore(self.ws.records_path)
         self.session_state = load_state(self.ws.session_dir(self.session_id) / "session_state.json")
         self.view = HistoryView(self._cache.count)
         self.summarizer = summarizer
@@ -88,7 +88,7 @@ class ContextManager:
             count_text=self.counter.count_text,
             summarizer=summarizer,
             offload=self.offload,
-            record_store=self.records,
+            record_store=self.record_store,
             truncate_args=self.config.truncate_args,
             summary_style=self.config.summary_style,
             summary_prompt=self.config.summary.summary_prompt if self.config.summary else None,
@@ -260,15 +260,19 @@ class ContextManager:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         format: Literal["openai", "anthropic"] = "openai",
+        copy: bool = False,
     ) -> Any:
         """The view to send now: a list of OpenAI dicts, or for ``format="anthropic"`` a dict
-        ``{"system": ..., "messages": [...]}`` ready for ``client.messages.create(**view)``."""
+        ``{"system": ..., "messages": [...]}`` ready for ``client.messages.create(**view)``.
+
+        OpenAI dicts are cached per message and shared between calls, which keeps a turn
+        without compaction O(new messages); treat them as read-only or pass ``copy=True``."""
         if format not in ("openai", "anthropic"):
             raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
         extra = self._extra_tokens(tools) + self.recovery.injection_reserve()
         record = self._compact_if_needed(extra)
         self._finish(record)
-        return self._render(format)
+        return self._render(format, copy=copy)
 
     def _compact_if_needed(self, extra: int) -> CompactionRecord:
         cfg = self.config
@@ -297,10 +301,10 @@ class ContextManager:
             if self.on_compaction is not None:
                 self.on_compaction(record)
 
-    def _render(self, format: str) -> Any:
+    def _render(self, format: str, *, copy: bool = False) -> Any:
         inject = self.recovery.injection()
         if format == "openai":
-            view = self.view.view_dicts()
+            view = self.view.view_dicts(copy=copy)
             if inject is not None:
                 view.insert(self._newest_user_position(view), {"role": "user", "content": inject})
             return view
@@ -419,10 +423,8 @@ class ContextManager:
 
     # ------------------------------------------------------------------ records, tools, state
     def records(self) -> list[CompactionRecord]:
-        return self.records_store_list()
-
-    def records_store_list(self) -> list[CompactionRecord]:
-        return self.records.list(self.session_id)
+        """Every persisted CompactionRecord of this session, oldest first."""
+        return self.record_store.list(self.session_id)
 
     @property
     def toolbox(self) -> ToolBox:

@@ -200,9 +200,7 @@ def check_view(messages: Sequence[Message]) -> None:
     pending = check_sequence(messages)
     if pending:
         first = min(pending.values())
-        raise InvalidMessageError(
-            f"tool calls without results: {sorted(pending)}", index=first
-        )
+        raise InvalidMessageError(f"tool calls without results: {sorted(pending)}", index=first)
 
 
 __all__ = [

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .anchors import Anchor
-from .errors import ContextFoldError, StorageError, ToolArgumentsError
+from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
 from .evidence.search import EvidenceSearch
 from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
-from .memory import ExtractiveFactExtractor, MemoryStore, memory_tools
+from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
 from .messages import Message
 from .records import CompactionRecord, OffloadEntry, Tier
 from .sessions.index import SessionIndex
@@ -52,9 +52,32 @@ class Recovery:
         self._index: SessionIndex | None = None
         self._memory: MemoryStore | None = None
         self._toolbox: ToolBox | None = None
-        self.fact_extractor = fact_extractor or ExtractiveFactExtractor()
+        self.fact_extractor = self._fact_extractor(fact_extractor)
         self._injection_key: tuple[str, int] | None = None
         self._injection: str | None = None
+        self._intent_cache: tuple[str, Any] | None = None
+
+    def _fact_extractor(self, choice: Any) -> Any:
+        """None/"auto": LLM facts when the summarizer is LLM-backed, else extractive;
+        "extractive", "llm" or "off"; or any object with ``extract(messages)``."""
+        model = getattr(self.cm.summarizer, "model", None)
+        has_llm = model is not None and callable(getattr(model, "complete", None))
+        if choice in (None, "auto"):
+            choice = "llm" if has_llm else "extractive"
+        if choice == "off":
+            return None
+        if choice == "extractive":
+            return ExtractiveFactExtractor()
+        if choice == "llm":
+            if not has_llm:
+                raise ConfigError("fact_extractor='llm' needs an LLM-backed summarizer")
+            return LLMFactExtractor(model)
+        if not callable(getattr(choice, "extract", None)):
+            raise ConfigError(
+                f"fact_extractor must be 'auto', 'extractive', 'llm', 'off' or "
+                f"an object with extract(messages), got {choice!r}"
+            )
+        return choice
 
     def note_problem(self, problem: str) -> None:
         self.problems.append(problem)
@@ -125,7 +148,8 @@ class Recovery:
             messages=removed,
             offloaded=self._offload_map(removed),
             summary_items_source=items,
-            token_before=0,
+            known_calls=self._owners(removed),
+            token_before=self.cm.compactor.view_tokens(),
             token_after=0,
             boundary_uuid=None,
             natural_summary=summary,
@@ -140,6 +164,18 @@ class Recovery:
             what = p.command or p.tool_name or "tool result"
             lines.append(f"{p.id}: {what[:80]} [{kinds}]")
         return lines[-12:]
+
+    def _owners(self, msgs: Sequence[Message]) -> list[Message]:
+        """The assistant messages whose calls the tool results in ``msgs`` answer."""
+        view = self.cm.view
+        seen: set[int] = set()
+        out: list[Message] = []
+        for m in msgs:
+            idx = view.call_owner(m.tool_call_id) if m.tool_call_id else None
+            if idx is not None and idx not in seen:
+                seen.add(idx)
+                out.append(view.history[idx])
+        return out
 
     def _offload_map(self, msgs: Sequence[Message]) -> dict[str, OffloadEntry]:
         entries = self.cm.offload.entries()
@@ -162,6 +198,7 @@ class Recovery:
                 messages=msgs,
                 offloaded=self._offload_map(msgs),
                 summary_items_source=[],
+                known_calls=self._owners(msgs),
                 token_before=0,
                 token_after=0,
                 boundary_uuid=msgs[0].uuid,
@@ -183,6 +220,7 @@ class Recovery:
                 messages=msgs,
                 offloaded=self._offload_map(msgs),
                 summary_items_source=[],
+                known_calls=self._owners(msgs),
                 token_before=record.tokens_before,
                 token_after=record.tokens_after,
                 boundary_uuid=record.boundary_uuid,
@@ -241,9 +279,15 @@ class Recovery:
         if rc is None or not rc.inject or self.cm.compactor.state.compactions == 0:
             return 0
         newest = self.cm.view.newest_user
-        if newest is None or detect_intent(self.cm.view.history[newest].text) is None:
+        if newest is None or self._intent(self.cm.view.history[newest]) is None:
             return 0
         return int(rc.injection_budget_ratio * self.cm.window)
+
+    def _intent(self, msg: Message) -> Any:
+        """detect_intent, once per newest user message (prepare() is called every turn)."""
+        if self._intent_cache is None or self._intent_cache[0] != msg.uuid:
+            self._intent_cache = (msg.uuid, detect_intent(msg.text))
+        return self._intent_cache[1]
 
     def injection(self) -> str | None:
         """Seed 004 4.4: evidence for the newest user message, when it asks for it."""
@@ -258,7 +302,7 @@ class Recovery:
         if key == self._injection_key:
             return self._injection
         text: str | None = None
-        intent = detect_intent(msg.text)
+        intent = self._intent(msg)
         if intent is not None:
             try:
                 hits = self.search.search(msg.text, k=5)

@@ -48,8 +48,14 @@ def _check_args(tool: Tool, args: Mapping[str, Any]) -> None:
     for key in tool.parameters.get("required", []):
         if key not in args:
             raise ToolArgumentsError(f"{tool.name}: missing required argument {key!r}")
-    types = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
-             "array": list, "object": dict}
+    types = {
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "array": list,
+        "object": dict,
+    }
     for key, value in args.items():
         if key not in props:
             raise ToolArgumentsError(f"{tool.name}: unknown argument {key!r}")
@@ -104,7 +110,9 @@ class ToolBox:
                 try:
                     args = json.loads(arguments) if arguments.strip() else {}
                 except ValueError as exc:
-                    raise ToolArgumentsError(f"{name}: arguments are not valid JSON ({exc})") from None
+                    raise ToolArgumentsError(
+                        f"{name}: arguments are not valid JSON ({exc})"
+                    ) from None
             else:
                 args = dict(arguments)
             if not isinstance(args, dict):

@@ -192,6 +192,10 @@ class HistoryView:
         n = len(self.history)
         return self.legal_cut_at_or_before(n - min_tail, self.boundary)
 
+    def call_owner(self, call_id: str) -> int | None:
+        """History index of the assistant message that issued ``call_id``."""
+        return self._call_index.get(call_id)
+
     def has_open_calls(self) -> bool:
         return bool(self._open_calls)
 
@@ -247,19 +251,23 @@ class HistoryView:
         out.extend(self.forms[b:])
         return out
 
-    def view_dicts(self) -> list[dict[str, Any]]:
+    def view_dicts(self, *, copy: bool = False) -> list[dict[str, Any]]:
+        """The view as OpenAI dicts. The dicts are cached per message and shared between calls
+        (building the list is O(view) pointer copies); pass ``copy=True`` for private copies."""
         b = self.boundary
         dicts = self._dicts
-        out = [dict(d) for d in dicts[: self.prefix_len]]
+        out = dicts[: self.prefix_len]
         pinned = self.pinned_before(b)
-        if self.first_user in pinned:
-            out.append(dict(dicts[self.first_user]))  # type: ignore[index]
+        if self.first_user is not None and self.first_user in pinned:
+            out.append(dicts[self.first_user])
         if self._compaction_dict is not None and b > self.prefix_len:
-            out.append(dict(self._compaction_dict))
+            out.append(self._compaction_dict)
         for i in pinned:
             if i != self.first_user:
-                out.append(dict(dicts[i]))
-        out.extend([dict(d) for d in dicts[b:]])
+                out.append(dicts[i])
+        out.extend(dicts[b:])
+        if copy:
+            return [dict(d) for d in out]
         return out
 
     def messages_between(

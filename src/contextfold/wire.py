@@ -187,7 +187,9 @@ def from_anthropic(
                 if not isinstance(block, Mapping):
                     raise InvalidMessageError(f"content block {j} is not an object", index=index)
                 if block.get("type") == "tool_use":
-                    cextra = {k: v for k, v in block.items() if k not in ("type", "id", "name", "input")}
+                    cextra = {
+                        k: v for k, v in block.items() if k not in ("type", "id", "name", "input")
+                    }
                     calls.append(
                         ToolCall(
                             id=str(block.get("id") or ""),
@@ -201,56 +203,55 @@ def from_anthropic(
                     blocks.append(dict(block))
             if positions and positions != list(range(len(blocks), len(content))):
                 extra["_tool_use_positions"] = positions
-            msg = Message(role="assistant", content=tuple(blocks), tool_calls=tuple(calls), extra=extra)
+            msg = Message(
+                role="assistant", content=tuple(blocks), tool_calls=tuple(calls), extra=extra
+            )
             out.append(check_message(msg, index))
             continue
         # user message: split tool results from the rest, keep their order via a group id
         pending: list[Mapping[str, Any]] = []
         part = 0
-
-        def flush_user() -> None:
-            nonlocal part
-            if pending:
-                meta = {"anthropic_group": group, "anthropic_part": part}
-                out.append(
-                    check_message(
-                        Message(role="user", content=tuple(pending), metadata=meta,
-                                extra=extra if part == 0 else {}),
-                        index,
-                    )
-                )
-                part += 1
-                pending.clear()
-
         for j, block in enumerate(content):
             if not isinstance(block, Mapping):
                 raise InvalidMessageError(f"content block {j} is not an object", index=index)
-            if block.get("type") == "tool_result":
-                flush_user()
-                inner = block.get("content")
-                rextra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
-                if "content" not in block:
-                    rextra["_no_content"] = True
-                meta = {"anthropic_group": group, "anthropic_part": part}
-                out.append(
-                    check_message(
-                        Message(
-                            role="tool",
-                            tool_call_id=str(block.get("tool_use_id") or ""),
-                            content=_content_in(inner, index),
-                            metadata=meta,
-                            extra=dict(rextra, **({"_msg_extra": extra} if part == 0 and extra else {})),
-                        ),
-                        index,
-                    )
-                )
-                part += 1
-            else:
+            if block.get("type") != "tool_result":
                 pending.append(dict(block))
-        flush_user()
+                continue
+            if pending:
+                out.append(_user_part(pending, group, part, extra, index))
+                part += 1
+                pending = []
+            inner = block.get("content")
+            rextra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
+            if "content" not in block:
+                rextra["_no_content"] = True
+            if part == 0 and extra:
+                rextra["_msg_extra"] = extra
+            meta = {"anthropic_group": group, "anthropic_part": part}
+            tool_msg = Message(
+                role="tool",
+                tool_call_id=str(block.get("tool_use_id") or ""),
+                content=_content_in(inner, index),
+                metadata=meta,
+                extra=rextra,
+            )
+            out.append(check_message(tool_msg, index))
+            part += 1
+        if pending:
+            out.append(_user_part(pending, group, part, extra, index))
         if not content:
             out.append(Message(role="user", content=(), extra=extra))
     return out
+
+
+def _user_part(
+    blocks: list[Mapping[str, Any]], group: str, part: int, extra: dict[str, Any], index: int
+) -> Message:
+    meta = {"anthropic_group": group, "anthropic_part": part}
+    msg = Message(
+        role="user", content=tuple(blocks), metadata=meta, extra=extra if part == 0 else {}
+    )
+    return check_message(msg, index)
 
 
 def _tool_result_block(msg: Message) -> dict[str, Any]:
@@ -286,7 +287,9 @@ def to_anthropic(
     system: str | list[dict[str, Any]] | None
     if not system_parts:
         system = None
-    elif len(system_parts) == 1 and (system_parts[0].content is None or isinstance(system_parts[0].content, str)):
+    elif len(system_parts) == 1 and (
+        system_parts[0].content is None or isinstance(system_parts[0].content, str)
+    ):
         system = system_parts[0].content or ""
     else:
         blocks: list[dict[str, Any]] = []
@@ -307,10 +310,18 @@ def to_anthropic(
                     args = json.loads(call.arguments) if call.arguments.strip() else {}
                 except ValueError:
                     args = {"_raw_arguments": call.arguments}
-                use: dict[str, Any] = {"type": "tool_use", "id": call.id, "name": call.name, "input": args}
+                use: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": args,
+                }
                 use.update(
-                    {k: v for k, v in call.extra.items()
-                     if k not in ("type", "function_extra", "no_arguments")}
+                    {
+                        k: v
+                        for k, v in call.extra.items()
+                        if k not in ("type", "function_extra", "no_arguments")
+                    }
                 )
                 uses.append(use)
             positions = msg.extra.get("_tool_use_positions")
@@ -350,11 +361,18 @@ def to_anthropic(
         if out and out[-1]["role"] == "user":
             if same_group:
                 content = out[-1]["content"]
-                out[-1]["content"] = (content if isinstance(content, list) else _as_blocks(content)) + new_blocks
+                out[-1]["content"] = (
+                    content if isinstance(content, list) else _as_blocks(content)
+                ) + new_blocks
             else:
                 _merge_into(out[-1], {"role": "user", "content": new_blocks, **extra})
         else:
-            item = {"role": "user", "content": plain if plain is not None and msg.role == "user" and group is None else new_blocks}
+            item = {
+                "role": "user",
+                "content": plain
+                if plain is not None and msg.role == "user" and group is None
+                else new_blocks,
+            }
             item.update(extra)
             out.append(item)
         last_group = group
@@ -381,8 +399,9 @@ def loads_message(data: Mapping[str, Any], index: int | None = None) -> Message:
     raw = data.get("message")
     if not isinstance(raw, Mapping):
         raise InvalidMessageError("stored line has no message object", index=index)
-    return from_openai(raw, index, uuid=str(data.get("uuid") or new_uuid()),
-                       metadata=data.get("metadata") or {})
+    return from_openai(
+        raw, index, uuid=str(data.get("uuid") or new_uuid()), metadata=data.get("metadata") or {}
+    )
 
 
 __all__ = [

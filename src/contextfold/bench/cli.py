@@ -261,8 +261,11 @@ class _Progress:
             self._rich.update(self._task, completed=done, description=label[:60])
             return
         secs = time.perf_counter() - self._t0
-        end = "\n" if done == total else ""
-        sys.stderr.write(f"\r[{done}/{total}] {secs:6.1f}s {label[:70]:<70}{end}")
+        if sys.stderr.isatty():
+            end = "\n" if done == total else ""
+            sys.stderr.write(f"\r[{done}/{total}] {secs:6.1f}s {label[:70]:<70}{end}")
+        elif done == total or done * 10 // total != (done - 1) * 10 // total:
+            sys.stderr.write(f"[{done}/{total}] {secs:.1f}s\n")  # a line per 10% in logs
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -319,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(results, sys.stdout, plain=args.plain)
     for t in targets:
         print(("  [met]    " if t["met"] else "  [MISSED] ") + t["text"])
+    if config.jobs > 1:
+        print(
+            f"note: timings measured with {config.jobs} worker processes competing for CPU and "
+            "disk; use --jobs 1 for the speed numbers"
+        )
     errors = [
         f"{r['trace']} {r['strategy']}@{r['window']}: {r['error']}"
         for r in results["runs"]

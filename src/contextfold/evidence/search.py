@@ -28,7 +28,8 @@ from .store import EvidenceStore
 INDEX_CHARS = 200_000
 K1 = 1.2
 B = 0.75
-COMMAND_EXACT_BONUS = 60.0
+#: Runs of a command named in the query score above this; BM25 scores stay far below.
+COMMAND_EXACT_BONUS = 1_000.0
 COMMAND_PARTIAL_BONUS = 12.0
 ANCHOR_BONUS = 4.0
 SNIPPET_CHARS = 400
@@ -37,6 +38,7 @@ COMMON_DF = 1_000
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
 _SPLIT = re.compile(r"[_./:\-]+")
+_PATH_SPLIT = re.compile(r"[./:\-]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
@@ -75,6 +77,9 @@ def tokenize(text: str) -> list[str]:
             continue
         low = word.lower()
         out.append(low)
+        coarse = [p for p in _PATH_SPLIT.split(word) if p]
+        if len(coarse) > 1:
+            out.extend(p.lower() for p in coarse if "_" in p)
         parts = [p for p in _SPLIT.split(word) if p]
         if len(parts) > 1 or _CAMEL.search(word):
             for part in parts:
@@ -312,17 +317,6 @@ class EvidenceSearch:
         wants_error = bool(_ERRORISH.search(query))
         created = self._created
         top = self._max_created
-        if exact:
-            # Runs of the named command: generic words ("error", "output") no longer tell them
-            # apart. A failing run wins when the query asks for an error, specific extra words
-            # ("the ImportError one") come next, and the latest run wins among equals.
-            named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact)))
-            extra = self._bm25([t for t in terms if t not in named and t not in GENERIC])
-            for doc in exact:
-                bonus = COMMAND_EXACT_BONUS + 5.0 * created[doc] / top
-                if wants_error and self._failed[doc]:
-                    bonus += 15.0
-                scores[doc] = bonus + min(10.0, extra.get(doc, 0.0))
         for doc in partial:
             scores[doc] = scores.get(doc, 0.0) + COMMAND_PARTIAL_BONUS
         low_query = query.lower()
@@ -331,16 +325,17 @@ class EvidenceSearch:
                 if anchor in low_query:
                     for doc in self._anchors[anchor]:
                         scores[doc] = scores.get(doc, 0.0) + ANCHOR_BONUS
-        if not scores:
-            return []
         pref = self._pref_error if wants_error else self._pref
         ranked = heapq.nlargest(
             k,
             (
                 (base * pref[doc] * (1.0 + 0.1 * created[doc] / top), created[doc], doc)
                 for doc, base in scores.items()
+                if doc not in exact
             ),
         )
+        if exact:
+            ranked = sorted(self._rank_runs(exact, terms, wants_error) + ranked, reverse=True)[:k]
         hits: list[Hit] = []
         for score, _, doc in ranked:
             pointer = self._pointers[doc]
@@ -349,6 +344,24 @@ class EvidenceSearch:
                 Hit(pointer=pointer, score=round(score, 4), text_preview=snippet(body, terms))
             )
         return hits
+
+    def _rank_runs(
+        self, exact: set[int], terms: list[str], wants_error: bool
+    ) -> list[tuple[float, int, int]]:
+        """Runs of a command named in the query rank above everything else. Generic words
+        ("error", "output") cannot tell them apart: a failing run wins when the query asks for
+        an error, then specific extra words ("the ImportError one"), then the latest run."""
+        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact)))
+        extra = self._bm25([t for t in terms if t not in named and t not in GENERIC])
+        order = sorted(exact, key=lambda d: self._created[d])
+        out: list[tuple[float, int, int]] = []
+        for rank, doc in enumerate(order):
+            score = COMMAND_EXACT_BONUS + 2.0 * rank / max(1, len(order) - 1)
+            if wants_error and self._failed[doc]:
+                score += 15.0
+            score += min(10.0, 4.0 * extra.get(doc, 0.0))
+            out.append((score, self._created[doc], doc))
+        return out
 
 
 def _preference(p: EvidencePointer, wants_error: bool) -> float:

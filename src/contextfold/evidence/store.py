@@ -111,6 +111,7 @@ class EvidenceStore:
         self._blocks: list[CompactBlock] = []
         self._offset = 0
         self._skipped_lines = 0
+        self._n_evidence = 0
         #: tool call id -> (tool name, command), for results whose call left the view earlier.
         self._calls: dict[str, tuple[str, str]] = {}
 
@@ -162,7 +163,15 @@ class EvidenceStore:
     # ----------------------------------------------------------------- indexing
 
     def _evidence_count(self) -> int:
-        return sum(len(b.evidence) for b in self.blocks())
+        self.blocks()
+        return self._n_evidence
+
+    def note_calls(self, messages: Sequence[Message]) -> None:
+        """Remember the tool calls in ``messages`` (not indexed) so that results indexed later
+        get their command: e.g. a result offloaded on arrival whose call is still in view."""
+        for msg in messages:
+            for call in msg.tool_calls:
+                self._calls[call.id] = (call.name, command_of(call.name, call.arguments))
 
     def _pointer(
         self,
@@ -236,7 +245,9 @@ class EvidenceStore:
                     if body is not None:
                         data = body
                         text = _decode(body)
-                name, command = self._calls.get(call_id, (None, None))  # type: ignore[assignment]
+                known = self._calls.get(call_id)
+                if known is not None:
+                    name, command = known
             seq += 1
             out.append(
                 self._pointer(
@@ -269,13 +280,16 @@ class EvidenceStore:
         source_scope: Literal["main_agent", "sub_agent"] = "main_agent",
         agent_run_id: str | None = None,
         parent_message_uuid: str | None = None,
+        known_calls: Sequence[Message] = (),
     ) -> CompactBlock:
         """Index the range of messages that just left the view and append its CompactBlock.
 
         ``offloaded`` maps a tool call id (or a message uuid) to the file its full result was
         written to; that file's bytes become the evidence body. Tool results whose call is
-        earlier in ``messages`` (or in an earlier call of this method) get the call's command.
+        earlier in ``messages`` (or in an earlier call of this method, or in ``known_calls``,
+        which is scanned for tool calls only) get the call's command.
         """
+        self.note_calls(known_calls)
         seq = self._evidence_count() + len(self._blocks)
         pointers = self._pointers_for(
             messages,
@@ -376,7 +390,7 @@ class EvidenceStore:
         except OSError as exc:
             raise StorageError(f"cannot read {self.blocks_path}: {exc}") from exc
         if size < self._offset:  # replaced by someone: start over
-            self._blocks, self._offset = [], 0
+            self._blocks, self._offset, self._n_evidence = [], 0, 0
         if size > self._offset:
             with open(self.blocks_path, "rb") as fh:
                 fh.seek(self._offset)
@@ -386,9 +400,12 @@ class EvidenceStore:
                 if not raw.strip():
                     continue
                 try:
-                    self._blocks.append(CompactBlock.from_dict(json.loads(_decode(raw))))
+                    block = CompactBlock.from_dict(json.loads(_decode(raw)))
                 except (ValueError, EvidenceFormatError):
                     self._skipped_lines += 1
+                    continue
+                self._blocks.append(block)
+                self._n_evidence += len(block.evidence)
             self._offset += end
         return list(self._blocks)
 

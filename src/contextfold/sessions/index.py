@@ -126,7 +126,7 @@ def scope_key(kind: str, value: str) -> str:
 
 
 def _zip(text: str) -> bytes:
-    return zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
+    return zlib.compress(text.encode("utf-8", "surrogatepass"), 1)
 
 
 def _unzip(blob: bytes | None) -> str:
@@ -207,8 +207,11 @@ class SessionIndex:
         except sqlite3.DatabaseError as exc:
             self._warn(f"{self.path}: unreadable ({exc}); rebuilding from the session logs")
         self._remove_files()
-        con = self._connect()
-        self._create_schema(con)
+        try:
+            con = self._connect()
+            self._create_schema(con)
+        except (sqlite3.Error, OSError) as exc:
+            raise StorageError(f"cannot create the session index {self.path}: {exc}") from exc
         return con
 
     def _mode(self) -> str:

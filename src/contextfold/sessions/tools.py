@@ -71,7 +71,9 @@ def _int_arg(args: Mapping[str, Any], key: str, default: int, lo: int, hi: int) 
     return min(value, hi)
 
 
-def render_message(entry: LogEntry, *, max_chars: int, session_id: str) -> str:
+def render_message(
+    entry: LogEntry, *, max_chars: int, session_id: str, offset: int | None = None
+) -> str:
     """One log entry as text: ``[seq] role: text`` plus tool calls, long text trimmed."""
     msg: Message = entry.message
     head = f"[{entry.seq}] {msg.role}"
@@ -87,9 +89,8 @@ def render_message(entry: LogEntry, *, max_chars: int, session_id: str) -> str:
         text = (
             text[:keep]
             + f"\n… [{omitted:,} more characters; read the whole message with session_history "
-            f'{{"sessionId": "{session_id}", "offset": OFFSET, "lastN": 1, '
-            f'"maxChars": {min(len(text), MAX_CHARS_CAP)}}} where OFFSET is its distance from '
-            f"the end]"
+            f'{{"sessionId": "{session_id}", "offset": {"OFFSET" if offset is None else offset}, '
+            f'"lastN": 1, "maxChars": {min(len(text), MAX_CHARS_CAP)}}}]'
         )
     if text:
         parts.append(text)
@@ -158,7 +159,10 @@ def session_tools(
             else f"Session {sid} (agent {owner}) has {total} messages; offset {offset} is past "
             f"the start."
         )
-        body = [render_message(e, max_chars=max_chars, session_id=sid) for e in chosen]
+        body = [
+            render_message(e, max_chars=max_chars, session_id=sid, offset=total - 1 - (start + i))
+            for i, e in enumerate(chosen)
+        ]
         more = []
         if start > 0:
             more.append(

@@ -1,5 +1,5 @@
 """Summarizers: the extractive default (no LLM) and LLM-backed ones."""
 
-from .base import SummaryRequest, Summarizer
+from .base import Summarizer, SummaryRequest
 
-__all__ = ["SummaryRequest", "Summarizer"]
+__all__ = ["Summarizer", "SummaryRequest"]
