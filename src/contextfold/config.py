@@ -41,7 +41,7 @@ class TierConfig:
     preview_lines: int = 10
     #: After a Soft/Full/Emergency compaction the view is brought under this ratio when the
     #: tail allows, so the next turns append to a stable prefix instead of compacting again.
-    target_ratio: float = 0.45
+    target_ratio: float = 0.30
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,6 +103,16 @@ class SummaryTriggerConfig:
             raise ConfigError(
                 f"keep_messages ({self.keep_messages}) must be below trigger_messages "
                 f"({self.trigger_messages})"
+            )
+        if (
+            self.keep_tokens
+            and self.trigger_tokens
+            and not self.trigger_messages
+            and self.keep_tokens >= self.trigger_tokens
+        ):
+            raise ConfigError(
+                f"keep_tokens ({self.keep_tokens}) must be below trigger_tokens "
+                f"({self.trigger_tokens})"
             )
         if self.summary_prompt is not None and "{messages}" not in self.summary_prompt:
             raise ConfigError("summary_prompt must contain the {messages} placeholder")

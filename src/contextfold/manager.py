@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -96,6 +97,8 @@ class ContextManager:
             active_tasks=self.session_state.active_task_lines,
             policies=self._policies(),
         )
+        if self.eviction_store is not self.offload:
+            self.compactor.extra_stores.append(self.eviction_store)
         self.recovery = Recovery(self, fact_extractor=fact_extractor)
         self.compactor.before_summarize = self.recovery.before_summarize
         self.compactor.index_range = self.recovery.index_range
@@ -150,6 +153,7 @@ class ContextManager:
         st.compaction_text = data.get("compaction_text", "")
         st.boundary_uuid = data.get("boundary_uuid")
         st.compactions = int(data.get("compactions", 0))
+        st.last_artifacts = tuple(data.get("last_artifacts", ()))
         self.calibration = Calibration.from_dict(data.get("calibration", {}))
         self.compactor.scale = self.calibration.apply
         self._reapply_offloads(data.get("offload_policies", {}))
@@ -191,6 +195,7 @@ class ContextManager:
             "last_summary": st.last_summary,
             "last_anchors": [{"type": a.type.value, "content": a.content} for a in st.last_anchors],
             "compactions": st.compactions,
+            "last_artifacts": list(st.last_artifacts),
             "offload_policies": st.offload_policies,
             "calibration": self.calibration.to_dict(),
         }
@@ -209,7 +214,11 @@ class ContextManager:
     def add_many(self, messages: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
         items = list(messages)
         start = len(self.view)
-        parsed = [from_openai(m, start + i) for i, m in enumerate(items)]
+        # dicts get a uuid derived from (session, position): stable across replays, so the
+        # same history always gives the same view (evidence ids derive from it)
+        parsed = [
+            from_openai(m, start + i, uuid=self._uuid_for(start + i)) for i, m in enumerate(items)
+        ]
         self.view.check_batch(parsed, start)  # all or nothing: validate before writing
         self.log.append(parsed)
         for i, msg in enumerate(parsed):
@@ -217,6 +226,9 @@ class ContextManager:
             if msg.role == "tool":
                 self._ingest(start + i)
         return parsed
+
+    def _uuid_for(self, position: int) -> str:
+        return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{self.session_id}:{position}"))
 
     def _ingest(self, index: int) -> None:
         """Seed 000's OffloadHook / seed 002's eviction, when a tool result arrives."""
@@ -373,10 +385,14 @@ class ContextManager:
         """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
         once (seed 002 2.4). A second overflow raises ContextOverflowError with the record."""
         view = self.prepare(tools=tools, format=format)
+        failure: Exception | None = None
         try:
             result = fn(view)
         except Exception as exc:
-            retry_view, record = self._recover(exc, tools, format)
+            failure = exc
+        if failure is not None:
+            # retried outside the except block, so a retry error is not chained to the overflow
+            retry_view, record = self._recover(failure, tools, format)
             try:
                 result = fn(retry_view)
             except Exception as exc2:
@@ -393,10 +409,13 @@ class ContextManager:
         format: Literal["openai", "anthropic"] = "openai",
     ) -> T:
         view = self.prepare(tools=tools, format=format)
+        failure: Exception | None = None
         try:
             result = await fn(view)
         except Exception as exc:
-            retry_view, record = self._recover(exc, tools, format)
+            failure = exc
+        if failure is not None:
+            retry_view, record = self._recover(failure, tools, format)
             try:
                 result = await fn(retry_view)
             except Exception as exc2:

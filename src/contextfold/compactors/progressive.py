@@ -14,7 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from ..anchors import Anchor, merge_anchors, parse_summary, render_compaction_message
+from ..anchors import (
+    Anchor,
+    AnchorType,
+    merge_anchors,
+    parse_summary,
+    render_compaction_message,
+    union_items,
+)
 from ..config import SummaryTriggerConfig, TierConfig, TruncateArgsConfig
 from ..errors import ContextFoldError, StorageError
 from ..messages import Message
@@ -52,6 +59,8 @@ class CompactorState:
     boundary_uuid: str | None = None
     compactions: int = 0
     offload_policies: dict[str, str] = field(default_factory=dict)
+    #: ARTIFACTS of seed 002's four-section summaries, merged across rounds.
+    last_artifacts: tuple[str, ...] = ()
 
 
 #: Called before messages leave the view (memory flush); fail-open.
@@ -67,6 +76,45 @@ def effective_trigger_tokens(trig: SummaryTriggerConfig, window: int) -> int:
     if not trig.trigger_tokens:
         return 0
     return min(trig.trigger_tokens, int(window * 0.75)) if window > 0 else trig.trigger_tokens
+
+
+def render_sections_message(
+    anchors: Sequence[Anchor],
+    summary: str,
+    artifacts: Sequence[str],
+    *,
+    offloaded: Sequence[tuple[str, str]] = (),
+    active_tasks: Sequence[str] = (),
+    recall: Sequence[str] = (),
+    note: str | None = None,
+) -> str:
+    """Seed 002's four-section compaction message (SESSION INTENT / SUMMARY / ARTIFACTS /
+    NEXT STEPS), with the same optional sections as the anchors format."""
+    by_type = {a.type: a for a in anchors}
+
+    def body(kind: AnchorType) -> str:
+        a = by_type.get(kind)
+        return a.content.strip() if a is not None and not a.is_empty else "N/A"
+
+    parts = [
+        "[Context Compaction]",
+        "## SESSION INTENT\n" + body(AnchorType.USER_INTENT),
+        "## SUMMARY\n" + (summary.strip() or "N/A"),
+        "## ARTIFACTS\n" + ("\n".join(f"- {a}" for a in artifacts) if artifacts else "N/A"),
+        "## NEXT STEPS\n" + body(AnchorType.NEXT_STEP),
+    ]
+    if offloaded:
+        parts.append("## Offloaded References\n" + "\n".join(f"- {p} - {d}" for p, d in offloaded))
+    if active_tasks:
+        parts.append("## Active Tasks\n" + "\n".join(active_tasks))
+    if recall:
+        parts.append(
+            "## Recallable Evidence\n" + "\n".join(f"- {r}" for r in recall)
+            + "\nCall the `recall` tool with a query or an evidence id to get the exact text."
+        )
+    if note:
+        parts.append("---\n" + note)
+    return "\n\n".join(parts)
 
 
 def _now() -> str:
@@ -144,6 +192,8 @@ class ProgressiveCompactor:
             **(policies or {}),
         }
         self.record_errors: list[str] = []
+        #: Other offload stores whose files count as offloaded references (eviction root).
+        self.extra_stores: list[OffloadStore] = []
 
     # ------------------------------------------------------------------ measuring
     def view_tokens(self, extra: int = 0) -> int:
@@ -343,6 +393,7 @@ class ProgressiveCompactor:
         if parsed.problems:
             run.errors.append("summary parse: " + "; ".join(parsed.problems))
         anchors = merge_anchors(self.state.last_anchors, parsed.anchors)
+        self.state.last_artifacts = tuple(union_items(self.state.last_artifacts, parsed.artifacts))
         summary = parsed.summary
         removed = list(v.history[start:end])
         offloaded_here = [e for e in run.offloaded]
@@ -368,9 +419,16 @@ class ProgressiveCompactor:
         v = self.view
         offloaded_refs = self._offloaded_refs(end)
         tasks = self.active_tasks() if self.active_tasks else []
-        text = render_compaction_message(
-            anchors, summary, offloaded=offloaded_refs, active_tasks=tasks, recall=recall, note=note
-        )
+        if self.summary_style == "sections":
+            text = render_sections_message(
+                anchors, summary, self.state.last_artifacts, offloaded=offloaded_refs,
+                active_tasks=tasks, recall=recall, note=note,
+            )
+        else:
+            text = render_compaction_message(
+                anchors, summary, offloaded=offloaded_refs, active_tasks=tasks, recall=recall,
+                note=note,
+            )
         if v.newest_user is not None and v.newest_user < end and v.newest_user != v.first_user:
             text += "\n\n(The latest user request follows verbatim.)"
         msg = Message(
@@ -398,6 +456,8 @@ class ProgressiveCompactor:
             return []
         out: list[tuple[str, str]] = []
         entries = self.offload.entries()
+        for store in self.extra_stores:
+            entries.update(store.entries())
         hidden_ids = {
             m.tool_call_id for m in self.view.history[self.view.prefix_len : end] if m.tool_call_id
         }
@@ -541,7 +601,8 @@ class ProgressiveCompactor:
         if last > v.boundary:
             self._offload_range(run, v.boundary, last, self.compaction_policy)
             self._summarize(run, v.boundary, last, use_llm=True)
-        self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
+        if self.view_tokens(extra_tokens) > self.target_tokens:
+            self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
         if self.view_tokens(extra_tokens) > self.target_tokens:
             self._squeeze(run, extra_tokens)
         return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=True)
