@@ -328,3 +328,37 @@ def test_bad_input_is_rejected_before_anything_is_written(tmp_path: Path) -> Non
     assert info.value.index == 3
     assert len(cm.history) == 2
     assert len(manager(tmp_path).history) == 2
+
+
+def test_seed_interfaces_on_plain_lists(tmp_path: Path) -> None:
+    from contextfold.compactors.budget import TokenBudgetCompactor
+    from contextfold.compactors.protocols import (
+        Compactor,
+        ForceCompactor,
+        RecordedCompactor,
+        apply_compaction,
+    )
+    from contextfold.messages import Message, ToolCall
+
+    from contextfold.compactors.progressive import ProgressiveCompactor
+
+    comp = ProgressiveCompactor.standalone(WINDOW, workspace=str(tmp_path), session_id="solo")
+    assert isinstance(comp, Compactor) and isinstance(comp, ForceCompactor)
+    assert isinstance(comp, RecordedCompactor)
+    msgs = [Message(role="system", content="s"), Message(role="user", content="task")]
+    for i in range(40):
+        msgs.append(Message(role="assistant", tool_calls=(ToolCall(id=f"c{i}", name="bash"),)))
+        msgs.append(Message(role="tool", tool_call_id=f"c{i}", content=f"line {i} of output\n" * 80))
+    msgs.append(Message(role="tool", tool_call_id="orphan", content="no call"))  # repaired away
+    view, record = apply_compaction(comp, msgs)
+    assert record is not None and record.tier is not Tier.NONE
+    check_view(view)
+    assert view[0].text == "s" and view[1].text == "task"
+    forced = comp.compact_force(msgs)
+    check_view(forced)
+    assert len(forced) < len(msgs)
+    budget = TokenBudgetCompactor(2_000, lambda m: len(m.text) // 4 + 4)
+    small = budget.compact(msgs)
+    check_view(small)
+    assert sum(len(m.text) // 4 + 4 for m in small) <= 2_000
+    assert small[0].text == "s" and small[1].text == "task"

@@ -220,7 +220,8 @@ class ContextManager:
             from_openai(m, start + i, uuid=self._uuid_for(start + i)) for i, m in enumerate(items)
         ]
         self.view.check_batch(parsed, start)  # all or nothing: validate before writing
-        self.log.append(parsed)
+        entries = self.log.append(parsed)
+        self.recovery.on_logged(entries)
         for i, msg in enumerate(parsed):
             self.view.append(msg, start + i)
             if msg.role == "tool":

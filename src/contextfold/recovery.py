@@ -17,7 +17,7 @@ from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsEr
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
-from .evidence.search import EvidenceSearch
+from .evidence.search import EvidenceSearch, Hit
 from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
@@ -114,6 +114,15 @@ class Recovery:
         if self._index is None:
             self._index = SessionIndex(self.cm.ws)
         return self._index
+
+    def on_logged(self, entries: Sequence[Any]) -> None:
+        """Keep an open session index current (incremental, only this session's new lines)."""
+        if self._index is None or not entries:
+            return
+        try:
+            self._index.add(self.cm.session_id, self.cm.agent_id, entries)
+        except ContextFoldError as exc:
+            self.note_problem(f"session index update failed: {exc}")
 
     def _transcript(self, message_uuid: str) -> str | None:
         idx = self.cm.view.uuids.get(message_uuid)
@@ -250,6 +259,17 @@ class Recovery:
             )
         return out
 
+    def _recent_failures(self, k: int) -> list[Hit]:
+        """When the question names nothing searchable ("what was the exact error just now?",
+        often in another language than the logs), the newest failures are the best answer."""
+        failing = [
+            p
+            for p in self.store.pointers()
+            if {"stack_trace", "error", "test_output"} & set(p.content_types)
+        ]
+        failing.sort(key=lambda p: p.created_at, reverse=True)
+        return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing[:k]]
+
     def add_subagent_output(
         self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None
     ) -> list[EvidencePointer]:
@@ -305,7 +325,7 @@ class Recovery:
         intent = self._intent(msg)
         if intent is not None:
             try:
-                hits = self.search.search(msg.text, k=5)
+                hits = self.search.search(msg.text, k=5) or self._recent_failures(3)
                 text = build_injection(
                     msg.text,
                     hits,

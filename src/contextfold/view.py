@@ -45,6 +45,10 @@ class HistoryView:
         self._call_index: dict[str, int] = {}
         self.uuids: dict[str, int] = {}
 
+    def fresh(self) -> HistoryView:
+        """An empty view with the same token counter."""
+        return HistoryView(self._count)
+
     # ------------------------------------------------------------------ building
     def __len__(self) -> int:
         return len(self.history)

@@ -31,6 +31,7 @@ from ..summarizers.base import Summarizer, SummaryRequest, SummaryStyle
 from ..summarizers.extractive import ExtractiveSummarizer
 from ..summarizers.transcript import truncate_tool_arguments
 from ..view import HistoryView
+from .budget import repair_orphaned_tool_pairs
 
 EMERGENCY_POLICY = OffloadPolicy(name="emergency", threshold=1_000)
 COMPACTION_KIND = "compaction"
@@ -194,6 +195,37 @@ class ProgressiveCompactor:
         self.record_errors: list[str] = []
         #: Other offload stores whose files count as offloaded references (eviction root).
         self.extra_stores: list[OffloadStore] = []
+
+    @classmethod
+    def standalone(
+        cls,
+        context_window: int,
+        *,
+        summarizer: Summarizer | None = None,
+        workspace: str | None = None,
+        session_id: str = "standalone",
+        config: TierConfig | None = None,
+        counter: str | None = None,
+    ) -> ProgressiveCompactor:
+        """A compactor for the seed's list interfaces without a ContextManager. With a
+        ``workspace`` it offloads and records there; without one it only summarizes."""
+        from ..paths import Workspace
+        from ..records import FileRecordStore
+        from ..tokens import MessageTokenCache, get_counter
+
+        tc = get_counter(counter)
+        cache = MessageTokenCache(tc)
+        ws = Workspace.at(workspace) if workspace is not None else None
+        return cls(
+            view=HistoryView(cache.count),
+            window=context_window,
+            config=config or TierConfig(),
+            session_id=session_id,
+            count_text=tc.count_text,
+            summarizer=summarizer,
+            offload=OffloadStore(ws, session_id) if ws is not None else None,
+            record_store=FileRecordStore(ws.records_path) if ws is not None else None,
+        )
 
     # ------------------------------------------------------------------ measuring
     def view_tokens(self, extra: int = 0) -> int:
@@ -530,6 +562,39 @@ class ProgressiveCompactor:
             policy = replace(EMERGENCY_POLICY, style="head_tail", head_chars=600, tail_chars=600)
             self.apply_offload(i, entry, policy)
             run.offloaded.append(entry)
+
+    # ------------------------------------------------------------------ seed 7.1 interfaces
+    def compact_with_record(self, msgs: Sequence[Message]) -> tuple[list[Message], CompactionRecord]:
+        """RecordedCompactor on a plain message list (the whole history each call).
+
+        Orphaned tool pairs are repaired first (seed 6.2). When ``msgs`` extends the history seen
+        before (same uuids), only the new messages are appended and the earlier compaction is
+        kept; otherwise the view starts over, keeping lastSummary/lastAnchors (seed 4.7).
+        """
+        self._sync(repair_orphaned_tool_pairs(msgs))
+        record = self.run()
+        return self.view.view_messages(), record
+
+    def compact(self, msgs: Sequence[Message]) -> list[Message]:
+        return self.compact_with_record(msgs)[0]
+
+    def compact_force(self, msgs: Sequence[Message]) -> list[Message]:
+        """ForceCompactor: seed 7.1 says CompactForce runs TierEmergency directly."""
+        self._sync(repair_orphaned_tool_pairs(msgs))
+        self.run(force=Tier.EMERGENCY, reason="CompactForce")
+        return self.view.view_messages()
+
+    def _sync(self, msgs: Sequence[Message]) -> None:
+        v = self.view
+        known = v.history
+        same = len(msgs) >= len(known) and all(
+            a.uuid == b.uuid for a, b in zip(known, msgs[: len(known)])
+        )
+        if not same:
+            v = self.view = v.fresh()
+            known = v.history
+        for msg in msgs[len(known) :]:
+            v.append(msg)
 
     # ------------------------------------------------------------------ seed 002 trigger
     def run_trigger(
