@@ -332,6 +332,7 @@ def test_bad_input_is_rejected_before_anything_is_written(tmp_path: Path) -> Non
 
 def test_seed_interfaces_on_plain_lists(tmp_path: Path) -> None:
     from contextfold.compactors.budget import TokenBudgetCompactor
+    from contextfold.compactors.progressive import ProgressiveCompactor
     from contextfold.compactors.protocols import (
         Compactor,
         ForceCompactor,
@@ -339,8 +340,6 @@ def test_seed_interfaces_on_plain_lists(tmp_path: Path) -> None:
         apply_compaction,
     )
     from contextfold.messages import Message, ToolCall
-
-    from contextfold.compactors.progressive import ProgressiveCompactor
 
     comp = ProgressiveCompactor.standalone(WINDOW, workspace=str(tmp_path), session_id="solo")
     assert isinstance(comp, Compactor) and isinstance(comp, ForceCompactor)

@@ -37,12 +37,12 @@ from contextfold.wire import from_anthropic, from_openai, to_anthropic
 from tests.conftest import load_trace, trace_files
 
 PROPS = settings(
-    max_examples=50,
+    max_examples=40,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-COMBO_PROPS = settings(PROPS, max_examples=12)
+COMBO_PROPS = settings(PROPS, max_examples=4)
 STRATEGIES = ("summary", "eviction", "truncate_args", "overflow_recovery")
 COMBOS = list(itertools.product((False, True), repeat=4))
 
@@ -136,7 +136,7 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
     if draw(st.booleans()):
         out.append({"role": "system", "content": "You are a careful coding agent. " * 3})
     out.append({"role": "user", "content": draw(user_content())})
-    n_events = draw(st.integers(0, 28))
+    n_events = draw(st.integers(0, 22))
     call_no = 0
     for _ in range(n_events):
         kind = draw(st.sampled_from(["tools", "tools", "tools", "text", "user"]))

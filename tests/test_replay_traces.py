@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ def check_anthropic(view: list[dict[str, Any]]) -> None:
     msgs = [from_openai(d, i) for i, d in enumerate(view)]
     system, out = to_anthropic(msgs)
     roles = [m["role"] for m in out]
-    assert all(a != b for a, b in zip(roles, roles[1:])), "Anthropic roles must alternate"
+    assert all(a != b for a, b in itertools.pairwise(roles)), "Anthropic roles must alternate"
     assert roles and roles[0] == "user"
     check_view(from_anthropic(out, system))
 

@@ -6,15 +6,16 @@ import json
 import shutil
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from .anchors import Anchor, AnchorType
 from .compactors.progressive import CompactorState, ProgressiveCompactor
-from .config import ContextConfig, resolve_preset
+from .config import ContextConfig, TierConfig, resolve_preset
 from .errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
 from .messages import Message
-from .offload import INGEST_POLICY, OffloadPolicy, OffloadStore, placeholder
+from .offload import EVICTION_POLICY, INGEST_POLICY, OffloadPolicy, OffloadStore, placeholder
 from .overflow import is_context_overflow
 from .paths import Workspace, check_session_id
 from .records import CompactionRecord, FileRecordStore, OffloadEntry, Tier, atomic_write_text
@@ -79,8 +80,6 @@ class ContextManager:
         self.view = HistoryView(self._cache.count)
         self.summarizer = summarizer
         tiers = self.config.tiers
-        from .config import TierConfig
-
         self.compactor = ProgressiveCompactor(
             view=self.view,
             window=self.window,
@@ -109,15 +108,11 @@ class ContextManager:
 
     # ------------------------------------------------------------------ policies
     def _policies(self) -> dict[str, OffloadPolicy]:
-        from dataclasses import replace
-
         out: dict[str, OffloadPolicy] = {}
         if self.config.ingest_offload_chars:
             out["ingest"] = replace(INGEST_POLICY, threshold=self.config.ingest_offload_chars)
         ev = self.config.eviction
         if ev is not None:
-            from .offload import EVICTION_POLICY
-
             out["eviction"] = replace(
                 EVICTION_POLICY,
                 threshold=ev.max_chars,
@@ -229,7 +224,9 @@ class ContextManager:
         return parsed
 
     def _uuid_for(self, position: int) -> str:
-        return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{self.session_id}:{position}"))
+        return str(
+            uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{self.session_id}:{position}")
+        )
 
     def _ingest(self, index: int) -> None:
         """Seed 000's OffloadHook / seed 002's eviction, when a tool result arrives."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
@@ -71,7 +71,7 @@ class Recovery:
         if choice == "llm":
             if not has_llm:
                 raise ConfigError("fact_extractor='llm' needs an LLM-backed summarizer")
-            return LLMFactExtractor(model)
+            return LLMFactExtractor(cast(Any, model))
         if not callable(getattr(choice, "extract", None)):
             raise ConfigError(
                 f"fact_extractor must be 'auto', 'extractive', 'llm', 'off' or "

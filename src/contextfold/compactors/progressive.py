@@ -11,12 +11,10 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import replace
 
 from ..anchors import (
     Anchor,
-    AnchorType,
     merge_anchors,
     parse_summary,
     render_compaction_message,
@@ -32,114 +30,20 @@ from ..summarizers.extractive import ExtractiveSummarizer
 from ..summarizers.transcript import truncate_tool_arguments
 from ..view import HistoryView
 from .budget import repair_orphaned_tool_pairs
+from .common import (
+    COMPACTION_KIND,
+    EMERGENCY_POLICY,
+    BeforeSummarize,
+    CompactorState,
+    IndexRange,
+    _now,
+    _Run,
+    determine_tier,
+    render_sections_message,
+)
+from .harness import kept_tail, recover_overflow, run_trigger
 
-EMERGENCY_POLICY = OffloadPolicy(name="emergency", threshold=1_000)
-COMPACTION_KIND = "compaction"
-
-
-def determine_tier(ratio: float, cfg: TierConfig) -> Tier:
-    """Seed 2.2's determineTier, on an already computed ratio."""
-    if ratio >= cfg.emergency_threshold:
-        return Tier.EMERGENCY
-    if ratio >= cfg.full_threshold:
-        return Tier.FULL
-    if ratio >= cfg.soft_threshold:
-        return Tier.SOFT
-    if ratio >= cfg.warn_threshold:
-        return Tier.WARN
-    return Tier.NONE
-
-
-@dataclass(kw_only=True)
-class CompactorState:
-    """What survives a restart besides the history (seed 4.7's lastSummary/lastAnchors)."""
-
-    last_summary: str = ""
-    last_anchors: tuple[Anchor, ...] = ()
-    compaction_text: str = ""
-    boundary_uuid: str | None = None
-    compactions: int = 0
-    offload_policies: dict[str, str] = field(default_factory=dict)
-    #: ARTIFACTS of seed 002's four-section summaries, merged across rounds.
-    last_artifacts: tuple[str, ...] = ()
-
-
-#: Called before messages leave the view (memory flush); fail-open.
-BeforeSummarize = Callable[[Sequence[Message]], None]
-#: Called after a range left the view; returns "recall" lines for the compaction message.
-IndexRange = Callable[
-    [Sequence[Message], Sequence[OffloadEntry], Sequence[Anchor], str, Tier], list[str]
-]
-
-
-def effective_trigger_tokens(trig: SummaryTriggerConfig, window: int) -> int:
-    """triggerTokens, capped at 75% of a smaller window so the trigger fires before overflow."""
-    if not trig.trigger_tokens:
-        return 0
-    return min(trig.trigger_tokens, int(window * 0.75)) if window > 0 else trig.trigger_tokens
-
-
-def render_sections_message(
-    anchors: Sequence[Anchor],
-    summary: str,
-    artifacts: Sequence[str],
-    *,
-    offloaded: Sequence[tuple[str, str]] = (),
-    active_tasks: Sequence[str] = (),
-    recall: Sequence[str] = (),
-    note: str | None = None,
-) -> str:
-    """Seed 002's four-section compaction message (SESSION INTENT / SUMMARY / ARTIFACTS /
-    NEXT STEPS), with the same optional sections as the anchors format."""
-    by_type = {a.type: a for a in anchors}
-
-    def body(kind: AnchorType) -> str:
-        a = by_type.get(kind)
-        return a.content.strip() if a is not None and not a.is_empty else "N/A"
-
-    parts = [
-        "[Context Compaction]",
-        "## SESSION INTENT\n" + body(AnchorType.USER_INTENT),
-        "## SUMMARY\n" + (summary.strip() or "N/A"),
-        "## ARTIFACTS\n" + ("\n".join(f"- {a}" for a in artifacts) if artifacts else "N/A"),
-        "## NEXT STEPS\n" + body(AnchorType.NEXT_STEP),
-    ]
-    if offloaded:
-        parts.append("## Offloaded References\n" + "\n".join(f"- {p} - {d}" for p, d in offloaded))
-    if active_tasks:
-        parts.append("## Active Tasks\n" + "\n".join(active_tasks))
-    if recall:
-        parts.append(
-            "## Recallable Evidence\n" + "\n".join(f"- {r}" for r in recall)
-            + "\nCall the `recall` tool with a query or an evidence id to get the exact text."
-        )
-    if note:
-        parts.append("---\n" + note)
-    return "\n\n".join(parts)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass(kw_only=True)
-class _Run:
-    tier: Tier
-    tokens_before: int
-    msgs_before: int
-    started: float
-    reason: str
-    forced: bool = False
-    strategy: str = "progressive"
-    errors: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    offloaded: list[OffloadEntry] = field(default_factory=list)
-    summarized: int = 0
-    summary_text: str = ""
-    anchors: tuple[Anchor, ...] = ()
-    summarizer_name: str = ""
-    summarizer_in: int = 0
-    summarizer_out: int = 0
+__all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
 
 class ProgressiveCompactor:
@@ -453,12 +357,21 @@ class ProgressiveCompactor:
         tasks = self.active_tasks() if self.active_tasks else []
         if self.summary_style == "sections":
             text = render_sections_message(
-                anchors, summary, self.state.last_artifacts, offloaded=offloaded_refs,
-                active_tasks=tasks, recall=recall, note=note,
+                anchors,
+                summary,
+                self.state.last_artifacts,
+                offloaded=offloaded_refs,
+                active_tasks=tasks,
+                recall=recall,
+                note=note,
             )
         else:
             text = render_compaction_message(
-                anchors, summary, offloaded=offloaded_refs, active_tasks=tasks, recall=recall,
+                anchors,
+                summary,
+                offloaded=offloaded_refs,
+                active_tasks=tasks,
+                recall=recall,
                 note=note,
             )
         if v.newest_user is not None and v.newest_user < end and v.newest_user != v.first_user:
@@ -564,7 +477,9 @@ class ProgressiveCompactor:
             run.offloaded.append(entry)
 
     # ------------------------------------------------------------------ seed 7.1 interfaces
-    def compact_with_record(self, msgs: Sequence[Message]) -> tuple[list[Message], CompactionRecord]:
+    def compact_with_record(
+        self, msgs: Sequence[Message]
+    ) -> tuple[list[Message], CompactionRecord]:
         """RecordedCompactor on a plain message list (the whole history each call).
 
         Orphaned tool pairs are repaired first (seed 6.2). When ``msgs`` extends the history seen
@@ -596,81 +511,19 @@ class ProgressiveCompactor:
         for msg in msgs[len(known) :]:
             v.append(msg)
 
-    # ------------------------------------------------------------------ seed 002 trigger
+    # ------------------------------------------------------------------ seed 002 (harness.py)
     def run_trigger(
         self, trig: SummaryTriggerConfig, *, extra_tokens: int = 0
     ) -> CompactionRecord | None:
-        """Seed 002 2.1: summarize everything but the kept tail once a trigger fires."""
-        v = self.view
-        count = len(v.view_messages())
-        tokens = self.view_tokens(extra_tokens)
-        trigger_tokens = effective_trigger_tokens(trig, self.window)
-        why = ""
-        if trig.trigger_messages and count >= trig.trigger_messages:
-            why = f"trigger: {count} messages >= triggerMessages {trig.trigger_messages}"
-        elif trigger_tokens and tokens >= trigger_tokens:
-            why = f"trigger: {tokens} tokens >= triggerTokens {trigger_tokens}"
-        if not why:
-            return None
-        tail = self._kept_tail(trig)
-        if tail <= v.boundary:
-            return None
-        run = _Run(
-            tier=Tier.FULL,
-            tokens_before=tokens,
-            msgs_before=count,
-            started=time.perf_counter(),
-            reason=why,
-            strategy="summary",
-        )
-        hook = self.before_summarize
-        if not trig.flush_before_compact:
-            self.before_summarize = None
-        try:
-            self._summarize(run, v.boundary, tail, use_llm=True)
-        finally:
-            self.before_summarize = hook
-        self._ensure_fits(run, extra_tokens)
-        return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=True)
+        """Seed 002 2.1 trigger-based summary compaction; see :func:`harness.run_trigger`."""
+        return run_trigger(self, trig, extra_tokens=extra_tokens)
 
     def _kept_tail(self, trig: SummaryTriggerConfig) -> int:
-        v = self.view
-        n = len(v)
-        if trig.keep_tokens:
-            b = v.legal_cut_at_or_before(n - 1, v.boundary) if n > v.boundary else n
-            while b > v.boundary:
-                prev = v.legal_cut_at_or_before(b - 1, v.boundary)
-                if prev == b or v.range_tokens(prev, n) > trig.keep_tokens:
-                    break
-                b = prev
-            return b
-        return v.legal_cut_at_or_before(n - trig.keep_messages, v.boundary)
+        return kept_tail(self, trig)
 
-    # ------------------------------------------------------------------ overflow recovery
     def recover_overflow(self, *, extra_tokens: int = 0) -> CompactionRecord:
-        """Seed 002 2.4: keep only the newest message group verbatim (plus the pinned system
-        prompt and user messages) and one compact summary of everything else."""
-        v = self.view
-        before = self.view_tokens(extra_tokens)
-        run = _Run(
-            tier=Tier.EMERGENCY,
-            tokens_before=before,
-            msgs_before=len(v.view_messages()),
-            started=time.perf_counter(),
-            reason="context overflow reported by the model",
-            forced=True,
-            strategy="overflow_recovery",
-        )
-        n = len(v)
-        last = v.legal_cut_at_or_before(n - 1, v.boundary) if n > v.boundary else v.boundary
-        if last > v.boundary:
-            self._offload_range(run, v.boundary, last, self.compaction_policy)
-            self._summarize(run, v.boundary, last, use_llm=True)
-        if self.view_tokens(extra_tokens) > self.target_tokens:
-            self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
-        if self.view_tokens(extra_tokens) > self.target_tokens:
-            self._squeeze(run, extra_tokens)
-        return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=True)
+        """Seed 002 2.4 overflow recovery; see :func:`harness.recover_overflow`."""
+        return recover_overflow(self, extra_tokens=extra_tokens)
 
     # ------------------------------------------------------------------ records
     def _record(self, run: _Run, after: int, extra: int, *, persist: bool) -> CompactionRecord:

@@ -1,0 +1,123 @@
+"""Shared pieces of the view compactors: tier choice, state, the per-run scratch record,
+and seed 002's four-section compaction message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..anchors import Anchor, AnchorType
+from ..config import SummaryTriggerConfig, TierConfig
+from ..messages import Message
+from ..offload import OffloadPolicy
+from ..records import OffloadEntry, Tier
+
+EMERGENCY_POLICY = OffloadPolicy(name="emergency", threshold=1_000)
+COMPACTION_KIND = "compaction"
+
+
+def determine_tier(ratio: float, cfg: TierConfig) -> Tier:
+    """Seed 2.2's determineTier, on an already computed ratio."""
+    if ratio >= cfg.emergency_threshold:
+        return Tier.EMERGENCY
+    if ratio >= cfg.full_threshold:
+        return Tier.FULL
+    if ratio >= cfg.soft_threshold:
+        return Tier.SOFT
+    if ratio >= cfg.warn_threshold:
+        return Tier.WARN
+    return Tier.NONE
+
+
+@dataclass(kw_only=True)
+class CompactorState:
+    """What survives a restart besides the history (seed 4.7's lastSummary/lastAnchors)."""
+
+    last_summary: str = ""
+    last_anchors: tuple[Anchor, ...] = ()
+    compaction_text: str = ""
+    boundary_uuid: str | None = None
+    compactions: int = 0
+    offload_policies: dict[str, str] = field(default_factory=dict)
+    #: ARTIFACTS of seed 002's four-section summaries, merged across rounds.
+    last_artifacts: tuple[str, ...] = ()
+
+
+#: Called before messages leave the view (memory flush); fail-open.
+BeforeSummarize = Callable[[Sequence[Message]], None]
+#: Called after a range left the view; returns "recall" lines for the compaction message.
+IndexRange = Callable[
+    [Sequence[Message], Sequence[OffloadEntry], Sequence[Anchor], str, Tier], list[str]
+]
+
+
+def effective_trigger_tokens(trig: SummaryTriggerConfig, window: int) -> int:
+    """triggerTokens, capped at 75% of a smaller window so the trigger fires before overflow."""
+    if not trig.trigger_tokens:
+        return 0
+    return min(trig.trigger_tokens, int(window * 0.75)) if window > 0 else trig.trigger_tokens
+
+
+def render_sections_message(
+    anchors: Sequence[Anchor],
+    summary: str,
+    artifacts: Sequence[str],
+    *,
+    offloaded: Sequence[tuple[str, str]] = (),
+    active_tasks: Sequence[str] = (),
+    recall: Sequence[str] = (),
+    note: str | None = None,
+) -> str:
+    """Seed 002's four-section compaction message (SESSION INTENT / SUMMARY / ARTIFACTS /
+    NEXT STEPS), with the same optional sections as the anchors format."""
+    by_type = {a.type: a for a in anchors}
+
+    def body(kind: AnchorType) -> str:
+        a = by_type.get(kind)
+        return a.content.strip() if a is not None and not a.is_empty else "N/A"
+
+    parts = [
+        "[Context Compaction]",
+        "## SESSION INTENT\n" + body(AnchorType.USER_INTENT),
+        "## SUMMARY\n" + (summary.strip() or "N/A"),
+        "## ARTIFACTS\n" + ("\n".join(f"- {a}" for a in artifacts) if artifacts else "N/A"),
+        "## NEXT STEPS\n" + body(AnchorType.NEXT_STEP),
+    ]
+    if offloaded:
+        parts.append("## Offloaded References\n" + "\n".join(f"- {p} - {d}" for p, d in offloaded))
+    if active_tasks:
+        parts.append("## Active Tasks\n" + "\n".join(active_tasks))
+    if recall:
+        parts.append(
+            "## Recallable Evidence\n"
+            + "\n".join(f"- {r}" for r in recall)
+            + "\nCall the `recall` tool with a query or an evidence id to get the exact text."
+        )
+    if note:
+        parts.append("---\n" + note)
+    return "\n\n".join(parts)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(kw_only=True)
+class _Run:
+    tier: Tier
+    tokens_before: int
+    msgs_before: int
+    started: float
+    reason: str
+    forced: bool = False
+    strategy: str = "progressive"
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    offloaded: list[OffloadEntry] = field(default_factory=list)
+    summarized: int = 0
+    summary_text: str = ""
+    anchors: tuple[Anchor, ...] = ()
+    summarizer_name: str = ""
+    summarizer_in: int = 0
+    summarizer_out: int = 0
