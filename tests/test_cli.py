@@ -27,7 +27,9 @@ def test_compact_openai_json_prints_notification_and_writes_view(tmp_path: Path)
     src = tmp_path / "t.json"
     src.write_text(json.dumps(big_trace()))
     ws = tmp_path / "ws"
-    code, out, _ = run("compact", str(src), "--window", "32000", "--workspace", str(ws), "--session", "c1")
+    code, out, _ = run(
+        "compact", str(src), "--window", "32000", "--workspace", str(ws), "--session", "c1"
+    )
     assert code == 0, out
     assert out.startswith("⚡ Context compacted [")
     view = json.loads((tmp_path / "t.view.json").read_text())
@@ -41,14 +43,30 @@ def test_compact_jsonl_and_anthropic(tmp_path: Path) -> None:
     data = big_trace()[:60]
     jl = tmp_path / "t.jsonl"
     jl.write_text("\n".join(json.dumps(m) for m in data))
-    code, out, _ = run("compact", str(jl), "--window", "8000", "--workspace", str(tmp_path / "a"),
-                       "--out", str(tmp_path / "v1.json"))
+    code, out, _ = run(
+        "compact",
+        str(jl),
+        "--window",
+        "8000",
+        "--workspace",
+        str(tmp_path / "a"),
+        "--out",
+        str(tmp_path / "v1.json"),
+    )
     assert code == 0 and "view written" in out
     system, msgs = to_anthropic(messages_from_openai(data))
     an = tmp_path / "anthropic.json"
     an.write_text(json.dumps({"system": system, "messages": msgs}))
-    code, out, _ = run("compact", str(an), "--window", "8000", "--workspace", str(tmp_path / "b"),
-                       "--out", str(tmp_path / "v2.json"))
+    code, out, _ = run(
+        "compact",
+        str(an),
+        "--window",
+        "8000",
+        "--workspace",
+        str(tmp_path / "b"),
+        "--out",
+        str(tmp_path / "v2.json"),
+    )
     assert code == 0, out
     view = json.loads((tmp_path / "v2.json").read_text())
     assert set(view) == {"system", "messages"}
@@ -87,7 +105,10 @@ def test_restore_and_blocks(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     src = tmp_path / "t.json"
     src.write_text(json.dumps(big_trace()))
-    assert run("compact", str(src), "--window", "32000", "--workspace", str(ws), "--session", "r1")[0] == 0
+    assert (
+        run("compact", str(src), "--window", "32000", "--workspace", str(ws), "--session", "r1")[0]
+        == 0
+    )
     code, out, _ = run("blocks", "r1", "--workspace", str(ws))
     assert code == 0 and out.startswith("cb-")
     code, out, _ = run("restore", "r1", "Traceback error", "--workspace", str(ws), "-k", "2")

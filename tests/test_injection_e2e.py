@@ -13,7 +13,7 @@ from contextfold.wire import from_openai
 TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "/repo/src/dates.py", line 42, in parse\n'
-    "    raise ValueError(\"bad month: 13\")\n"
+    '    raise ValueError("bad month: 13")\n'
     "ValueError: bad month: 13\n"
 )
 
@@ -21,9 +21,17 @@ TRACEBACK = (
 def add_turn(cm: ContextManager, i: int, command: str, output: str) -> None:
     cm.add_many(
         [
-            {"role": "assistant", "content": f"Running step {i}.", "tool_calls": [
-                {"id": f"call_{i}", "type": "function",
-                 "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]},
+            {
+                "role": "assistant",
+                "content": f"Running step {i}.",
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": f"call_{i}", "content": output},
         ]
     )
@@ -35,7 +43,9 @@ def compacted_session(tmp_path: Path) -> ContextManager:
     cm.add({"role": "user", "content": "Fix the date parser."})
     add_turn(cm, 0, "pytest tests/test_dates.py -x", "<returncode>1</returncode>\n" + TRACEBACK * 3)
     for i in range(1, 40):
-        add_turn(cm, i, f"cat src/module_{i}.py", "\n".join(f"def f{j}(): return {j}" for j in range(40)))
+        add_turn(
+            cm, i, f"cat src/module_{i}.py", "\n".join(f"def f{j}(): return {j}" for j in range(40))
+        )
     cm.prepare()
     assert cm.compactor.state.compactions > 0
     return cm
@@ -47,7 +57,7 @@ def reminder(view: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def test_explicit_detail_question_injects_the_old_traceback(tmp_path: Path) -> None:
     cm = compacted_session(tmp_path)
-    assert 'line 42, in parse' not in json.dumps(cm.view.view_dicts())  # the trace left the view
+    assert "line 42, in parse" not in json.dumps(cm.view.view_dicts())  # the trace left the view
     cm.add({"role": "user", "content": "What was the exact error output of pytest earlier?"})
     view = cm.prepare()
     block = reminder(view)
@@ -56,7 +66,10 @@ def test_explicit_detail_question_injects_the_old_traceback(tmp_path: Path) -> N
     assert "ValueError: bad month: 13" in text
     assert "does not replace" in text or "current state" in text
     # right before the newest user message, within the budget, view still valid
-    assert view[view.index(block) + 1]["content"] == "What was the exact error output of pytest earlier?"
+    assert (
+        view[view.index(block) + 1]["content"]
+        == "What was the exact error output of pytest earlier?"
+    )
     assert cm.counter.count_text(text) <= 0.08 * 8_000
     check_view([from_openai(d, i) for i, d in enumerate(view)])
     assert cm.prepare() == view  # stable while that request is the newest
@@ -101,19 +114,39 @@ def test_restored_text_cannot_close_the_block(tmp_path: Path) -> None:
 def test_recall_tool_and_restore(tmp_path: Path) -> None:
     cm = compacted_session(tmp_path)
     names = {t["function"]["name"] for t in cm.tool_schemas()}
-    assert {"recall", "read_offloaded", "session_list", "session_history", "session_search",
-            "memory_search", "memory_get"} <= names
+    assert {
+        "recall",
+        "read_offloaded",
+        "session_list",
+        "session_history",
+        "session_search",
+        "memory_search",
+        "memory_get",
+    } <= names
     assert {t["name"] for t in cm.tool_schemas("anthropic")} == names
     hits = cm.restore("full error output of `pytest tests/test_dates.py -x`", k=3)
     assert hits and "ValueError: bad month: 13" in hits[0].text and hits[0].sha256_ok
-    msg = cm.handle_tool_call({"id": "t1", "type": "function", "function": {
-        "name": "recall", "arguments": json.dumps({"query": "ValueError bad month"})}})
+    msg = cm.handle_tool_call(
+        {
+            "id": "t1",
+            "type": "function",
+            "function": {
+                "name": "recall",
+                "arguments": json.dumps({"query": "ValueError bad month"}),
+            },
+        }
+    )
     assert msg["role"] == "tool" and msg["tool_call_id"] == "t1"
     assert "ValueError: bad month: 13" in msg["content"]
-    bad = cm.handle_tool_call({"id": "t2", "type": "function", "function": {
-        "name": "recall", "arguments": "{not json"}})
+    bad = cm.handle_tool_call(
+        {"id": "t2", "type": "function", "function": {"name": "recall", "arguments": "{not json"}}
+    )
     assert bad["content"].startswith("Error:")
-    comp = next(d for d in cm.view.view_dicts() if str(d.get("content", "")).startswith("[Context Compaction]"))
+    comp = next(
+        d
+        for d in cm.view.view_dicts()
+        if str(d.get("content", "")).startswith("[Context Compaction]")
+    )
     assert "recall" in comp["content"]
 
 
@@ -122,10 +155,14 @@ def test_subagent_output_is_recoverable(tmp_path: Path) -> None:
     cm.add({"role": "user", "content": "Run the worker."})
     log = "worker log line\n" * 50 + "panic: runtime error: index out of range [5] with length 3\n"
     pointers = cm.add_subagent_output("run-7", log, parent_message_uuid=cm.history[0].uuid)
-    assert pointers and pointers[0].source_scope == "sub_agent" and pointers[0].agent_run_id == "run-7"
+    assert (
+        pointers and pointers[0].source_scope == "sub_agent" and pointers[0].agent_run_id == "run-7"
+    )
     hits = cm.restore("worker panic index out of range", k=1)
     assert hits and hits[0].pointer.source_scope == "sub_agent" and hits[0].text == log
-    transcript = [{"role": "user", "content": "sub task"},
-                  {"role": "assistant", "content": "FAILED tests/test_x.py::test_y - AssertionError"}]
+    transcript = [
+        {"role": "user", "content": "sub task"},
+        {"role": "assistant", "content": "FAILED tests/test_x.py::test_y - AssertionError"},
+    ]
     cm.add_subagent_output("run-8", transcript)
     assert any(h.pointer.agent_run_id == "run-8" for h in cm.restore("test_y AssertionError", k=3))

@@ -55,7 +55,9 @@ def replay(path: Path, tmp: Path) -> tuple[ContextManager, list[dict[str, Any]]]
 def left_view(cm: ContextManager) -> dict[str, str]:
     """tool_call_id -> original text, for results whose exact text is not in the view."""
     in_view = {
-        d.get("tool_call_id"): d.get("content") for d in cm.view.view_dicts() if d.get("role") == "tool"
+        d.get("tool_call_id"): d.get("content")
+        for d in cm.view.view_dicts()
+        if d.get("role") == "tool"
     }
     out = {}
     for m in cm.history:
@@ -75,7 +77,9 @@ def test_left_outputs_are_restorable_byte_exact(path: Path, tmp_path: Path) -> N
     for call_id, text in gone.items():
         assert cm.recover_tool_result(call_id) == text, f"{call_id} not recoverable"
     # failing commands whose output left the view
-    calls = {c["id"]: c for m in data if m["role"] == "assistant" for c in m.get("tool_calls") or []}
+    calls = {
+        c["id"]: c for m in data if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    }
     # the last three distinct failing commands; for a command that failed more than once the
     # target is its latest failing run (an identical query cannot tell older runs apart)
     latest: dict[str, str] = {}
