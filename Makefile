@@ -28,6 +28,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || { test "$$(id -u)" = 0 && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium unavailable: the HTML render check will be skipped"
 	$(BIN)/python -m benchmarks.run_all
 
 clean:

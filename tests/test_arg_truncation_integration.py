@@ -91,7 +91,7 @@ TRIGGER = SummaryTriggerConfig(trigger_messages=16, keep_messages=4)
 
 
 def test_summarizer_sees_truncated_but_valid_json(tmp_path: Path) -> None:
-    cm, llm = run(tmp_path, harness(summary=TRIGGER, truncate_args=TruncateArgsConfig()))
+    _, llm = run(tmp_path, harness(summary=TRIGGER, truncate_args=TruncateArgsConfig()))
     prompt = llm.prompts[0]
     raw, args = transcript_args(prompt, "w1")
     assert args["path"] == "big.py"

@@ -213,14 +213,6 @@ def test_custom_offload_root_is_the_one_store(tmp_path: Path) -> None:
     assert not (root / "call_big.txt").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ProgressiveCompactor._offloaded_refs reads only the session offload store, so with "
-        "EvictionConfig(offload_root=...) the compaction message has no Offloaded References "
-        "entry for evicted results (it has one with the default root)"
-    ),
-)
 def test_compaction_lists_results_evicted_to_a_custom_root(tmp_path: Path) -> None:
     root = tmp_path / "tool_offload"
     cfg = harness(
@@ -301,9 +293,7 @@ def test_progressive_ingest_offload_above_10k_uses_the_preview(tmp_path: Path) -
 
 def test_progressive_ingest_offload_applies_to_read_file_too(tmp_path: Path) -> None:
     # seed 000's hook has no exclusion list; only seed 002's eviction excludes tools
-    cm = ContextManager(
-        workspace=tmp_path / "ws", session_id="e", token_counter=QuarterCounter()
-    )
+    cm = ContextManager(workspace=tmp_path / "ws", session_id="e", token_counter=QuarterCounter())
     start(cm)
     cm.add_many(call_and_result("c1", "read_file", "f" * 12_000))
     assert tool_content(cm.prepare(), "c1").startswith("[offloaded: ")
@@ -325,3 +315,33 @@ def test_both_policies_one_store(tmp_path: Path) -> None:
     assert policies == {"huge": "eviction", "mid": "ingest"}
     index = tmp_path / "ws/sessions/e/tool_results/index.jsonl"
     assert len(index.read_text(encoding="utf-8").splitlines()) == 2
+
+
+# ------------------------------------------------------------------------------- edge cases
+
+
+@pytest.mark.parametrize("preset", ["harness", "progressive"])
+def test_tool_result_as_content_blocks_is_evicted(tmp_path: Path, preset: str) -> None:
+    cfg = harness(eviction=EvictionConfig()) if preset == "harness" else ContextConfig()
+    cm = manager(tmp_path, cfg)
+    start(cm)
+    text = big_output()
+    msgs = call_and_result("call_big", "bash", text)
+    msgs[1]["content"] = [{"type": "text", "text": text}]
+    cm.add_many(msgs)
+    view = cm.prepare()
+    assert len(json.dumps(view)) < 20_000
+    assert cm.recover_tool_result("call_big") == text
+
+
+def test_read_offloaded_pages_keep_form_feeds_and_carriage_returns(tmp_path: Path) -> None:
+    cm = manager(tmp_path, harness(eviction=EvictionConfig()))
+    start(cm)
+    text = "".join(f"page {i}\x0cbody\r\n" for i in range(12_000))
+    cm.add_many(call_and_result("call_ff", "bash", text))
+    shown = tool_content(cm.prepare(), "call_ff")
+    entry = cm.eviction_store.get("call_ff")
+    assert entry is not None and f"{entry.lines} lines" in shown
+    first = read_offloaded(cm, id="call_ff", offset=0, limit=2)
+    assert f"of {entry.lines} " in first.splitlines()[0]
+    assert read_all_pages(cm, 5_000, id="call_ff") == text.split("\n")[:-1]

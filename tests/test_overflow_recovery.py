@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -114,14 +115,6 @@ def test_the_next_prepare_continues_from_the_recovered_view(tmp_path: Path) -> N
     assert model.overflows == 1  # no second recovery needed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ProgressiveCompactor.recover_overflow offloads every tool result > 1,000 chars of "
-        "the kept group (EMERGENCY_POLICY) even when the retry fits easily, so the newest "
-        "message is not kept verbatim when it is a tool result"
-    ),
-)
 def test_newest_tool_result_is_kept_verbatim(tmp_path: Path) -> None:
     cm = ContextManager(workspace=tmp_path, session_id="o", context_window=128_000)
     group = turns(30)
@@ -202,18 +195,8 @@ def rate_limit_error() -> openai.RateLimitError:
     )
 
 
-RETRY_BUG = (
-    "BUG: ContextManager.call/acall retry inside the except block, so the retry's exception has "
-    "the first overflow as __context__; _raise_overflow -> is_context_overflow walks __context__ "
-    "and turns any retry error (timeout, 429 ...) into ContextOverflowError"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=RETRY_BUG)
 @pytest.mark.parametrize("second", [TimeoutError("read timeout"), rate_limit_error()])
-def test_a_non_overflow_error_on_the_retry_propagates(
-    tmp_path: Path, second: Exception
-) -> None:
+def test_a_non_overflow_error_on_the_retry_propagates(tmp_path: Path, second: Exception) -> None:
     cm = loaded(tmp_path)
     steps: list[BaseException] = [overflow_error("openai"), second]
 
@@ -225,7 +208,6 @@ def test_a_non_overflow_error_on_the_retry_propagates(
     assert info.value is second
 
 
-@pytest.mark.xfail(strict=True, reason=RETRY_BUG)
 def test_acall_non_overflow_error_on_the_retry_propagates(tmp_path: Path) -> None:
     cm = loaded(tmp_path)
     steps: list[BaseException] = [overflow_error("openai"), TimeoutError("read timeout")]
@@ -245,7 +227,7 @@ def test_a_retry_error_still_leaves_the_recovery_record(tmp_path: Path) -> None:
     def fn(view: list[dict[str, Any]]) -> Any:
         raise steps.pop(0)
 
-    with pytest.raises(Exception):  # noqa: B017 - which class is the bug above
+    with pytest.raises(TimeoutError):
         cm.call(fn)
     assert steps == []
     assert cm.last_record is not None and cm.last_record.strategy == "overflow_recovery"
@@ -329,7 +311,7 @@ def test_anthropic_format_retry_is_valid(tmp_path: Path) -> None:
     retry = seen[1]
     assert retry["system"] == SYSTEM["content"]
     roles = [m["role"] for m in retry["messages"]]
-    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles))
     assert len(retry["messages"]) < len(seen[0]["messages"])
 
 
@@ -433,4 +415,4 @@ def test_anthropic_conversion_of_retry_alternates(tmp_path: Path) -> None:
     system, msgs = to_anthropic([from_openai(d, i) for i, d in enumerate(model.calls[1])])
     assert system == SYSTEM["content"]
     roles = [m["role"] for m in msgs]
-    assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    assert all(a != b for a, b in itertools.pairwise(roles))

@@ -266,13 +266,6 @@ def test_invalid_summary_trigger_combinations(kw: dict[str, Any]) -> None:
         SummaryTriggerConfig(**kw)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: SummaryTriggerConfig accepts keep_tokens >= trigger_tokens with only the token "
-        "trigger on (the kept tail is then the whole view when the trigger fires)"
-    ),
-)
 def test_keep_tokens_not_below_the_only_trigger_is_rejected() -> None:
     with pytest.raises(ConfigError):
         SummaryTriggerConfig(trigger_messages=0, trigger_tokens=10_000, keep_tokens=10_000)

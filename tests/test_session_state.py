@@ -97,7 +97,8 @@ def test_fresh_session_has_empty_state(tmp_path: Path) -> None:
 def test_no_compaction_changes_the_state(tmp_path: Path, how: str) -> None:
     if how == "trigger":
         cm = manager(
-            tmp_path, config=harness(summary=SummaryTriggerConfig(trigger_messages=20, keep_messages=4))
+            tmp_path,
+            config=harness(summary=SummaryTriggerConfig(trigger_messages=20, keep_messages=4)),
         )
     else:
         cm = manager(tmp_path)
@@ -189,7 +190,7 @@ def test_bad_todo_status_and_corrupt_state_file(tmp_path: Path) -> None:
     path = tmp_path / "sessions/s/session_state.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(StorageError, match="session_state.json"):
+    with pytest.raises(StorageError, match=r"session_state\.json"):
         manager(tmp_path)
 
 

@@ -133,8 +133,14 @@ def test_token_trigger_fires_alone(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("trig", "why"),
     [
-        (SummaryTriggerConfig(trigger_messages=1_000, trigger_tokens=1_000, keep_messages=4), "triggerTokens"),
-        (SummaryTriggerConfig(trigger_messages=10, trigger_tokens=1_000_000, keep_messages=4), "triggerMessages"),
+        (
+            SummaryTriggerConfig(trigger_messages=1_000, trigger_tokens=1_000, keep_messages=4),
+            "triggerTokens",
+        ),
+        (
+            SummaryTriggerConfig(trigger_messages=10, trigger_tokens=1_000_000, keep_messages=4),
+            "triggerMessages",
+        ),
     ],
 )
 def test_either_trigger_fires(tmp_path: Path, trig: SummaryTriggerConfig, why: str) -> None:
@@ -261,14 +267,6 @@ def test_harness_default_summary_style_is_sections(tmp_path: Path) -> None:
     assert summ.requests[0].prompt is None  # the default four-section prompt
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ProgressiveCompactor._summarize keeps only parsed.anchors/summary; the ARTIFACTS "
-        "of a four-section summary never reach the compaction message (rendered in seed 000 "
-        "anchors format instead of SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS)"
-    ),
-)
 def test_four_section_summary_reaches_the_view_with_its_artifacts(tmp_path: Path) -> None:
     summ = ScriptedSummarizer(default=FOUR_SECTION_REPLY)
     cm = manager(

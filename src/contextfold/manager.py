@@ -15,7 +15,14 @@ from .compactors.progressive import CompactorState, ProgressiveCompactor
 from .config import ContextConfig, TierConfig, resolve_preset
 from .errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
 from .messages import Message
-from .offload import EVICTION_POLICY, INGEST_POLICY, OffloadPolicy, OffloadStore, placeholder
+from .offload import (
+    EVICTION_POLICY,
+    INGEST_POLICY,
+    OffloadPolicy,
+    OffloadStore,
+    offloadable_text,
+    placeholder,
+)
 from .overflow import is_context_overflow
 from .paths import Workspace, check_session_id
 from .records import CompactionRecord, FileRecordStore, OffloadEntry, Tier, atomic_write_text
@@ -231,8 +238,8 @@ class ContextManager:
     def _ingest(self, index: int) -> None:
         """Seed 000's OffloadHook / seed 002's eviction, when a tool result arrives."""
         msg = self.view.history[index]
-        text = msg.text
-        if not isinstance(msg.content, str):
+        text = offloadable_text(msg.content)
+        if text is None:
             return
         tool_name = self.compactor._tool_name(index)
         pol = self.compactor.policies

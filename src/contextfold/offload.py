@@ -38,6 +38,21 @@ DEFAULT_EVICTION_EXCLUDES: tuple[str, ...] = (
 )
 
 
+def offloadable_text(content: object) -> str | None:
+    """The text of a tool result that can be offloaded: plain text, or content blocks that are
+    all text blocks (a result with an image or other block is left alone)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, tuple | list) and content:
+        texts = []
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "text":
+                return None
+            texts.append(str(block.get("text", "")))
+        return "\n".join(texts)
+    return None
+
+
 def is_offloaded_text(text: str) -> bool:
     return text.lstrip().startswith(OFFLOADED_PREFIXES)
 
@@ -93,7 +108,7 @@ def placeholder(entry: OffloadEntry, text: str, policy: OffloadPolicy) -> str:
             f"[Full output ({entry.chars} characters) saved to {entry.path}; read it with {how} "
             f"using offset/limit]"
         )
-    lines = text.splitlines()
+    lines = text.split("\n")
     preview = "\n".join(line[:300] for line in lines[: policy.preview_lines])
     return (
         f"[offloaded: {entry.path} | {entry.lines} lines / {_kb(entry.bytes)} | sha256 "
@@ -230,7 +245,9 @@ class OffloadStore:
                 raise StorageError(f"{ref!r} is not an offloaded result of this session")
             entry = match[0]
         text = self.read(entry.tool_call_id)
-        lines = text.splitlines()
+        lines = text.split("\n")
+        if text.endswith("\n"):
+            lines.pop()  # a final newline ends the last line; it does not start a new one
         page = lines[offset : offset + limit]
         end = offset + len(page)
         header = (

@@ -20,12 +20,11 @@ Definitions (all counts are o200k_base tokens):
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ContextFoldError
+from ..shell import ShellReader, files_written
 
 OVERHEAD = 4
 CACHED_RATE = 0.1
@@ -220,96 +219,23 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 # --------------------------------------------------------------------------- edited files
 
-_HEREDOC_REDIRECT = re.compile(
-    r"\bcat\s+(?:<<-?\s*['\"]?\w+['\"]?\s*)?>>?\s*(['\"]?[^\s;&|<>'\"]+['\"]?)"
-)
-_CAT_TO_FIRST = re.compile(r"\bcat\s*>>?\s*(['\"]?[^\s;&|<>'\"]+['\"]?)")
-_TEE = re.compile(r"\btee\s+(?:-a\s+|--append\s+)?(['\"]?[^\s;&|<>'\"]+['\"]?)")
-_ECHO = re.compile(r"\b(?:echo|printf)\b[^\n;&|]*?[^2&]>>?\s*(['\"]?[^\s;&|<>'\"]+['\"]?)")
-_PY_OPEN = re.compile(r"open\(\s*(?:r|f)?['\"]([^'\"\n]+)['\"]\s*,\s*(?:mode\s*=\s*)?['\"][wax]")
-_PY_PATH = re.compile(r"Path\(\s*['\"]([^'\"\n]+)['\"]\s*\)\.write_(?:text|bytes)")
-_SWE_CREATE = re.compile(r"^\s*create\s+(\S+)", re.MULTILINE)
-_EDIT_TOOLS = ("str_replace", "edit", "create", "write", "apply_patch", "insert")
-_PATH_KEYS = ("path", "file_path", "filename", "file")
-
-
-def _clean(path: str) -> str | None:
-    path = path.strip().strip("'\"")
-    if not path or path.startswith(("-", "&", "$", "/dev/", "/proc/")) or "$" in path:
-        return None
-    if path in (".", "..", "/"):
-        return None
-    while path.startswith("./"):
-        path = path[2:]
-    return path or None
-
-
-def _sed_files(command: str) -> list[str]:
-    out: list[str] = []
-    for line in re.split(r"&&|\|\||;|\n|\|", command):
-        if not re.search(r"\bsed\b", line) or not re.search(r"\s-i", line):
-            continue
-        try:
-            words = shlex.split(line[re.search(r"\bsed\b", line).start() :])  # type: ignore[union-attr]
-        except ValueError:
-            continue
-        args = words[1:]
-        script_given = False
-        plain: list[str] = []
-        skip = False
-        for w in args:
-            if skip:
-                skip = False
-                continue
-            if w in ("-e", "-f", "--expression", "--file"):
-                script_given = True
-                skip = True
-                continue
-            if w.startswith("-"):
-                continue
-            plain.append(w)
-        out.extend(plain if script_given else plain[1:])
-    return out
-
 
 def edited_files(command: str) -> list[str]:
-    """Files a shell command writes: ``sed -i``, ``cat >``/``cat <<EOF >``, ``tee``,
-    ``echo/printf >``, Python ``open(..., 'w')``/``Path(...).write_text`` (in ``python -c``
-    or in a script written by a heredoc) and SWE-agent's ``create FILE``."""
-    found: list[str] = []
-    found += _sed_files(command)
-    for rx in (_HEREDOC_REDIRECT, _CAT_TO_FIRST, _TEE, _ECHO, _PY_OPEN, _PY_PATH, _SWE_CREATE):
-        found += [m.group(1) for m in rx.finditer(command)]
-    out: list[str] = []
-    for raw in found:
-        path = _clean(raw)
-        if path and path not in out:
-            out.append(path)
-    return out
+    """Files a shell command writes (see :mod:`contextfold.shell`): ``sed -i``, ``cat >``/
+    ``cat <<EOF >``, ``tee``, ``echo/printf >``, Python ``open(..., 'w')``/
+    ``Path(...).write_text`` (in ``python -c`` or in a script written by a heredoc),
+    ``patch``/``git apply``, ``cp``/``mv`` and SWE-agent's ``create FILE``; the files a Python
+    script written by heredoc opens for writing count too (its run is not seen)."""
+    return ShellReader().written(command, scripts=True)
 
 
 def tool_call_edits(msg: MsgDict) -> list[str]:
-    """Files the tool calls of one assistant message edit."""
+    """Files the tool calls of one assistant message edit (editor calls and commands)."""
     out: list[str] = []
     for call in msg.get("tool_calls") or ():
         fn = call.get("function") or {}
-        name = str(fn.get("name") or "").lower()
-        try:
-            args = json.loads(fn.get("arguments") or "{}")
-        except ValueError:
-            args = {}
-        if not isinstance(args, dict):
-            args = {}
-        paths: list[str] = []
-        cmd = args.get("command")
-        if isinstance(cmd, str):
-            paths += edited_files(cmd)
-        if any(t in name for t in _EDIT_TOOLS) or cmd in ("create", "str_replace", "insert"):
-            paths += [str(args[k]) for k in _PATH_KEYS if isinstance(args.get(k), str)]
-        for p in paths:
-            c = _clean(p)
-            if c and c not in out:
-                out.append(c)
+        written = files_written(str(fn.get("name") or ""), fn.get("arguments") or "{}")
+        out += [p for p in written if p not in out]
     return out
 
 

@@ -23,7 +23,14 @@ from ..anchors import (
 from ..config import SummaryTriggerConfig, TierConfig, TruncateArgsConfig
 from ..errors import ContextFoldError, StorageError
 from ..messages import Message
-from ..offload import COMPACTION_POLICY, OffloadPolicy, OffloadStore, is_offloaded_text, placeholder
+from ..offload import (
+    COMPACTION_POLICY,
+    OffloadPolicy,
+    OffloadStore,
+    is_offloaded_text,
+    offloadable_text,
+    placeholder,
+)
 from ..records import CompactionRecord, OffloadEntry, RecordStore, Tier
 from ..summarizers.base import Summarizer, SummaryRequest, SummaryStyle
 from ..summarizers.extractive import ExtractiveSummarizer
@@ -241,9 +248,9 @@ class ProgressiveCompactor:
         v = self.view
         for i in range(start, end):
             form = v.forms[i]
-            if form.role != "tool" or not isinstance(form.content, str):
+            text = offloadable_text(form.content) if form.role == "tool" else None
+            if text is None:
                 continue
-            text = form.content
             if not policy.applies(text, None) or form.metadata.get("cf_offloaded"):
                 continue
             original = v.history[i]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from ..shell import exit_code
 from .model import CompactSummaryItem, EvidencePointer
 
 CONTENT_TYPES: tuple[str, ...] = (
@@ -94,11 +95,6 @@ _LOG = re.compile(
     r"^\[?\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}|^\[?(?:INFO|DEBUG|WARN|WARNING|ERROR|TRACE|CRITICAL)\b"
     r"[\]:\s]|^\d{2}:\d{2}:\d{2}[.,]\d+|^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} "
 )
-_RETURNCODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
-_EXIT = re.compile(
-    r"(?:exit(?:ed)? (?:with )?(?:code|status)|exit code|return code|returncode)[:= ]+(-?\d+)",
-    re.IGNORECASE,
-)
 
 
 def _scan_text(text: str) -> str:
@@ -116,13 +112,6 @@ def _ratio(lines: list[str], pattern: re.Pattern[str]) -> float:
         return 0.0
     sample = lines[:400]
     return sum(1 for ln in sample if pattern.search(ln)) / len(sample)
-
-
-def exit_code(text: str) -> int | None:
-    """The exit code a tool output reports (``<returncode>1</returncode>``, "exit code 2")."""
-    head = text[:2000]
-    m = _RETURNCODE.search(head) or _EXIT.search(head) or _EXIT.search(text[-2000:])
-    return int(m.group(1)) if m else None
 
 
 def classify(text: str) -> tuple[str, ...]:

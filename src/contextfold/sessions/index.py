@@ -15,122 +15,32 @@ phrases. Without FTS5 the index falls back to a LIKE scan and says so in :attr:`
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
-import re
 import sqlite3
 import threading
-import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import StorageError
-from ..messages import Message
 from ..paths import Workspace, check_session_id
 from .log import LogEntry, SessionLog, SessionMeta, list_session_ids
+from .query import SearchHit, search_fts, search_like
+from .text import (
+    fts_query,
+    join_cjk,
+    make_snippet,
+    message_search_text,
+    scope_key,
+    split_cjk,
+    unzip_text,
+    zip_text,
+)
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 6
-_CJK_CLASS = (
-    "\u2e80-\u2fdf\u3000-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-    "\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef"
-)
-_CJK = re.compile(f"([{_CJK_CLASS}])")
-#: Separator put around CJK characters: not whitespace, not a token character for unicode61.
-_ZWSP = "\u200b"
-_CJK_MARK_GAP = re.compile(f"(?<=[{_CJK_CLASS}])\\]\\[(?=[{_CJK_CLASS}])")
-_SNIP_OPEN, _SNIP_CLOSE, _SNIP_ELLIPSIS = "[", "]", "…"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SearchHit:
-    session_id: str
-    agent_id: str
-    seq: int
-    role: str
-    ts: str
-    #: Matching text with the hits in [brackets] and … where text was cut.
-    snippet: str
-    #: Higher is better (negated bm25 with FTS5; a match count in the fallback).
-    score: float
-
-
-def split_cjk(text: str) -> str:
-    """Make every CJK character its own token (zero-width spaces around each)."""
-    return _CJK.sub(f"{_ZWSP}\\1{_ZWSP}", text) if _CJK.search(text) else text
-
-
-def join_cjk(text: str) -> str:
-    """Undo :func:`split_cjk` for display, merging adjacent highlighted CJK characters."""
-    if _ZWSP not in text:
-        return text
-    return _CJK_MARK_GAP.sub("", text.replace(_ZWSP, ""))
-
-
-def _arg_strings(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(v, str | dict | list):
-                _arg_strings(v, out)
-            elif v is not None:
-                out.append(f"{k}={v}")
-    elif isinstance(value, list):
-        for v in value:
-            _arg_strings(v, out)
-
-
-def _head_tail(text: str, limit: int) -> str:
-    if limit <= 0 or len(text) <= limit:
-        return text
-    head = limit * 3 // 4
-    return text[:head] + "\n…\n" + text[len(text) - (limit - head) :]
-
-
-def message_search_text(msg: Message, *, max_chars: int, max_tool_chars: int) -> str:
-    """The text of a message that goes into the index."""
-    parts = [msg.text]
-    for call in msg.tool_calls:
-        args: list[str] = []
-        try:
-            _arg_strings(call.parsed_arguments(), args)
-        except ValueError:
-            args = [call.arguments]
-        parts.append(call.name + " " + " ".join(args))
-    text = "\n".join(p for p in parts if p)
-    return _head_tail(text, max_tool_chars if msg.role == "tool" else max_chars)
-
-
-def fts_query(query: str, *, op: str = "AND") -> str:
-    """User text as a safe FTS5 MATCH expression: every word becomes a quoted phrase."""
-    phrases: list[str] = []
-    for chunk in split_cjk(query).split():
-        if not any(ch.isalnum() for ch in chunk):
-            continue
-        phrases.append('"' + chunk.replace('"', '""') + '"')
-    return f" {op} ".join(phrases)
-
-
-def _like_terms(query: str) -> list[str]:
-    return [t for t in query.split() if any(ch.isalnum() for ch in t)]
-
-
-def scope_key(kind: str, value: str) -> str:
-    """One FTS token standing for an agent or session id (hashed: ids are arbitrary text)."""
-    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:20]
-
-
-def _zip(text: str) -> bytes:
-    return zlib.compress(text.encode("utf-8", "surrogatepass"), 1)
-
-
-def _unzip(blob: bytes | None) -> str:
-    return zlib.decompress(blob).decode("utf-8", "surrogatepass") if blob else ""
 
 
 def fts5_available() -> bool:
@@ -186,7 +96,7 @@ class SessionIndex:
     def _connect(self) -> sqlite3.Connection:
         self.workspace.root.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        con.create_function("cf_unzip", 1, _unzip, deterministic=True)
+        con.create_function("cf_unzip", 1, unzip_text, deterministic=True)
         con.create_function("cf_key", 2, scope_key, deterministic=True)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute("PRAGMA synchronous=NORMAL")
@@ -367,7 +277,7 @@ class SessionIndex:
             cur = con.execute(
                 "INSERT INTO chunks(session_id, agent_id, seq, role, ts, zbody) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, agent_id, e.seq, e.message.role, e.ts, _zip(body)),
+                (session_id, agent_id, e.seq, e.message.role, e.ts, zip_text(body)),
             )
             if self.fts5:
                 con.execute(
@@ -527,120 +437,11 @@ class SessionIndex:
         self, query: str, agent_id: str | None, limit: int, session_id: str | None
     ) -> list[SearchHit]:
         if not self.fts5:
-            return self._search_like(query, agent_id, limit, session_id)
-        hits = self._search_fts(query, "AND", agent_id, limit, session_id)
+            return search_like(self._con, query, agent_id, limit, session_id)
+        hits = search_fts(self._con, query, "AND", agent_id, limit, session_id, self._warn)
         if not hits and len(fts_query(query, op="OR").split(" OR ")) > 1:
-            hits = self._search_fts(query, "OR", agent_id, limit, session_id)
+            hits = search_fts(self._con, query, "OR", agent_id, limit, session_id, self._warn)
         return hits
-
-    def _search_fts(
-        self, query: str, op: str, agent_id: str | None, limit: int, session_id: str | None
-    ) -> list[SearchHit]:
-        match = fts_query(query, op=op)
-        if not match:
-            return []
-        expr = f"body : ({match})"
-        scoped = agent_id is not None or session_id is not None
-        try:
-            if scoped:
-                # Let FTS5 itself keep only this agent's / session's rows (hashed id tokens):
-                # bm25 ranks a fraction of the matches and no join runs per match. Hash
-                # collisions are caught by the exact check on the winners below.
-                keys = []
-                if agent_id is not None:
-                    keys.append(f'akey : "{scope_key("a", agent_id)}"')
-                if session_id is not None:
-                    keys.append(f'skey : "{scope_key("s", session_id)}"')
-                ranked = self._con.execute(
-                    "SELECT rowid, bm25(chunks_fts, 1.0, 0.0, 0.0) AS score FROM chunks_fts "
-                    "WHERE chunks_fts MATCH ? ORDER BY score LIMIT ?",
-                    (" AND ".join([*keys, expr]), limit),
-                ).fetchall()
-            else:
-                where = ["chunks_fts MATCH ?"]
-                params: list[Any] = [expr]
-                if agent_id is not None:
-                    where.append("c.agent_id = ?")
-                    params.append(agent_id)
-                if session_id is not None:
-                    where.append("c.session_id = ?")
-                    params.append(session_id)
-                ranked = self._con.execute(
-                    "SELECT c.id, bm25(chunks_fts, 1.0, 0.0, 0.0) AS score FROM chunks_fts "
-                    "JOIN chunks c ON c.id = chunks_fts.rowid "
-                    f"WHERE {' AND '.join(where)} ORDER BY score LIMIT ?",
-                    [*params, limit],
-                ).fetchall()
-            if not ranked:
-                return []
-            marks = ",".join(str(int(r[0])) for r in ranked)
-            meta = {
-                int(r[0]): r
-                for r in self._con.execute(
-                    "SELECT id, session_id, agent_id, seq, role, ts, zbody FROM chunks "
-                    f"WHERE id IN ({marks})"
-                )
-            }
-        except sqlite3.OperationalError as exc:
-            self._warn(f"search {match!r} failed in FTS5 ({exc}); no results")
-            return []
-        rows = []
-        for rowid, score in ranked:
-            r = meta.get(int(rowid))
-            if r is None or (agent_id is not None and r[2] != agent_id):
-                continue
-            if session_id is not None and r[1] != session_id:
-                continue
-            rows.append((r, score))
-        terms = re.findall(r"\w+", query)
-        return [
-            SearchHit(
-                session_id=r[1],
-                agent_id=r[2],
-                seq=int(r[3]),
-                role=r[4] or "",
-                ts=r[5] or "",
-                snippet=make_snippet(_unzip(r[6]), terms),
-                score=-float(score),
-            )
-            for r, score in rows
-        ]
-
-    def _search_like(
-        self, query: str, agent_id: str | None, limit: int, session_id: str | None
-    ) -> list[SearchHit]:
-        terms = _like_terms(query)[:8]
-        if not terms:
-            return []
-        hit = "(instr(lower(cf_unzip(zbody)), lower(?)) > 0)"
-        scores = " + ".join(hit for _ in terms)
-        where = [f"({' OR '.join(hit for _ in terms)})"]
-        params: list[Any] = list(terms) + list(terms)
-        if agent_id is not None:
-            where.append("agent_id = ?")
-            params.append(agent_id)
-        if session_id is not None:
-            where.append("session_id = ?")
-            params.append(session_id)
-        params.append(limit)
-        sql = (
-            f"SELECT session_id, agent_id, seq, role, ts, cf_unzip(zbody), ({scores}) AS score "
-            "FROM chunks "
-            f"WHERE {' AND '.join(where)} ORDER BY score DESC, id DESC LIMIT ?"
-        )
-        rows = self._con.execute(sql, params).fetchall()
-        return [
-            SearchHit(
-                session_id=r[0],
-                agent_id=r[1],
-                seq=int(r[2]),
-                role=r[3] or "",
-                ts=r[4] or "",
-                snippet=make_snippet(str(r[5]), terms),
-                score=float(r[6]),
-            )
-            for r in rows
-        ]
 
     def size_bytes(self) -> int:
         """Size of the database on disk (main file plus WAL)."""
@@ -666,34 +467,14 @@ class SessionIndex:
         self.close()
 
 
-def make_snippet(body: str, terms: Sequence[str], width: int = 180) -> str:
-    """A window of ``body`` around the densest cluster of ``terms``, hits in [brackets]."""
-    body = join_cjk(body)
-    words = [t for t in dict.fromkeys(t.lower() for t in terms) if t]
-    if not words:
-        return " ".join(body[:width].split())
-    pattern = re.compile(
-        "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)), re.IGNORECASE
-    )
-    found = [(m.start(), m.group(0).lower()) for m in pattern.finditer(body, 0, 400_000)]
-    best, best_score = 0, -1
-    for i, (pos, _) in enumerate(found[:2000]):
-        distinct = {w for p, w in found[i : i + 50] if p < pos + width * 2 // 3}
-        if len(distinct) > best_score:
-            best, best_score = pos, len(distinct)
-            if best_score == len(words):
-                break
-    start = max(0, best - width // 3)
-    end = min(len(body), start + width)
-    text = pattern.sub(lambda m: f"{_SNIP_OPEN}{m.group(0)}{_SNIP_CLOSE}", body[start:end])
-    text = " ".join(text.split())
-    return ("…" if start else "") + text + ("…" if end < len(body) else "")
-
-
 __all__ = [
     "SearchHit",
     "SessionIndex",
     "fts5_available",
     "fts_query",
+    "join_cjk",
+    "make_snippet",
     "message_search_text",
+    "scope_key",
+    "split_cjk",
 ]

@@ -1,0 +1,369 @@
+"""Fact extraction for long-term memory (seed 002, section 3.1): what is worth keeping.
+
+:class:`ExtractiveFactExtractor` is deterministic (rules, no LLM): requirements, constraints
+and configuration from user messages, file changes from the agent's tool calls (read by
+:mod:`contextfold.shell`), conclusions from its text. :class:`LLMFactExtractor` asks a chat
+model for JSON lines and falls back to the extractive one when that fails. The store that
+writes the facts is :mod:`contextfold.memory`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .messages import Message
+from .shell import FileOp, ShellReader, is_write_tool, parse_arguments
+
+log = logging.getLogger(__name__)
+
+KINDS = ("requirement", "configuration", "file_change", "conclusion", "constraint")
+TOPIC_OF_KIND = {
+    "requirement": "requirements",
+    "constraint": "constraints",
+    "configuration": "configuration",
+    "file_change": "files",
+    "conclusion": "conclusions",
+}
+MAX_FACT_CHARS = 400
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fact:
+    topic: str
+    text: str
+    kind: str
+    source_uuid: str | None = None
+
+
+@runtime_checkable
+class FactExtractor(Protocol):
+    def extract(self, messages: Sequence[Message]) -> list[Fact]: ...
+
+
+def normalize(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip().lower()
+    return text.strip(" .。!！;；:：,，-*")
+
+
+def fact_hash(text: str) -> str:
+    return hashlib.sha256(normalize(text).encode("utf-8")).hexdigest()[:16]
+
+
+def clean_fact(text: str) -> str:
+    flat = re.sub(r"\s+", " ", text).strip()
+    return flat if len(flat) <= MAX_FACT_CHARS else flat[: MAX_FACT_CHARS - 1].rstrip() + "…"
+
+
+# --------------------------------------------------------------------------- extraction
+
+_SENT_SPLIT = re.compile(r"(?<=[.!?。！？；;])\s+|\n+|(?<=[。！？；])")
+_CONSTRAINT = re.compile(
+    r"\b(?:never|don't|do not|must not|mustn't|should not|shouldn't|cannot|can't|avoid|"
+    r"not allowed|no longer|without)\b|不要|不能|禁止|不得|不可|别|切勿|避免",
+    re.IGNORECASE,
+)
+_REQUIREMENT = re.compile(
+    r"\b(?:must|should|need to|needs to|required?|requires|always|make sure|ensure|"
+    r"please|want)\b|需要|必须|应该|要求|务必|确保|请",
+    re.IGNORECASE,
+)
+_CONFIG = re.compile(
+    r"(?-i:\b[A-Z][A-Z0-9_]{2,}=\S+)"  # KEY=VALUE
+    r"|(?<![\w-])--[a-z][\w-]+(?:=\S+)?"  # --flag[=value]
+    r"|\bport\s*[:=]?\s*\d{2,5}\b|(?:localhost|127\.0\.0\.1|0\.0\.0\.0):\d{2,5}\b"
+    r"|\b(?:python|node|django|java|go|rust|numpy|pandas|postgres(?:ql)?|mysql|redis|version)"
+    r"(?:\s+|\s*[:=]\s*)v?\d+(?:\.\d+)+\b"
+    r"|\b(?:config|settings?|path|dir(?:ectory)?|root)\b\s*(?:is|=|:|to)\s*\S*/\S+"
+    r"|端口|配置|版本|环境变量",
+    re.IGNORECASE,
+)
+_CONCLUSION = re.compile(
+    r"\b(?:the root cause|root cause is|the (?:issue|problem|bug) (?:is|was)|turns out|"
+    r"is caused by|was caused by|fixed|works now|now works|is now working|resolved|"
+    r"the fix (?:is|was)|successfully)\b|结论|原因是|根本原因|已修复|修复了|已解决",
+    re.IGNORECASE,
+)
+_TENTATIVE = re.compile(
+    r"^(?:let'?s|let me|now,? let|i'll|i will|we'll|we need to check|first,|next,)|\?$",
+    re.IGNORECASE,
+)
+_CODE_BLOCK = re.compile(r"```.*?(?:```|$)", re.S)
+_CODE_LINE = re.compile(
+    r"^\s*(?:File \"|Traceback|at \S+\(|[\w.\[\]'\"]+\s*=\s*\S|>>>|\$ |import |from \S+ import|def |class |"
+    r"return |print\(|#include|[{}()\[\];]|\d+:)"
+)
+
+
+def _prose(text: str) -> str:
+    """Text without fenced code blocks and lines that look like code or tracebacks."""
+    text = _CODE_BLOCK.sub("\n", text)
+    return "\n".join(line for line in text.splitlines() if not _CODE_LINE.match(line))
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip(" -*#>\t") for s in _SENT_SPLIT.split(text) if s and s.strip()]
+
+
+_VERBS = {
+    "append": "appended to {f}",
+    "move": "moved {d} to {f}",
+    "copy": "copied {d} to {f}",
+    "delete": "deleted {f}",
+    "apply": "applied patch {f}",
+}
+_VIA = {
+    "sed": " (sed -i)",
+    "perl": " (perl -i)",
+    "tee": " (tee)",
+    "echo": " (echo)",
+    "printf": " (echo)",
+}
+
+
+def describe_change(op: FileOp) -> str:
+    """A file operation as a fact: ``edited a.py (sed -i)``, ``moved a to b`` ..."""
+    if op.op in _VERBS:
+        return _VERBS[op.op].format(f=op.path, d=op.detail)
+    if op.via == "edit":  # SWE-agent's edit of the open file
+        return f"edited {op.path}{' ' + op.detail if op.detail else ''} (edit)"
+    if op.op == "patch":
+        return f"patched {op.path} ({op.via})"
+    if op.op == "create":
+        return f"created {op.path}" + (" (touch)" if op.via == "touch" else "")
+    if op.op == "edit":
+        return f"edited {op.path}{_VIA.get(op.via, '')}"
+    suffix = _VIA.get(op.via, "" if op.via in ("cat", "") else f" ({op.via})")
+    return f"wrote {op.path}{suffix}"
+
+
+def _file_changes(msg: Message, shell: ShellReader) -> list[str]:
+    """Human-readable file changes done by an assistant message's tool calls."""
+    out: list[str] = []
+    for call in msg.tool_calls:
+        eff = shell.read_call(call.name, parse_arguments(call.arguments))
+        if eff.kind == "file":
+            if eff.ops:
+                verb = "created" if eff.subcommand == "create" else "changed"
+                out.append(f"{verb} {eff.path} ({call.name})")
+        elif eff.kind == "other" and is_write_tool(call.name):
+            out.append(f"file change via {call.name}")
+        for op in eff.ops if eff.kind == "shell" else ():
+            if shell.norm(op.path) is not None:
+                out.append(describe_change(op))
+    return list(dict.fromkeys(out))
+
+
+class ExtractiveFactExtractor:
+    """Deterministic, rule-based fact extraction (no LLM).
+
+    * user messages: requirements and constraints (must / should / never / 需要 / 不要 ...),
+      configuration (KEY=VALUE, --flags, versions, ports, paths in settings);
+    * assistant tool calls: file changes (write/edit tools; ``sed -i``, ``cat > f``, ``tee``,
+      ``echo > f``, python ``open(f, 'w')``, ``git apply``, ``mv``/``cp``/``rm``, SWE-agent
+      ``create``/``edit``);
+    * assistant text: conclusions ("the root cause is", "fixed", "works now", 结论 ...).
+    """
+
+    def __init__(self, *, max_per_message: int = 12, max_user_chars: int = 20_000) -> None:
+        self.max_per_message = max_per_message
+        self.max_user_chars = max_user_chars
+
+    def extract(self, messages: Sequence[Message]) -> list[Fact]:
+        facts: list[Fact] = []
+        seen: set[str] = set()
+        shell = ShellReader()
+
+        def add(kind: str, text: str, msg: Message) -> None:
+            text = clean_fact(text)
+            key = normalize(text)
+            if len(key) < 6 or key in seen:
+                return
+            seen.add(key)
+            facts.append(
+                Fact(topic=TOPIC_OF_KIND[kind], text=text, kind=kind, source_uuid=msg.uuid)
+            )
+
+        for msg in messages:
+            if msg.role == "user" or msg.role == "developer":
+                text = _prose(msg.text[: self.max_user_chars])
+                n = 0
+                for sent in _sentences(text):
+                    if n >= self.max_per_message or not 6 <= len(sent) <= 600:
+                        continue
+                    if _CONSTRAINT.search(sent):
+                        add("constraint", sent, msg)
+                    elif _CONFIG.search(sent):
+                        add("configuration", sent, msg)
+                    elif _REQUIREMENT.search(sent):
+                        add("requirement", sent, msg)
+                    else:
+                        continue
+                    n += 1
+            elif msg.role == "assistant":
+                for change in _file_changes(msg, shell):
+                    add("file_change", change[:1].upper() + change[1:], msg)
+                n = 0
+                for sent in _sentences(_prose(msg.text)):
+                    if n >= self.max_per_message or not 8 <= len(sent) <= 600:
+                        continue
+                    if _CONCLUSION.search(sent) and not _TENTATIVE.search(sent):
+                        add("conclusion", sent, msg)
+                        n += 1
+            elif msg.role == "tool":
+                shell.observe_output(msg.text)
+        return facts
+
+
+# --------------------------------------------------------------------------- LLM extraction
+
+
+class _HasText(Protocol):
+    @property
+    def text(self) -> str: ...
+
+
+class ChatModelLike(Protocol):
+    """Structural shape of :class:`contextfold.llm.ChatModel` used here."""
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int = ...) -> _HasText: ...
+
+
+FACT_PROMPT = """Extract durable facts from the conversation below, for an agent's long-term memory.
+Keep only facts worth remembering after the messages are deleted: the user's requirements and
+constraints, configuration (settings, versions, ports, paths, flags), file changes (which file,
+what changed), and conclusions (root causes, what was fixed, what works). No speculation, no
+plans that were not carried out. Write one JSON object per line, nothing else:
+{{"topic": "<short topic, e.g. requirements, configuration, files, conclusions>", "kind": "<requirement|configuration|file_change|conclusion|constraint>", "text": "<one self-contained sentence>", "msg": <message number>}}
+If there is nothing worth keeping, answer NONE.
+
+Conversation:
+{messages}"""
+
+
+def _render_for_prompt(messages: Sequence[Message], max_chars: int) -> str:
+    lines = []
+    for i, m in enumerate(messages):
+        text = m.text
+        for call in m.tool_calls:
+            text += f"\n[call {call.name} {call.arguments}]"
+        if len(text) > 2_000:
+            text = text[:1_500] + " … " + text[-400:]
+        lines.append(f"#{i} {m.role}: {text}")
+    out = "\n".join(lines)
+    return (
+        out if len(out) <= max_chars else out[: max_chars // 2] + "\n…\n" + out[-max_chars // 2 :]
+    )
+
+
+def parse_fact_lines(text: str, messages: Sequence[Message]) -> list[Fact]:
+    """Tolerant parsing of the model's answer: JSON lines, a JSON array, code fences."""
+    text = re.sub(r"```(?:json|jsonl)?", "", text).strip()
+    items: list[Any] = []
+    if text.startswith("["):
+        try:
+            loaded = json.loads(text)
+            items = loaded if isinstance(loaded, list) else []
+        except ValueError:
+            items = []
+    if not items:
+        for line in text.splitlines():
+            line = line.strip().rstrip(",")
+            if line.startswith("{") and line.endswith("}"):
+                try:
+                    items.append(json.loads(line))
+                except ValueError:
+                    continue
+    facts: list[Fact] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        body = item.get("text")
+        kind = str(item.get("kind") or "").strip().lower().replace("-", "_").replace(" ", "_")
+        if not isinstance(body, str) or not body.strip():
+            continue
+        if kind not in KINDS:
+            kind = {
+                "file": "file_change",
+                "config": "configuration",
+                "requirements": "requirement",
+            }.get(kind, "conclusion")
+        topic = str(item.get("topic") or TOPIC_OF_KIND[kind]).strip() or TOPIC_OF_KIND[kind]
+        ref = item.get("msg")
+        uuid = (
+            messages[ref].uuid
+            if isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref < len(messages)
+            else None
+        )
+        facts.append(Fact(topic=topic[:60], text=clean_fact(body), kind=kind, source_uuid=uuid))
+    return facts
+
+
+class LLMFactExtractor:
+    """Facts from a chat model (JSON lines); falls back to extractive on any failure."""
+
+    def __init__(
+        self,
+        model: ChatModelLike,
+        *,
+        max_tokens: int = 1_500,
+        max_input_chars: int = 60_000,
+        prompt: str = FACT_PROMPT,
+        fallback: FactExtractor | None = None,
+    ) -> None:
+        if "{messages}" not in prompt:
+            raise ValueError("the fact prompt must contain {messages}")
+        self.model = model
+        self.max_tokens = max_tokens
+        self.max_input_chars = max_input_chars
+        self.prompt = prompt
+        self.fallback: FactExtractor = fallback or ExtractiveFactExtractor()
+        #: Why the last call fell back to extractive extraction (None when it did not).
+        self.last_fallback: str | None = None
+
+    def extract(self, messages: Sequence[Message]) -> list[Fact]:
+        self.last_fallback = None
+        if not messages:
+            return []
+        body = _render_for_prompt(messages, self.max_input_chars)
+        request = [{"role": "user", "content": self.prompt.replace("{messages}", body)}]
+        try:
+            answer = self.model.complete(request, max_tokens=self.max_tokens).text
+        except Exception as exc:  # any provider failure: fall back, never lose the flush
+            return self._fall_back(f"model call failed: {type(exc).__name__}: {exc}", messages)
+        if not isinstance(answer, str):
+            return self._fall_back("model returned no text", messages)
+        if answer.strip().upper().startswith("NONE"):
+            return []
+        facts = parse_fact_lines(answer, messages)
+        if not facts:
+            return self._fall_back("no fact lines could be parsed from the answer", messages)
+        return facts
+
+    def _fall_back(self, reason: str, messages: Sequence[Message]) -> list[Fact]:
+        self.last_fallback = f"LLM fact extraction failed ({reason}); used extractive facts"
+        log.warning("%s", self.last_fallback)
+        return self.fallback.extract(messages)
+
+
+__all__ = [
+    "FACT_PROMPT",
+    "KINDS",
+    "MAX_FACT_CHARS",
+    "TOPIC_OF_KIND",
+    "ChatModelLike",
+    "ExtractiveFactExtractor",
+    "Fact",
+    "FactExtractor",
+    "LLMFactExtractor",
+    "clean_fact",
+    "describe_change",
+    "fact_hash",
+    "normalize",
+    "parse_fact_lines",
+]
