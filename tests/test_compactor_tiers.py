@@ -347,7 +347,9 @@ def test_seed_interfaces_on_plain_lists(tmp_path: Path) -> None:
     msgs = [Message(role="system", content="s"), Message(role="user", content="task")]
     for i in range(40):
         msgs.append(Message(role="assistant", tool_calls=(ToolCall(id=f"c{i}", name="bash"),)))
-        msgs.append(Message(role="tool", tool_call_id=f"c{i}", content=f"line {i} of output\n" * 80))
+        msgs.append(
+            Message(role="tool", tool_call_id=f"c{i}", content=f"line {i} of output\n" * 80)
+        )
     msgs.append(Message(role="tool", tool_call_id="orphan", content="no call"))  # repaired away
     view, record = apply_compaction(comp, msgs)
     assert record is not None and record.tier is not Tier.NONE

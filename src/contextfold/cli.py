@@ -202,8 +202,10 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
         f"({', '.join(f'{k} {v}' for k, v in tiers.items()) or 'none'})",
         file=out,
     )
-    print(f"  offloaded files:       {len(cm.offloaded())} ({verified} byte-exact, sha256-checked)",
-          file=out)
+    print(
+        f"  offloaded files:       {len(cm.offloaded())} ({verified} byte-exact, sha256-checked)",
+        file=out,
+    )
     print(
         f"  final view:            {len(cm.view_messages())} messages, {cm.view_tokens} tokens",
         file=out,
