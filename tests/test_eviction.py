@@ -192,9 +192,10 @@ def test_custom_offload_root_is_the_one_store(tmp_path: Path) -> None:
     cm.add_many(call_and_result("call_small", "bash", big_output(2_000)))  # < 100,000
     view = cm.prepare()
     shown = tool_content(view, "call_big")
-    assert str(root / "call_big.txt") in shown.splitlines()[-1]
+    # one folder per session under the custom root, so sessions never collide
+    assert str(root / "e" / "call_big.txt") in shown.splitlines()[-1]
     assert tool_content(view, "call_small") == big_output(2_000)
-    assert (root / "call_big.txt").read_bytes() == text.encode("utf-8")
+    assert (root / "e" / "call_big.txt").read_bytes() == text.encode("utf-8")
     # no second offload copy: nothing in the session's own tool_results folder
     assert not (tmp_path / "ws/sessions/e/tool_results").exists()
     offload_copies = [
@@ -202,7 +203,7 @@ def test_custom_offload_root_is_the_one_store(tmp_path: Path) -> None:
         for p in tmp_path.rglob("*.txt")
         if p.read_bytes() == text.encode("utf-8") and "evidence" not in p.parts
     ]
-    assert offload_copies == [root / "call_big.txt"]
+    assert offload_copies == [root / "e" / "call_big.txt"]
     assert read_all_pages(cm, 1_000, id="call_big") == text.splitlines()
     assert cm.recover_tool_result("call_big") == text
     # reopening restores the placeholder from the same store
@@ -210,7 +211,8 @@ def test_custom_offload_root_is_the_one_store(tmp_path: Path) -> None:
     assert tool_content(again.prepare(), "call_big") == shown
     # deleting the session removes the evicted files in the custom root too
     again.delete_session()
-    assert not (root / "call_big.txt").exists()
+    assert not (root / "e").exists()
+    assert again.history == [] and again.offloaded() == {}
 
 
 def test_compaction_lists_results_evicted_to_a_custom_root(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -25,6 +24,9 @@ from tests.http_fakes import (
     openai_completion,
     openai_context_length_error,
 )
+
+# the SDK's own HTTP library (httpx2 in current SDKs, httpx in older ones)
+HTTP: Any = getattr(openai._exceptions, "httpx2", None) or openai._exceptions.httpx
 
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
 TASK = {"role": "user", "content": "Please fix the bug in src/app.py."}
@@ -147,8 +149,8 @@ def test_always_overflowing_model_raises_with_the_record(tmp_path: Path) -> None
         ValueError("bad tool schema"),
         openai.RateLimitError(
             "Request too large for gpt-4o: tokens per min (TPM): Limit 30000, Requested 40000",
-            response=httpx.Response(
-                429, request=httpx.Request("POST", "https://api.openai.com/v1/chat/completions")
+            response=HTTP.Response(
+                429, request=HTTP.Request("POST", "https://api.openai.com/v1/chat/completions")
             ),
             body={"message": "Request too large: tokens", "code": "rate_limit_exceeded"},
         ),
@@ -188,8 +190,8 @@ def test_recovery_off_lets_the_overflow_through(tmp_path: Path) -> None:
 def rate_limit_error() -> openai.RateLimitError:
     return openai.RateLimitError(
         "Rate limit reached for gpt-4o on tokens per min (TPM)",
-        response=httpx.Response(
-            429, request=httpx.Request("POST", "https://api.openai.com/v1/chat/completions")
+        response=HTTP.Response(
+            429, request=HTTP.Request("POST", "https://api.openai.com/v1/chat/completions")
         ),
         body={"message": "tokens per min", "code": "rate_limit_exceeded"},
     )

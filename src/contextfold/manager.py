@@ -21,7 +21,6 @@ from .offload import (
     OffloadPolicy,
     OffloadStore,
     offloadable_text,
-    placeholder,
 )
 from .overflow import is_context_overflow
 from .paths import Workspace, check_session_id
@@ -78,7 +77,7 @@ class ContextManager:
         self.offload = OffloadStore(self.ws, self.session_id)
         ev = self.config.eviction
         self.eviction_store = (
-            OffloadStore(self.ws, self.session_id, root=Path(ev.offload_root))
+            OffloadStore(self.ws, self.session_id, root=Path(ev.offload_root) / self.session_id)
             if ev is not None and ev.offload_root is not None
             else self.offload
         )
@@ -486,20 +485,30 @@ class ContextManager:
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:
-        """Cascade cleanup (seed 5.5): log, tool results, records, evidence, state, index rows."""
+        """Cascade cleanup (seed 5.5): log, tool results, records, evidence, state, index rows
+        (and the evicted files under a custom offload root). The manager stays usable: the
+        session starts again empty."""
         self.recovery.forget_session()
         folder = self.ws.session_dir(self.session_id)
         if folder.exists():
             shutil.rmtree(folder)
-        ev = self.config.eviction
-        if ev is not None and ev.offload_root is not None:
-            for entry in self.eviction_store.entries().values():
-                self.eviction_store.path_of(entry).unlink(missing_ok=True)
+        if self.eviction_store is not self.offload and self.eviction_store.dir.exists():
+            shutil.rmtree(self.eviction_store.dir)
+        self.log = SessionLog(self.ws, self.session_id, agent_id=self.agent_id)
+        self.offload = OffloadStore(self.ws, self.session_id)
+        if self.eviction_store.dir == self.offload.dir or self.config.eviction is None:
+            self.eviction_store = self.offload
+        else:
+            self.eviction_store = OffloadStore(
+                self.ws, self.session_id, root=self.eviction_store.dir
+            )
+        self.calibration = Calibration()
         self.view = HistoryView(self._cache.count)
         self.compactor.view = self.view
+        self.compactor.offload = self.offload
+        self.compactor.extra_stores = (
+            [] if self.eviction_store is self.offload else [self.eviction_store]
+        )
+        self.compactor.scale = self.calibration.apply
         self.compactor.state = CompactorState()
         self.last_record = None
-
-
-def placeholder_for(entry: OffloadEntry, text: str, policy: OffloadPolicy = INGEST_POLICY) -> str:
-    return placeholder(entry, text, policy)
