@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import Any, Literal, TypeVar
 from .anchors import Anchor, AnchorType
 from .compactors.progressive import CompactorState, ProgressiveCompactor
 from .config import ContextConfig, TierConfig, resolve_preset
-from .errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
+from .errors import ConfigError, ContextFoldError, ContextOverflowError, InvalidMessageError
 from .messages import Message
 from .offload import (
     EVICTION_POLICY,
@@ -33,10 +34,18 @@ from .tokens import Calibration, MessageTokenCache, TokenCounter, count_tools, g
 from .tools import ToolBox
 from .usage import extract_input_tokens
 from .view import HistoryView
-from .wire import from_openai, to_anthropic
+from .wire import from_openai, to_anthropic, to_openai
 
 T = TypeVar("T")
 OnCompaction = Callable[[CompactionRecord], None]
+
+
+def _encodable(msg: Message) -> bool:
+    try:
+        json.dumps(to_openai(msg), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ContextManager:
@@ -109,6 +118,8 @@ class ContextManager:
         self.compactor.index_range = self.recovery.index_range
         self.last_record: CompactionRecord | None = None
         self._last_estimate = 0
+        #: tokens of the last call that calibration must not scale (tool schemas, injection)
+        self._last_fixed = 0
         self._tool_tokens: dict[str, int] = {}
         self._load()
 
@@ -143,15 +154,25 @@ class ContextManager:
             return
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as exc:
-            raise StorageError(f"compactor state {path} is unreadable: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            self._load_state(data)
+        except (ValueError, TypeError, KeyError, OSError) as exc:
+            # the state is derived (the log is the truth): start the view over, say why
+            self.recovery.note_problem(f"compactor state {path} ignored: {exc}")
+            self.compactor.state = CompactorState()
+            self.calibration = Calibration()
+            self.compactor.scale = self.calibration.apply
+            self._reapply_offloads({})
+
+    def _load_state(self, data: Mapping[str, Any]) -> None:
         st = self.compactor.state
-        st.last_summary = data.get("last_summary", "")
+        st.last_summary = str(data.get("last_summary", ""))
         st.last_anchors = tuple(
-            Anchor(type=AnchorType(a["type"]), content=a["content"])
+            Anchor(type=AnchorType(a["type"]), content=str(a["content"]))
             for a in data.get("last_anchors", [])
         )
-        st.compaction_text = data.get("compaction_text", "")
+        st.compaction_text = str(data.get("compaction_text", ""))
         st.boundary_uuid = data.get("boundary_uuid")
         st.compactions = int(data.get("compactions", 0))
         st.last_artifacts = tuple(data.get("last_artifacts", ()))
@@ -175,15 +196,13 @@ class ContextManager:
         if self.eviction_store is not self.offload:
             entries.update(self.eviction_store.entries())
         by_call = {m.tool_call_id: i for i, m in enumerate(self.view.history) if m.tool_call_id}
-        for call_id, entry in entries.items():
-            idx = by_call.get(call_id)
+        for key, entry in entries.items():
+            idx = by_call.get(key)
+            if idx is None and key.startswith(("msg-", "args-")):
+                idx = self.view.uuids.get(key.split("-", 1)[1])
             if idx is None:
                 continue
-            name = policies.get(call_id, entry.policy)
-            policy = self.compactor.policies.get(name)
-            if policy is None:
-                continue
-            self.compactor.apply_offload(idx, entry, policy)
+            self.compactor.reapply(idx, entry, policies.get(key, entry.policy))
 
     def _save_state(self) -> None:
         st: CompactorState = self.compactor.state
@@ -221,7 +240,15 @@ class ContextManager:
             from_openai(m, start + i, uuid=self._uuid_for(start + i)) for i, m in enumerate(items)
         ]
         self.view.check_batch(parsed, start)  # all or nothing: validate before writing
-        entries = self.log.append(parsed)
+        try:
+            entries = self.log.append(parsed)
+        except UnicodeEncodeError:
+            bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
+            raise InvalidMessageError(
+                "text is not valid Unicode (lone surrogates); decode tool output with "
+                "errors='replace' before adding it",
+                index=bad,
+            ) from None
         self.recovery.on_logged(entries)
         for i, msg in enumerate(parsed):
             self.view.append(msg, start + i)
@@ -262,14 +289,18 @@ class ContextManager:
             return
 
     # ------------------------------------------------------------------ preparing
+    def _schema_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
+        if not tools:
+            return 0
+        if isinstance(tools, str | bytes) or not all(isinstance(t, Mapping) for t in tools):
+            raise ConfigError("tools must be a list of tool schemas (dicts)")
+        key = json.dumps(tools, sort_keys=True, default=str)
+        if key not in self._tool_tokens:
+            self._tool_tokens[key] = count_tools(self.counter, tools)
+        return self._tool_tokens[key]
+
     def _extra_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
-        extra = self.config.reserve_output_tokens
-        if tools:
-            key = json.dumps(tools, sort_keys=True, default=str)
-            if key not in self._tool_tokens:
-                self._tool_tokens[key] = count_tools(self.counter, tools)
-            extra += self._tool_tokens[key]
-        return extra
+        return self.config.reserve_output_tokens + self._schema_tokens(tools)
 
     def prepare(
         self,
@@ -288,6 +319,7 @@ class ContextManager:
         extra = self._extra_tokens(tools) + self.recovery.injection_reserve()
         record = self._compact_if_needed(extra)
         self._finish(record)
+        self._last_fixed = self._schema_tokens(tools)
         return self._render(format, copy=copy)
 
     def _compact_if_needed(self, extra: int) -> CompactionRecord:
@@ -313,12 +345,17 @@ class ContextManager:
         self._last_estimate = self.view.view_tokens()
         if record.changed:
             self.recovery.after_compaction(record)
-            self._save_state()
+            try:
+                self._save_state()
+            except ContextFoldError as exc:  # fail-open: the state is derived, the log is not
+                self.recovery.note_problem(f"saving compactor state failed: {exc}")
             if self.on_compaction is not None:
                 self.on_compaction(record)
 
     def _render(self, format: str, *, copy: bool = False) -> Any:
-        inject = self.recovery.injection()
+        inject = self.recovery.safe_injection()
+        if inject is not None:
+            self._last_fixed += self.counter.count_text(inject)
         if format == "openai":
             view = self.view.view_dicts(copy=copy)
             if inject is not None:
@@ -357,7 +394,12 @@ class ContextManager:
         configured summarizer (Full tier) whatever the ratio; ``tier="emergency"`` is the seed's
         CompactForce (truncation, no LLM); ``force=False`` runs the normal tier decision."""
         if tier is not None:
-            chosen: Tier | None = Tier(tier)
+            try:
+                chosen: Tier | None = Tier(tier)
+            except ValueError:
+                raise ConfigError(
+                    f"tier must be one of {[t.value for t in Tier]}, got {tier!r}"
+                ) from None
         else:
             chosen = Tier.FULL if force else None
         record = self.compactor.run(force=chosen, reason="manual /compact" if force else "")
@@ -371,7 +413,18 @@ class ContextManager:
             input_tokens = extract_input_tokens(response)
         if input_tokens is None or self._last_estimate <= 0:
             return self.calibration.scale
-        scale = self.calibration.observe(self._last_estimate, int(input_tokens))
+        if (
+            isinstance(input_tokens, bool)
+            or not isinstance(input_tokens, int | float)
+            or not math.isfinite(input_tokens)
+        ):
+            raise ConfigError(f"input_tokens must be a finite number, got {input_tokens!r}")
+        # the scale applies to message tokens: take out what was not messages (tool schemas,
+        # injected evidence), which the provider counted too
+        message_tokens = int(input_tokens) - self._last_fixed
+        if message_tokens <= 0:
+            return self.calibration.scale
+        scale = self.calibration.observe(self._last_estimate, message_tokens)
         try:
             self._save_state()
         except ContextFoldError as exc:
@@ -503,6 +556,9 @@ class ContextManager:
                 self.ws, self.session_id, root=self.eviction_store.dir
             )
         self.calibration = Calibration()
+        self.session_state = SessionState()
+        self.compactor.active_tasks = self.session_state.active_task_lines
+        self._cache = MessageTokenCache(self.counter)
         self.view = HistoryView(self._cache.count)
         self.compactor.view = self.view
         self.compactor.offload = self.offload

@@ -136,8 +136,8 @@ class OffloadStore:
             for line in fh:
                 try:
                     entry = OffloadEntry.from_dict(json.loads(line))
-                except (ValueError, TypeError):
-                    continue  # torn line: the file itself is still there
+                except (ValueError, TypeError, AttributeError):
+                    continue  # torn or foreign line: the file itself is still there
                 self._entries[entry.tool_call_id] = entry
 
     def entries(self) -> dict[str, OffloadEntry]:

@@ -132,6 +132,8 @@ class Recovery:
     def before_summarize(self, msgs: Sequence[Message]) -> None:
         """Seed 002 3.1 flush-before-compact: facts go to memory before messages leave."""
         summary = self.cm.config.summary
+        if self.fact_extractor is None:
+            return
         if (
             summary is not None
             and not summary.flush_before_compact
@@ -276,6 +278,10 @@ class Recovery:
         from .wire import from_openai
 
         payload = messages_or_text
+        if not isinstance(payload, str | list | tuple):
+            raise ToolArgumentsError(
+                f"sub-agent output must be text or a list of messages, got {type(payload).__name__}"
+            )
         if not isinstance(payload, str):
             payload = [from_openai(m, i) for i, m in enumerate(payload)]
         return self.store.add_subagent_output(run_id, payload, parent_message_uuid)
@@ -308,6 +314,14 @@ class Recovery:
         if self._intent_cache is None or self._intent_cache[0] != msg.uuid:
             self._intent_cache = (msg.uuid, detect_intent(msg.text))
         return self._intent_cache[1]
+
+    def safe_injection(self) -> str | None:
+        """:meth:`injection`, fail-open: an unreadable evidence store never breaks prepare()."""
+        try:
+            return self.injection()
+        except (ContextFoldError, OSError, ValueError) as exc:
+            self.note_problem(f"evidence injection skipped: {exc}")
+            return None
 
     def injection(self) -> str | None:
         """Seed 004 4.4: evidence for the newest user message, when it asks for it."""
@@ -402,3 +416,5 @@ class Recovery:
         self._store = None
         self._search = None
         self._injection_key = None
+        self._injection = None
+        self._intent_cache = None

@@ -127,6 +127,12 @@ class ToolBox:
     def handle(self, call: Mapping[str, Any]) -> dict[str, Any]:
         """Dispatch an OpenAI tool call dict (or an Anthropic tool_use block) and return the
         OpenAI tool message answering it."""
+        if not isinstance(call, Mapping):
+            return {
+                "role": "tool",
+                "tool_call_id": "",
+                "content": f"Error: a tool call must be an object, got {type(call).__name__}",
+            }
         if call.get("type") == "tool_use":
             call_id = str(call.get("id", ""))
             name = str(call.get("name", ""))

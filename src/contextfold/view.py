@@ -14,6 +14,7 @@ result. This is computed once, here, and every strategy cuts only at :meth:`lega
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from dataclasses import replace
 from typing import Any
 
@@ -44,6 +45,8 @@ class HistoryView:
         self._answered: dict[int, set[str]] = {}
         self._call_index: dict[str, int] = {}
         self.uuids: dict[str, int] = {}
+        #: system/developer messages after the leading ones: instructions, kept verbatim
+        self.later_system: list[int] = []
 
     def fresh(self) -> HistoryView:
         """An empty view with the same token counter."""
@@ -114,10 +117,13 @@ class HistoryView:
             return
         for call in msg.tool_calls:
             self._call_index[call.id] = n
-        if msg.role in ("system", "developer") and self.prefix_len == n:
-            self.prefix_len = n + 1
-            if self.boundary == n:
-                self.boundary = n + 1
+        if msg.role in ("system", "developer"):
+            if self.prefix_len == n:
+                self.prefix_len = n + 1
+                if self.boundary == n:
+                    self.boundary = n + 1
+            else:
+                self.later_system.append(n)
         if msg.role == "user":
             if self.first_user is None:
                 self.first_user = n
@@ -137,7 +143,8 @@ class HistoryView:
             return msg
         kept = tuple(c for c in msg.tool_calls if c.id in answered)
         content = msg.content
-        if not kept and not msg.text.strip() and not isinstance(content, tuple):
+        if not kept and not msg.text.strip():
+            # an assistant turn that was only tool calls: an empty one is rejected by providers
             content = "(tool call without a result omitted)"
         return replace(msg, tool_calls=kept, content=content)
 
@@ -175,6 +182,8 @@ class HistoryView:
         n = len(self.history)
         if index < self.prefix_len or index > n:
             return False
+        if self._open_calls and min(self._open_calls.values()) < index:
+            return False  # the results of that call are still to come: keep the call in view
         return index == n or self.history[index].role != "tool"
 
     def legal_cut_at_or_before(self, index: int, floor: int) -> int:
@@ -209,9 +218,11 @@ class HistoryView:
         out: list[int] = []
         if self.first_user is not None and self.prefix_len <= self.first_user < boundary:
             out.append(self.first_user)
+        later = [i for i in self.later_system[-5:] if i < boundary]  # the newest five
         nu = self.newest_user
         if nu is not None and self.prefix_len <= nu < boundary and nu != self.first_user:
-            out.append(nu)
+            later.append(nu)
+        out.extend(sorted(later))
         return out
 
     # ------------------------------------------------------------------ boundary
@@ -271,7 +282,7 @@ class HistoryView:
                 out.append(dicts[i])
         out.extend(dicts[b:])
         if copy:
-            return [dict(d) for d in out]
+            return deepcopy(out)
         return out
 
     def messages_between(

@@ -39,8 +39,8 @@ def repair_orphaned_tool_pairs(msgs: Sequence[Message]) -> list[Message]:
             continue
         if m.tool_calls and any(c.id not in answered for c in m.tool_calls):
             kept = tuple(c for c in m.tool_calls if c.id in answered)
-            if not kept and not m.text.strip() and not m.content:
-                continue
+            if not kept and not m.text.strip():
+                continue  # nothing left of that turn: an empty assistant message is invalid
             m = replace(m, tool_calls=kept)
         out.append(m)
     return out

@@ -3,6 +3,7 @@ and seed 002's four-section compaction message."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -121,3 +122,45 @@ class _Run:
     summarizer_name: str = ""
     summarizer_in: int = 0
     summarizer_out: int = 0
+
+
+_EARLIER = re.compile(r"^\(\+(\d+) earlier")
+_LIST_TYPES = (AnchorType.EXECUTION_PROGRESS, AnchorType.KEY_DECISION, AnchorType.TRIED_SOLUTION)
+
+
+def bound_anchors(anchors: Sequence[Anchor], max_items: int) -> tuple[Anchor, ...]:
+    """Keep the newest ``max_items`` items of each list anchor, folding the rest into one
+    "(+N earlier items ...)" line (they stay in the earlier CompactionRecords)."""
+    out: list[Anchor] = []
+    for a in anchors:
+        if a.type not in _LIST_TYPES or a.is_empty:
+            out.append(a)
+            continue
+        earlier = 0
+        items: list[str] = []
+        for item in a.items():
+            m = _EARLIER.match(item)
+            if m:
+                earlier += int(m.group(1))
+            else:
+                items.append(item)
+        if len(items) > max_items:
+            earlier += len(items) - max_items
+            items = items[len(items) - max_items :]
+        if earlier:
+            items.insert(0, f"(+{earlier} earlier items, kept in records.jsonl)")
+        out.append(Anchor(type=a.type, content="\n".join(f"- {i}" for i in items)))
+    return tuple(out)
+
+
+def clip_text(text: str, max_chars: int) -> str:
+    """Head and tail of ``text`` within ``max_chars`` characters."""
+    if len(text) <= max_chars:
+        return text
+    keep = max(0, max_chars - 40)
+    head = keep * 2 // 3
+    return (
+        text[:head]
+        + f"\n... [{len(text) - keep} characters cut] ...\n"
+        + text[len(text) - (keep - head) :]
+    )

@@ -8,6 +8,7 @@ keeps the text, a summarizer error falls back to extractive truncation, and each
 
 from __future__ import annotations
 
+import json
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -45,12 +46,21 @@ from .common import (
     IndexRange,
     _now,
     _Run,
+    bound_anchors,
+    clip_text,
     determine_tier,
     render_sections_message,
 )
 from .harness import kept_tail, recover_overflow, run_trigger
 
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
+
+
+def _calls_json(msg: Message) -> str:
+    return json.dumps(
+        [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls],
+        ensure_ascii=False,
+    )
 
 
 class ProgressiveCompactor:
@@ -101,6 +111,9 @@ class ProgressiveCompactor:
         self.policies: dict[str, OffloadPolicy] = {
             "compaction": self.compaction_policy,
             "emergency": EMERGENCY_POLICY,
+            "squeeze": replace(
+                EMERGENCY_POLICY, name="squeeze", style="head_tail", head_chars=600, tail_chars=600
+            ),
             **(policies or {}),
         }
         self.record_errors: list[str] = []
@@ -204,6 +217,11 @@ class ProgressiveCompactor:
         if self.view_tokens(extra) > self.target_tokens:
             self._offload_range(run, v.boundary, len(v), self.compaction_policy)
         self._ensure_fits(run, extra)
+
+    @property
+    def compaction_budget(self) -> int:
+        """Tokens the compaction message may take: 8% of the window (at least 300)."""
+        return max(300, int(self.window * 0.08))
 
     @property
     def target_tokens(self) -> int:
@@ -319,6 +337,8 @@ class ProgressiveCompactor:
         text = ""
         try:
             text = summarizer.summarize(request)
+            if not isinstance(text, str):
+                raise ContextFoldError(f"summarizer returned {type(text).__name__}, not text")
             if not text.strip():
                 raise ContextFoldError("summarizer returned an empty summary")
             run.summarizer_name = type(summarizer).__name__
@@ -362,25 +382,39 @@ class ProgressiveCompactor:
         v = self.view
         offloaded_refs = self._offloaded_refs(end)
         tasks = self.active_tasks() if self.active_tasks else []
-        if self.summary_style == "sections":
-            text = render_sections_message(
-                anchors,
-                summary,
-                self.state.last_artifacts,
-                offloaded=offloaded_refs,
-                active_tasks=tasks,
-                recall=recall,
-                note=note,
-            )
-        else:
-            text = render_compaction_message(
-                anchors,
-                summary,
-                offloaded=offloaded_refs,
-                active_tasks=tasks,
-                recall=recall,
-                note=note,
-            )
+        # the compaction message has a budget: anchors merged over many rounds keep their newest
+        # items (older ones stay in records.jsonl), so the message can never crowd out the view
+        budget = self.compaction_budget
+        max_items = 12
+        while True:
+            anchors = bound_anchors(anchors, max_items)
+            summary = clip_text(summary, max(200, budget * 3 // 3))
+            if self.summary_style == "sections":
+                text = render_sections_message(
+                    anchors,
+                    summary,
+                    self.state.last_artifacts[-max_items:],
+                    offloaded=offloaded_refs[-max_items:],
+                    active_tasks=tasks,
+                    recall=recall[-max_items:],
+                    note=note,
+                )
+            else:
+                text = render_compaction_message(
+                    anchors,
+                    summary,
+                    offloaded=offloaded_refs[-max_items:],
+                    active_tasks=tasks,
+                    recall=recall[-max_items:],
+                    note=note,
+                )
+            if self.count_text(text) <= budget or max_items <= 1:
+                break
+            max_items = max(1, max_items // 2)
+            budget_chars = budget * 3
+            summary = clip_text(summary, budget_chars // 3)
+        if self.count_text(text) > budget:
+            text = clip_text(text, budget * 3)
         if v.newest_user is not None and v.newest_user < end and v.newest_user != v.first_user:
             text += "\n\n(The latest user request follows verbatim.)"
         msg = Message(
@@ -451,8 +485,8 @@ class ProgressiveCompactor:
             )
 
     def _squeeze(self, run: _Run, extra: int) -> None:
-        """Last resort: cut oversized non-pinned message texts to head+tail, saving the whole
-        text to a file first (so every byte stays recoverable)."""
+        """Last resort: cut oversized non-pinned texts and tool-call arguments to head+tail,
+        saving the whole of them to a file first (so every byte stays recoverable)."""
         v = self.view
         pinned = {v.first_user, v.newest_user}
         order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
@@ -463,25 +497,49 @@ class ProgressiveCompactor:
                 continue
             form = v.forms[i]
             original = v.history[i]
+            args_chars = sum(len(c.arguments) for c in form.tool_calls)
+            complete = len(form.tool_calls) == len(original.tool_calls)  # no result pending
+            if args_chars >= 2_000 and complete:
+                self._squeeze_one(
+                    run, i, f"args-{original.uuid}", _calls_json(form), "squeeze_args"
+                )
+                form = v.forms[i]
             if not isinstance(form.content, str) or len(form.content) < 2_000:
                 continue
             if is_offloaded_text(form.content) and form.role == "tool":
                 continue
             key = original.tool_call_id or f"msg-{original.uuid}"
-            try:
-                entry = self.offload.write(
-                    key,
-                    original.text,
-                    message_uuid=original.uuid,
-                    policy="emergency",
-                    tool_name=None,
-                )
-            except (ContextFoldError, StorageError) as exc:
-                run.errors.append(f"emergency offload failed for {key}: {exc}")
-                continue
-            policy = replace(EMERGENCY_POLICY, style="head_tail", head_chars=600, tail_chars=600)
-            self.apply_offload(i, entry, policy)
-            run.offloaded.append(entry)
+            self._squeeze_one(run, i, key, original.text, "squeeze")
+
+    def _squeeze_one(self, run: _Run, index: int, key: str, text: str, policy: str) -> None:
+        assert self.offload is not None
+        original = self.view.history[index]
+        try:
+            entry = self.offload.write(
+                key, text, message_uuid=original.uuid, policy=policy, tool_name=None
+            )
+        except (ContextFoldError, StorageError) as exc:
+            run.errors.append(f"emergency offload failed for {key}: {exc}")
+            return
+        self.reapply(index, entry, policy)
+        run.offloaded.append(entry)
+
+    def reapply(self, index: int, entry: OffloadEntry, policy_name: str) -> bool:
+        """Put an offloaded entry's placeholder back into the view form (also on reopen)."""
+        if policy_name == "squeeze_args":
+            form = self.view.forms[index]
+            marker = f"... [truncated: full arguments in {entry.path}] ..."
+            short = truncate_tool_arguments([form], tools=("*",), max_length=600, text=marker)[0]
+            meta = dict(short.metadata)
+            meta.update(cf_replaced=True, cf_args_offloaded=entry.path)
+            self.view.set_form(index, replace(short, metadata=meta))
+            self.state.offload_policies[entry.tool_call_id] = policy_name
+            return True
+        policy = self.policies.get(policy_name)
+        if policy is None:
+            return False
+        self.apply_offload(index, entry, policy)
+        return True
 
     # ------------------------------------------------------------------ seed 7.1 interfaces
     def compact_with_record(
