@@ -231,3 +231,19 @@ def test_lone_surrogates_are_rejected_cleanly(tmp_path: Path) -> None:
     assert (
         len(ContextManager(workspace=tmp_path, session_id="u", context_window=16_000).history) == 2
     )
+
+
+def test_a_second_writer_is_refused_instead_of_corrupting_the_log(tmp_path: Path) -> None:
+    from contextfold.errors import StorageError
+
+    one = ContextManager(workspace=tmp_path, session_id="w", context_window=16_000)
+    two = ContextManager(workspace=tmp_path, session_id="w", context_window=16_000)
+    one.add({"role": "user", "content": "from one"})
+    with pytest.raises(StorageError, match="another writer"):
+        two.add({"role": "user", "content": "from two"})
+    three = ContextManager(workspace=tmp_path, session_id="w", context_window=16_000)
+    assert [m.text for m in three.history] == ["from one"]
+    three.add({"role": "user", "content": "from three"})
+    assert (
+        len(ContextManager(workspace=tmp_path, session_id="w", context_window=16_000).history) == 2
+    )

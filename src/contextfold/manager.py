@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import uuid as uuidlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -14,7 +15,13 @@ from typing import Any, Literal, TypeVar
 from .anchors import Anchor, AnchorType
 from .compactors.progressive import CompactorState, ProgressiveCompactor
 from .config import ContextConfig, TierConfig, resolve_preset
-from .errors import ConfigError, ContextFoldError, ContextOverflowError, InvalidMessageError
+from .errors import (
+    ConfigError,
+    ContextFoldError,
+    ContextOverflowError,
+    InvalidMessageError,
+    StorageError,
+)
 from .messages import Message
 from .offload import (
     EVICTION_POLICY,
@@ -38,6 +45,12 @@ from .wire import from_openai, to_anthropic, to_openai
 
 T = TypeVar("T")
 OnCompaction = Callable[[CompactionRecord], None]
+
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: the size check still runs, without the lock
+    fcntl = None  # type: ignore[assignment]
 
 
 def _encodable(msg: Message) -> bool:
@@ -117,6 +130,7 @@ class ContextManager:
         self.compactor.before_summarize = self.recovery.before_summarize
         self.compactor.index_range = self.recovery.index_range
         self.last_record: CompactionRecord | None = None
+        self._known_log_size: int | None = None  # set by _load()
         self._last_estimate = 0
         #: tokens of the last call that calibration must not scale (tool schemas, injection)
         self._last_fixed = 0
@@ -146,6 +160,7 @@ class ContextManager:
 
     def _load(self) -> None:
         history = self.log.read()
+        self._known_log_size = self._log_size()
         for i, msg in enumerate(history):
             self.view.append(msg, i)
         path = self._state_path
@@ -241,7 +256,8 @@ class ContextManager:
         ]
         self.view.check_batch(parsed, start)  # all or nothing: validate before writing
         try:
-            entries = self.log.append(parsed)
+            with self._single_writer():
+                entries = self.log.append(parsed)
         except UnicodeEncodeError:
             bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
             raise InvalidMessageError(
@@ -255,6 +271,33 @@ class ContextManager:
             if msg.role == "tool":
                 self._ingest(start + i)
         return parsed
+
+    def _log_size(self) -> int:
+        try:
+            return self.ws.log_path(self.session_id).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    @contextlib.contextmanager
+    def _single_writer(self) -> Iterator[None]:
+        """Append only if nobody else appended since we last read or wrote the log: a second
+        live manager on the same session would otherwise interleave positions and uuids."""
+        folder = self.ws.session_dir(self.session_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / ".lock", "a+b") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                if self._known_log_size is not None and self._log_size() != self._known_log_size:
+                    raise StorageError(
+                        f"session {self.session_id!r} was changed by another writer since it was "
+                        "opened here; open a new ContextManager to continue from the latest log"
+                    )
+                yield
+                self._known_log_size = self._log_size()
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def _uuid_for(self, position: int) -> str:
         return str(
@@ -548,6 +591,7 @@ class ContextManager:
         if self.eviction_store is not self.offload and self.eviction_store.dir.exists():
             shutil.rmtree(self.eviction_store.dir)
         self.log = SessionLog(self.ws, self.session_id, agent_id=self.agent_id)
+        self._known_log_size = 0
         self.offload = OffloadStore(self.ws, self.session_id)
         if self.eviction_store.dir == self.offload.dir or self.config.eviction is None:
             self.eviction_store = self.offload
