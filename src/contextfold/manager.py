@@ -359,10 +359,11 @@ class ContextManager:
         without compaction O(new messages); treat them as read-only or pass ``copy=True``."""
         if format not in ("openai", "anthropic"):
             raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
-        extra = self._extra_tokens(tools) + self.recovery.injection_reserve()
-        record = self._compact_if_needed(extra)
+        schema_tokens = self._schema_tokens(tools)
+        extra = self.config.reserve_output_tokens + schema_tokens
+        record = self._compact_if_needed(extra + self.recovery.injection_reserve())
         self._finish(record)
-        self._last_fixed = self._schema_tokens(tools)
+        self._last_fixed = schema_tokens
         return self._render(format, copy=copy)
 
     def _compact_if_needed(self, extra: int) -> CompactionRecord:
