@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import ConfigError
 from .messages import Message
 from .shell import FileOp, ShellReader, is_write_tool, parse_arguments
 
@@ -317,7 +318,7 @@ class LLMFactExtractor:
         fallback: FactExtractor | None = None,
     ) -> None:
         if "{messages}" not in prompt:
-            raise ValueError("the fact prompt must contain {messages}")
+            raise ConfigError("the fact prompt must contain {messages}")
         self.model = model
         self.max_tokens = max_tokens
         self.max_input_chars = max_input_chars
