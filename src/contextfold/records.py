@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -233,10 +233,3 @@ def atomic_write_text(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise StorageError(f"cannot write {path}: {exc}") from exc
-
-
-def summarize_records(records: Sequence[CompactionRecord]) -> dict[str, int]:
-    counts: dict[str, int] = {t.value: 0 for t in Tier}
-    for r in records:
-        counts[r.tier.value] += 1
-    return counts

@@ -329,27 +329,29 @@ class Recovery:
         view = self.cm.view
         if rc is None or not rc.inject or view.newest_user is None:
             return None
-        if self.cm.compactor.state.compactions == 0 and not self.store.blocks():
-            return None
         msg = view.history[view.newest_user]
-        key = (msg.uuid, len(self.store.blocks()))
+        intent = self._intent(msg)  # cached per message: the common case does no I/O at all
+        if intent is None:
+            return None
+        blocks = len(self.store.blocks())
+        if self.cm.compactor.state.compactions == 0 and not blocks:
+            return None
+        key = (msg.uuid, blocks)
         if key == self._injection_key:
             return self._injection
         text: str | None = None
-        intent = self._intent(msg)
-        if intent is not None:
-            try:
-                hits = self.search.search(msg.text, k=5) or self._recent_failures(3)
-                text = build_injection(
-                    msg.text,
-                    hits,
-                    self.store.restore,
-                    budget_tokens=int(rc.injection_budget_ratio * self.cm.window),
-                    count_tokens=self.cm.counter.count_text,
-                    intent=intent,
-                )
-            except ContextFoldError as exc:
-                self.note_problem(f"evidence injection failed: {exc}")
+        try:
+            hits = self.search.search(msg.text, k=5) or self._recent_failures(3)
+            text = build_injection(
+                msg.text,
+                hits,
+                self.store.restore,
+                budget_tokens=int(rc.injection_budget_ratio * self.cm.window),
+                count_tokens=self.cm.counter.count_text,
+                intent=intent,
+            )
+        except ContextFoldError as exc:
+            self.note_problem(f"evidence injection failed: {exc}")
         self._injection_key, self._injection = key, text
         return text
 

@@ -246,12 +246,6 @@ class HistoryView:
             total += self._compaction_tokens if compaction_tokens is None else compaction_tokens
         return total
 
-    def view_indices(self) -> tuple[list[int], list[int], list[int]]:
-        """(prefix indices, pinned indices shown after the compaction message, tail indices)."""
-        b = self.boundary
-        pinned = self.pinned_before(b)
-        return list(range(self.prefix_len)), pinned, list(range(b, len(self.history)))
-
     def view_messages(self) -> list[Message]:
         b = self.boundary
         out = self.forms[: self.prefix_len]
@@ -285,11 +279,6 @@ class HistoryView:
             return deepcopy(out)
         return out
 
-    def messages_between(
-        self, start: int, end: int, *, skip_pinned: bool = False
-    ) -> Sequence[Message]:
+    def messages_between(self, start: int, end: int) -> Sequence[Message]:
         """View forms of history[start:end] (what a summarizer should see)."""
-        if not skip_pinned:
-            return self.forms[start:end]
-        pinned = {self.first_user, self.newest_user}
-        return [m for i, m in enumerate(self.forms[start:end], start) if i not in pinned]
+        return self.forms[start:end]

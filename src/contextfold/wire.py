@@ -390,11 +390,6 @@ def _merge_into(target: dict[str, Any], item: dict[str, Any]) -> None:
             target.setdefault(k, v)
 
 
-def dumps_message(msg: Message) -> dict[str, Any]:
-    """JSON form used on disk: the OpenAI dict plus uuid and metadata (lossless)."""
-    return {"uuid": msg.uuid, "message": to_openai(msg), "metadata": dict(msg.metadata)}
-
-
 def loads_message(data: Mapping[str, Any], index: int | None = None) -> Message:
     raw = data.get("message")
     if not isinstance(raw, Mapping):
