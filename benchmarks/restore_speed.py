@@ -2,7 +2,7 @@
 
 Builds one session whose ``compact-blocks.jsonl`` holds ``--items`` evidence items (default
 10,000), indexed through ``EvidenceStore.index_compaction`` in compactions of 50 tool results.
-Bodies are sampled from the real tool outputs in ``../shared/traces`` (with their commands);
+Bodies are sampled from the real tool outputs in ``benchmarks/traces`` (with their commands);
 a few Chinese worker notes are mixed in. Reports the indexing time, the time to open the store
 and build the search index from disk (a restart), resident memory, and the latency of
 ``EvidenceSearch.search(query, k=5)`` (which also reads the top hits' bodies from disk),
@@ -27,7 +27,7 @@ from typing import Any
 from contextfold.evidence import EvidenceSearch, EvidenceStore
 from contextfold.messages import Message, ToolCall
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "benchmarks" / "traces"
 CHINESE = [
     "子任务完成：定位到 parser.py 第 120 行的空指针异常，原因是配置项缺失。",
     "测试失败：test_login 断言错误，期望 200 实际 500，日志见 worker 输出。",

@@ -1,7 +1,7 @@
 """Benchmark: session_search over many sessions (issue 3, part 7).
 
 Builds ``--sessions`` sessions of ``--messages`` messages each (default 1,000 x 200) in a
-temporary workspace, sampling real message text from ``../shared/traces`` (plus a few Chinese
+temporary workspace, sampling real message text from ``benchmarks/traces`` (plus a few Chinese
 messages), spread over 10 agents. Reports the time to write the logs, the index build time
 (``SessionIndex`` opening a workspace with no index: a full rebuild from the JSONL logs), the
 database size, and ``session_search`` latency (median / p95 over ``--queries`` queries, through
@@ -31,7 +31,7 @@ from contextfold.sessions.tools import session_tools
 from contextfold.tools import ToolBox
 from contextfold.wire import from_openai
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[1] / "benchmarks" / "traces"
 AGENTS = [f"agent-{i}" for i in range(10)]
 CHINESE = [
     "请把数据库连接池的大小改成 32，并且不要修改测试文件。",

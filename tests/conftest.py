@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
-if not TRACES_DIR.is_dir():  # CI lays shared/ beside the clone
-    TRACES_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# 45 real trajectories bundled with the repository (attribution in NOTICE and the folder's README)
+TRACES_DIR = REPO_ROOT / "benchmarks" / "traces"
+# the design notes (Chinese prose samples for the token tests)
+SEEDS_DIR = REPO_ROOT / "docs" / "design-notes"
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
@@ -74,7 +76,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def trace_files() -> list[Path]:
-    return sorted(TRACES_DIR.glob("*.json"))
+    """The bundled trajectories; a missing or empty folder fails loudly, never skips."""
+    files = sorted(TRACES_DIR.glob("*.json"))
+    if len(files) < 45:
+        raise RuntimeError(
+            f"expected the 45 bundled trajectories in {TRACES_DIR}, found {len(files)}: "
+            "the repository checkout is incomplete"
+        )
+    return files
 
 
 def load_trace(path: Path) -> list[dict[str, Any]]:

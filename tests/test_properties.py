@@ -4,7 +4,7 @@ Random histories of any shape and size, replayed turn by turn with ``prepare()``
 then ``call()`` with a model that overflows once) give views that are valid in the OpenAI and
 Anthropic formats, keep the newest user message verbatim and are deterministic - for the
 progressive preset and for every on/off combination of seed 002's four strategies. The same
-holds on the real trajectories in ``../shared/traces/``.
+holds on the real trajectories in ``benchmarks/traces/``.
 """
 
 from __future__ import annotations

@@ -36,15 +36,14 @@ from contextfold.tokens import (
     get_counter,
 )
 from contextfold.wire import messages_from_openai
-from tests.conftest import TRACES_DIR, load_trace, trace_files
+from tests.conftest import SEEDS_DIR, load_trace, trace_files
 
 pytest.importorskip("bpe_openai")
 
-SEEDS_DIR = TRACES_DIR.parent / "seeds"
 SRC_DIR = Path(__file__).resolve().parents[1] / "src" / "contextfold"
 
 # Handwritten samples (also used by benchmarks/tokens_accuracy.py). Chinese prose comes from
-# these and from the design notes in ../shared/seeds.
+# these and from the design notes in docs/design-notes.
 
 ENGLISH = (
     "Long-running agents accumulate tool results and conversation history until, sooner or "

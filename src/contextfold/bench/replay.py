@@ -51,12 +51,13 @@ def counter() -> TokenCounter:
 
 
 def default_traces_dir() -> Path:
-    """``../shared/traces`` relative to the repository root (falls back to the cwd)."""
+    """The trajectories bundled with the repository (``benchmarks/traces``), else the same
+    folder under the current directory. ``resolve_traces`` says clearly when neither exists."""
     root = Path(__file__).resolve().parents[3]
-    candidate = root.parent / "shared" / "traces"
+    candidate = root / "benchmarks" / "traces"
     if candidate.is_dir():
         return candidate
-    return Path.cwd().parent / "shared" / "traces"
+    return Path.cwd() / "benchmarks" / "traces"
 
 
 def resolve_traces(specs: Sequence[str | Path] | None) -> list[Path]:
