@@ -63,7 +63,7 @@ class SessionIndex:
             NAMESPACE, query, scopes=scopes, session_id=session_id, limit=limit
         )
         owners: dict[str, str] = {}
-        terms = query_terms(query)
+        terms = [w for w in query.split() if any(c.isalnum() for c in w)] + query_terms(query)
         out: list[SearchHit] = []
         for h in hits:
             if h.session_id not in owners:
