@@ -9,8 +9,8 @@ from contextfold.errors import InvalidMessageError, StorageError, UnsafeIdError
 from contextfold.messages import Message, ToolCall, check_view
 from contextfold.offload import COMPACTION_POLICY, EVICTION_POLICY, OffloadStore, placeholder
 from contextfold.paths import check_session_id, safe_name
-from tests.store_helpers import blob_path, session_store
 from contextfold.view import HistoryView
+from tests.store_helpers import blob_path, session_store
 
 
 def count(m: Message) -> int:
