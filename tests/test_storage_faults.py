@@ -308,7 +308,9 @@ def test_kill_9_at_random_points_leaves_an_exact_prefix(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-c", script, str(ws)], stdout=subprocess.PIPE, text=True
         )
-        time.sleep(rng.uniform(0.3, 1.2) if trial == 0 else rng.uniform(0.05, 0.5))
+        assert proc.stdout is not None
+        proc.stdout.readline()  # it is writing: kill it at a random point from now on
+        time.sleep(rng.uniform(0.0, 0.4))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         cm = manager(ws, context_window=5_000)
@@ -317,10 +319,10 @@ def test_kill_9_at_random_points_leaves_an_exact_prefix(tmp_path: Path) -> None:
         expected = [from_openai(m).text for i in range(len(got) // 4) for m in turn(i, size=150)]
         assert got == expected, f"trial {trial}: not an exact prefix"
         view = cm.prepare()  # a valid view (tool pairs intact) after every kill
-        assert [from_openai(d, i) for i, d in enumerate(view)]
+        assert len(view) == 0 if not got else [from_openai(d, i) for i, d in enumerate(view)]
         assert len({m.uuid for m in cm.history}) == len(got)
         cm.close()
-    assert len(expected) > 40
+    assert len(expected) > 30 * 4
 
 
 # --------------------------------------------------------------------------- concurrency
