@@ -130,6 +130,11 @@ class HistoryView:
             self.newest_user = n
         self._push_form(self._assistant_form(msg, n) if msg.tool_calls else msg)
 
+    def expect_answers(self, index: int, call_ids: set[str]) -> None:
+        """Reloading a stored log: the calls of message ``index`` are answered later in the
+        same batch, so its view form is final at once (no provisional form to count)."""
+        self._answered[index] = set(call_ids)
+
     def _push_form(self, form: Message) -> None:
         tokens = self._count(form)
         self.forms.append(form)
