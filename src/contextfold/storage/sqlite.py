@@ -18,6 +18,7 @@ searches work, writes raise :class:`StorageError`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -65,14 +66,24 @@ CREATE TABLE IF NOT EXISTS docs (
 CREATE TABLE IF NOT EXISTS search_docs (
     id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
     session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
-    UNIQUE (namespace, doc_id));
+    tags TEXT NOT NULL, UNIQUE (namespace, doc_id));
 CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
 CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 _FTS = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(body, hints, content='', "
+    "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(body, hints, tags, content='', "
     "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
 )
+
+
+def _tag(kind: str, value: str) -> str:
+    """One index token standing for a namespace or a session: MATCH narrows to it first, so a
+    common word is not ranked across every other session of the workspace."""
+    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _tags(namespace: str, session_id: str) -> str:
+    return f"{_tag('ns', namespace)} {_tag('ss', f'{namespace}/{session_id}')}"
 
 
 def fts5_available() -> bool:
@@ -238,27 +249,28 @@ class _SQLiteTransaction:
         for d in docs:
             meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
             body, hints = split_fields(d.fields)
+            tags = _tags(d.namespace, d.session_id)
             old = con.execute(
-                "SELECT id, body, hints FROM search_docs WHERE namespace=? AND doc_id=?",
+                "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id=?",
                 (d.namespace, d.doc_id),
             ).fetchone()
             if old is not None:
                 if fts:
                     con.execute(
-                        "INSERT INTO search_fts(search_fts, rowid, body, hints) "
-                        "VALUES('delete', ?, ?, ?)",
+                        "INSERT INTO search_fts(search_fts, rowid, body, hints, tags) "
+                        "VALUES('delete', ?, ?, ?, ?)",
                         old,
                     )
                 con.execute("DELETE FROM search_docs WHERE id=?", (old[0],))
             cur = con.execute(
-                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints),
+                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints, "
+                "tags) VALUES (?,?,?,?,?,?,?,?)",
+                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints, tags),
             )
             if fts:
                 con.execute(
-                    "INSERT INTO search_fts(rowid, body, hints) VALUES (?,?,?)",
-                    (cur.lastrowid, body, hints),
+                    "INSERT INTO search_fts(rowid, body, hints, tags) VALUES (?,?,?,?)",
+                    (cur.lastrowid, body, hints, tags),
                 )
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
@@ -506,8 +518,8 @@ class SQLiteStore:
     def _unindex(self, con: sqlite3.Connection, where: str, args: Sequence[Any]) -> None:
         if self.fts5:
             con.execute(
-                "INSERT INTO search_fts(search_fts, rowid, body, hints) "
-                f"SELECT 'delete', id, body, hints FROM search_docs WHERE {where}",
+                "INSERT INTO search_fts(search_fts, rowid, body, hints, tags) "
+                f"SELECT 'delete', id, body, hints, tags FROM search_docs WHERE {where}",
                 args,
             )
         con.execute(f"DELETE FROM search_docs WHERE {where}", args)
@@ -576,9 +588,13 @@ class SQLiteStore:
         with self._reading(f"searching {namespace}") as con:
             if self.fts5:
                 match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+                scope = f'tags:"{_tag("ns", namespace)}"'
+                if session_id is not None:
+                    scope = f'tags:"{_tag("ss", f"{namespace}/{session_id}")}"'
+                match = f"({match}) AND {scope}"
                 rows = con.execute(
                     f"SELECT d.doc_id, d.session_id, d.meta, "
-                    f"-bm25(search_fts, {BODY_WEIGHT}, {HINT_WEIGHT}) AS s FROM search_fts "
+                    f"-bm25(search_fts, {BODY_WEIGHT}, {HINT_WEIGHT}, 0.0) AS s FROM search_fts "
                     f"JOIN search_docs d ON d.id=search_fts.rowid WHERE search_fts MATCH ? "
                     f"AND {where} ORDER BY s DESC, d.doc_id LIMIT ?",
                     [match, *args, limit],
