@@ -234,6 +234,10 @@ class ContextManager:
             self.eviction_store.load(offloads)
         # user data, not derived: a damaged snapshot is an error naming it, never dropped
         self.session_state = load_state(self.session)
+        with self.view.deferred_sums():
+            self._load_view_state()
+
+    def _load_view_state(self) -> None:
         last = self.session.read_last(1, ["state"])
         calibration = self.store.get_doc("calibration", f"{self.session_id}/calibration")
         if not last:
