@@ -49,6 +49,7 @@ class Replayed:
     original: str  # its exact text as the agent saw it
     evidence_id: str
     command: str
+    path: str  # the offloaded file, as the placeholder in the view names it
 
 
 def _replay(ws: Path, session: str, agent: str, window: int, trace: str) -> ContextManager:
@@ -74,7 +75,8 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
     call_id = max(candidates, key=lambda k: len(originals[k]))
     assert len(originals[call_id]) > 2_000
     p = pointers[call_id]
-    return Replayed(ws, call_id, originals[call_id], p.id, p.command or "")
+    path = cm.offloaded()[call_id].path
+    return Replayed(ws, call_id, originals[call_id], p.id, p.command or "", path)
 
 
 def _text(result: Any) -> str:
@@ -129,6 +131,11 @@ async def _exercise_agent_a(client: Client, r: Replayed) -> None:
     header, lines = _text(res).split("\n", 1)
     assert "sha256 ok" in header
     assert lines == r.original.removesuffix("\n")
+    res = await client.call_tool(
+        "read_offloaded", {"sessionId": "sa", "path": r.path, "offset": 1, "limit": 2}
+    )
+    assert not res.is_error and "lines 2-3 of" in _text(res), _text(res)
+    assert _text(res).split("\n")[1:3] == r.original.split("\n")[1:3]
 
     res = await client.call_tool("memory_search", {"query": "django"})
     assert not res.is_error
