@@ -261,3 +261,17 @@ def test_missing_workspace_and_unsupported_store_are_clear(tmp_path: Path) -> No
     assert done.returncode == 2 and "no workspace at" in done.stderr
     done = run("--port", "8000")
     assert done.returncode == 2 and "--port needs --http" in done.stderr
+
+
+def test_the_example_client_runs(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "mcp_client.py"
+    done = subprocess.run(
+        [sys.executable, str(example), str(tmp_path / "ws")],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("tools: recall, read_offloaded, session_list")
+    assert "| sha256 ok]" in done.stdout and "sha256 verified" in done.stdout
