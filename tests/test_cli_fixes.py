@@ -245,3 +245,19 @@ def test_demo_says_what_was_offloaded_and_that_it_reads_back(tmp_path: Path) -> 
     assert back and back.group(1) == back.group(2) == str(total)
     assert back.group(3) == back.group(4)  # every comparable one is byte-identical
     assert "byte-exact" not in out
+
+
+def test_the_readme_mcp_snippets_parse() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### MCP", 1)[1].split("\n## ", 1)[0]
+    config = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    server = config["mcpServers"]["contextfold"]
+    toml_args = re.search(r"^args = (\[.*\])$", section, flags=re.M)
+    assert toml_args
+    for command, args in (
+        (server["command"], server["args"]),
+        ("contextfold", json.loads(toml_args.group(1))),
+    ):
+        assert command == "contextfold"
+        parsed = build_parser().parse_args(args)
+        assert parsed.command == "mcp" and parsed.workspace and parsed.agent_id == "default"
