@@ -216,7 +216,7 @@ def test_compact_exits_non_zero_when_the_view_is_over_the_window(tmp_path: Path)
     src.write_text(json.dumps(trace("django-15213")))
     code, out, err = run("compact", str(src), "--window", "100", "--workspace", str(tmp_path / "w"))
     assert code != 0
-    assert "over the 100-token window" in err
+    assert "100-token window" in err  # "the view is N tokens, over the ..." or "no view fits"
     # the view is still printed, so it can be looked at
     if out:
         assert isinstance(json.loads(out), list)
@@ -225,7 +225,7 @@ def test_compact_exits_non_zero_when_the_view_is_over_the_window(tmp_path: Path)
 def test_demo_exits_non_zero_when_a_view_was_over_the_window(tmp_path: Path) -> None:
     code, out, err = run("demo", "--window", "2000", "--workspace", str(tmp_path / "d"))
     assert code != 0
-    assert "over the 2000-token window" in err
+    assert "2000-token window" in err
     peak = re.search(r"peak view:\s+(\d+) tokens", out)
     if code == 1 and peak:  # views were produced and measured: the peak is the largest
         assert f"largest {peak.group(1)} tokens" in err

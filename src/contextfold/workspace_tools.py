@@ -15,6 +15,7 @@ agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,9 @@ from .sessions.index import SessionIndex
 from .sessions.log import SessionLog
 from .sessions.tools import AgentScope, session_tools
 from .tools import Tool, ToolBox
+
+#: sessions whose evidence index stays in memory between calls (a long-running server)
+MAX_OPEN_SESSIONS = 16
 
 SESSION_ID_PROP: Mapping[str, Any] = {
     "type": "string",
@@ -94,7 +98,8 @@ class WorkspaceTools:
         self.allow_agents = frozenset(allow_agents)
         self.scope = AgentScope(self.agent_id, self.allow_agents)
         self.index = SessionIndex(self.ws)
-        self._evidence: dict[str, tuple[EvidenceStore, EvidenceSearch]] = {}
+        #: per-session evidence indexes, most recently used last (at most MAX_OPEN_SESSIONS)
+        self._evidence: OrderedDict[str, tuple[EvidenceStore, EvidenceSearch]] = OrderedDict()
         self._lock = threading.Lock()
         box = ToolBox([self._recall(), self._read_offloaded()])
         for tool in session_tools(
@@ -150,6 +155,9 @@ class WorkspaceTools:
             )
             got = (store, EvidenceSearch(store))
             self._evidence[sid] = got
+            while len(self._evidence) > MAX_OPEN_SESSIONS:
+                self._evidence.popitem(last=False)
+        self._evidence.move_to_end(sid)
         got[1].sync()
         return got
 

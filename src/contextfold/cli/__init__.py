@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module with a ``register(subparsers)`` function; add a new
 one to :data:`COMMAND_MODULES`. Exit codes: 0 done, 1 nothing found or a view over the window,
-2 bad input or an error (message on stderr), 141 the reader of stdout went away.
+2 bad input or an error (message on stderr), 130 interrupted, 141 the reader of stdout
+went away.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # server on a client that hangs up).
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print("contextfold: interrupted", file=sys.stderr)
+        return 130
 
 
 def _dispatch(args_list: list[str]) -> int:

@@ -100,7 +100,14 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     cm.add_many(messages)
     record = cm.compact(force=args.force)
     out_format: Any = args.format if args.format != "auto" else fmt
-    view = cm.prepare(format=out_format)
+    try:
+        view = cm.prepare(format=out_format)
+    except ContextOverflowError as exc:
+        print(
+            f"contextfold compact: no view fits the {args.window}-token window: {exc}",
+            file=sys.stderr,
+        )
+        return 1
     record = cm.last_record if cm.last_record and cm.last_record.tier is not Tier.NONE else record
     status = sys.stderr
     if record is not None and record.tier is not Tier.NONE:
@@ -204,7 +211,11 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             try:
                 view = cm.prepare()
             except ContextOverflowError as exc:
-                print(f"contextfold demo: model call {calls}: {exc}", file=sys.stderr)
+                print(
+                    f"contextfold demo: model call {calls}: no view fits the {window}-token "
+                    f"window: {exc}",
+                    file=sys.stderr,
+                )
                 return 1
             tokens = cm.view_tokens
             peak = max(peak, tokens)
