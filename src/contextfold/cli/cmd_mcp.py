@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--store",
         metavar="URL",
-        help="where sessions are stored, as a URL (file:///DIR for a workspace folder)",
+        help="where sessions are stored, as a URL: file:///DIR, a workspace folder (the only "
+        "kind served so far)",
     )
     p.add_argument(
         "--agent-id",
