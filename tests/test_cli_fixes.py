@@ -261,3 +261,18 @@ def test_the_readme_mcp_snippets_parse() -> None:
         assert command == "contextfold"
         parsed = build_parser().parse_args(args)
         assert parsed.command == "mcp" and parsed.workspace and parsed.agent_id == "default"
+
+
+def test_the_cli_and_the_mcp_module_import_without_the_mcp_sdk() -> None:
+    code = (
+        "import sys, contextfold.cli, contextfold.mcp_server, contextfold.workspace_tools; "
+        "assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')], 'mcp'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
