@@ -13,15 +13,13 @@ import fnmatch
 import hashlib
 import json
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .errors import StorageError, ToolArgumentsError, UnsafeIdError
+from .errors import StorageError, UnsafeIdError
 from .paths import Workspace, confined, safe_name
 from .records import OffloadEntry
-from .tools import Tool
 
 #: Prefixes that mark content as already offloaded (ours, and the seed's OffloadHook marker).
 OFFLOADED_PREFIXES = ("[offloaded:", "[输出已保存至", "[evicted:")
@@ -263,47 +261,3 @@ class OffloadStore:
             else ""
         )
         return header + "\n" + "\n".join(page) + more
-
-
-READ_OFFLOADED_DESCRIPTION = (
-    "Read a tool result that was offloaded to a file to save context. Pass the tool "
-    "call id (id) or the path shown in the placeholder; page with offset/limit (lines)."
-)
-
-READ_OFFLOADED_PROPERTIES: Mapping[str, Any] = {
-    "id": {"type": "string", "description": "tool call id of the offloaded result"},
-    "path": {"type": "string", "description": "path shown in the placeholder"},
-    "offset": {"type": "integer", "minimum": 0, "description": "first line (0-based)"},
-    "limit": {"type": "integer", "minimum": 1, "description": "lines to return"},
-}
-
-
-def read_offloaded(stores: Sequence[OffloadStore], args: Mapping[str, Any]) -> str:
-    """The ``read_offloaded`` tool's answer: a page of the first store that holds ``id`` or
-    ``path`` (the session's store, then a custom eviction root). Raises ToolArgumentsError."""
-    ref = args.get("id") or args.get("path")
-    if not isinstance(ref, str) or not ref:
-        raise ToolArgumentsError("read_offloaded: give id (tool call id) or path")
-    offset = int(args.get("offset", 0))
-    limit = int(args.get("limit", 200))
-    first: StorageError | None = None
-    for store in stores:
-        try:
-            return store.read_page(ref, offset=offset, limit=limit)
-        except StorageError as exc:
-            first = first or exc
-    raise ToolArgumentsError(str(first or f"read_offloaded: nothing offloaded for {ref!r}"))
-
-
-def read_offloaded_tool(stores: Callable[[], Sequence[OffloadStore]]) -> Tool:
-    """The ``read_offloaded`` agent tool over the stores ``stores()`` returns at call time."""
-    return Tool(
-        name="read_offloaded",
-        description=READ_OFFLOADED_DESCRIPTION,
-        parameters={
-            "type": "object",
-            "properties": dict(READ_OFFLOADED_PROPERTIES),
-            "required": [],
-        },
-        handler=lambda args: read_offloaded(stores(), args),
-    )

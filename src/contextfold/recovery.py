@@ -22,7 +22,8 @@ from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
 from .messages import Message
-from .offload import OffloadStore, read_offloaded_tool
+from .offload import OffloadStore
+from .offload_tool import read_offloaded_tool
 from .records import CompactionRecord, OffloadEntry, Tier
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools

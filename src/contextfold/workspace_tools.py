@@ -28,12 +28,8 @@ from .evidence.tools import DESCRIPTION as RECALL_DESCRIPTION
 from .evidence.tools import PARAMETERS as RECALL_PARAMETERS
 from .evidence.tools import recall_tool
 from .memory import MemoryStore, memory_tools
-from .offload import (
-    READ_OFFLOADED_DESCRIPTION,
-    READ_OFFLOADED_PROPERTIES,
-    OffloadStore,
-    read_offloaded,
-)
+from .offload import OffloadStore
+from .offload_tool import READ_OFFLOADED_DESCRIPTION, READ_OFFLOADED_PROPERTIES, read_offloaded
 from .paths import Workspace, check_session_id
 from .sessions.index import SessionIndex
 from .sessions.log import SessionLog
