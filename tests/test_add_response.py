@@ -186,7 +186,7 @@ def test_anthropic_text_only_reply_is_valid_for_both_formats(tmp_path: Path) -> 
 
 def test_add_response_rejects_what_it_cannot_read(tmp_path: Path) -> None:
     cm = manager(tmp_path)
-    with pytest.raises(InvalidMessageError, match="for a single message dict use cm.add"):
+    with pytest.raises(InvalidMessageError, match=r"for a single message dict use cm\.add"):
         cm.add_response({"role": "assistant", "content": "hi"})
     with pytest.raises(InvalidMessageError, match="ChatCompletion"):
         cm.add_response(42)

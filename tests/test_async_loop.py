@@ -133,7 +133,7 @@ def test_acall_summarizes_through_the_async_client_while_the_loop_runs(tmp_path:
         assert len(cm.records()) > before
         return cm, model, ticker
 
-    cm, model, ticker = asyncio.run(main())
+    cm, model, _ticker = asyncio.run(main())
     assert cm.last_record is not None and cm.last_record.summarizer == "LLMSummarizer"
     kinds = [
         "facts" if "Extract durable facts" in json.dumps(c) else "summary"

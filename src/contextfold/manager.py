@@ -555,9 +555,9 @@ class ContextManager:
 
     # ------------------------------------------------------------------ manual compaction
     def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
-        """Manual /compact (seed 8.3). ``force=True`` summarizes the whole head now with the
-        configured summarizer (Full tier) whatever the ratio; ``tier="emergency"`` is the seed's
-        CompactForce (truncation, no LLM); ``force=False`` runs the normal tier decision."""
+        """Manual /compact. ``force=True`` summarizes the whole head now with the configured
+        summarizer (Full tier) whatever the ratio; ``tier="emergency"`` truncates without an LLM
+        (forced compaction); ``force=False`` runs the normal tier decision."""
         if tier is not None:
             try:
                 chosen: Tier | None = Tier(tier)
@@ -605,7 +605,7 @@ class ContextManager:
         format: Literal["openai", "anthropic"] = "openai",
     ) -> T:
         """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
-        once (seed 002 2.4). A second overflow raises ContextOverflowError with the record."""
+        once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
         view = self.prepare(tools=tools, format=format)
         failure: Exception | None = None
         try:
@@ -725,7 +725,7 @@ class ContextManager:
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:
-        """Cascade cleanup (seed 5.5): log, tool results, records, evidence, state, index rows
+        """Cascade cleanup: log, tool results, records, evidence, state, index rows
         (and the evicted files under a custom offload root). The manager stays usable: the
         session starts again empty."""
         self.recovery.forget_session()
