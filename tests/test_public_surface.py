@@ -15,11 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import (
-    FakeListChatModel,
-    GenericFakeChatModel,
-)
-from langchain_core.messages import AIMessage
 
 import contextfold.config as config_module
 from contextfold import ContextManager, Tier
@@ -34,7 +29,14 @@ from contextfold.summarizers import (
     SummaryRequest,
 )
 from contextfold.wire import from_openai
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, require_module
+
+
+def _fakes() -> Any:
+    """LangChain's own fake chat models (an optional extra: a visible skip locally, a failure
+    in CI)."""
+    return require_module("langchain_core.language_models.fake_chat_models")
+
 
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
 TASK = {"role": "user", "content": "Fix the failing test."}
@@ -92,12 +94,13 @@ def _request() -> SummaryRequest:
 
 
 def test_a_langchain_chat_model_is_a_summarizer_model() -> None:
+    AIMessage = require_module("langchain_core.messages").AIMessage
     reply = AIMessage(
         content="### Summary\nThe timezone was wrong.",
         usage_metadata={"input_tokens": 50, "output_tokens": 9, "total_tokens": 59},
         response_metadata={"finish_reason": "stop", "model_name": "fake"},
     )
-    chat = GenericFakeChatModel(
+    chat = _fakes().GenericFakeChatModel(
         messages=iter([reply, AIMessage(content=[{"type": "text", "text": "b"}])])
     )
     summarizer = LLMSummarizer(chat)
@@ -108,7 +111,7 @@ def test_a_langchain_chat_model_is_a_summarizer_model() -> None:
 
 
 def test_langchain_model_async_path_and_in_a_session(tmp_path: Path) -> None:
-    chat = FakeListChatModel(responses=["### Summary\nread files, found the bug"] * 50)
+    chat = _fakes().FakeListChatModel(responses=["### Summary\nread files, found the bug"] * 50)
     summarizer = LLMSummarizer(chat, context_window=8_000)
     assert (
         asyncio.run(summarizer.asummarize(_request())) == "### Summary\nread files, found the bug"
