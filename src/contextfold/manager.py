@@ -145,7 +145,7 @@ class ContextManager:
         self.last_record: CompactionRecord | None = None
         #: The record of the last prepare()/compact(), including "no compaction needed".
         self.last_prepare: CompactionRecord | None = None
-        self._alock: asyncio.Lock | None = None
+        self._alocks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._known_log_size: int | None = None  # set by _load()
         self._last_estimate = 0
         #: tokens of the last call that calibration must not scale (tool schemas, injection)
@@ -457,14 +457,20 @@ class ContextManager:
     ) -> OpenAIView | AnthropicView:
         """:meth:`prepare` without blocking the event loop: the work runs in a worker thread and
         an LLM summarizer / fact extractor calls its model's async client on this loop (see
-        :mod:`contextfold.aio`). Calls on one manager are serialized."""
+        :mod:`contextfold.aio`). Calls on one manager are serialized; ``on_compaction`` runs in
+        that worker thread."""
         async with self._async_lock():
             return await run_off_loop(lambda: self.prepare(tools=tools, format=format, copy=copy))
 
     def _async_lock(self) -> asyncio.Lock:
-        if self._alock is None:
-            self._alock = asyncio.Lock()
-        return self._alock
+        """One lock per event loop (an asyncio.Lock must not cross loops)."""
+        loop = asyncio.get_running_loop()
+        lock = self._alocks.get(loop)
+        if lock is None:
+            for old in [k for k in self._alocks if k.is_closed()]:
+                del self._alocks[old]
+            lock = self._alocks[loop] = asyncio.Lock()
+        return lock
 
     def _compact_if_needed(self, extra: int) -> CompactionRecord:
         cfg = self.config
@@ -648,7 +654,9 @@ class ContextManager:
             except Exception as exc2:
                 self._raise_overflow(exc2, record)
                 raise
-        self.report_usage(response=result)
+        if extract_input_tokens(result) is not None:  # calibration writes state.json
+            async with self._async_lock():
+                await run_off_loop(lambda: self.report_usage(response=result))
         return result
 
     def _recover(
