@@ -47,13 +47,13 @@ def turn(i: int, words: int = 150) -> list[dict[str, Any]]:
     ]
 
 
-def loaded(tmp_path: Path, **kw: Any) -> ContextManager:
-    """A 4,000-token window filled past the Soft line (no prepare yet): the next prepare
-    summarizes with the LLM."""
-    cm = ContextManager(tmp_path, "a", 4_000, **kw)
+def loaded(tmp_path: Path, window: int = 4_000, **kw: Any) -> ContextManager:
+    """A small window filled past the Soft line (no prepare yet): the next prepare summarizes
+    with the LLM."""
+    cm = ContextManager(tmp_path, "a", window, **kw)
     cm.add_many([SYSTEM, TASK])
     i = 0
-    while cm.view_tokens < 0.70 * 4_000:
+    while cm.view_tokens < 0.70 * window:
         cm.add_many(turn(i))
         i += 1
     cm.add({"role": "user", "content": "what next?"})
@@ -121,16 +121,22 @@ def test_acall_summarizes_through_the_async_client_while_the_loop_runs(tmp_path:
         model = AsyncOnlyModel(ticker)
         cm = loaded(
             tmp_path,
+            10_000,  # room for contextfold's tool schemas
             summarizer=LLMSummarizer(model, context_window=8_000),
             fact_extractor="llm",
         )
         before = len(cm.records())
+        tools = cm.tool_schemas()  # opens the session index (SQLite) on this thread
         ticker.start()
         try:
-            await asyncio.wait_for(cm.acall(_reply), SAFETY)
+            await asyncio.wait_for(cm.acall(_reply, tools=tools), SAFETY)
         finally:
             ticker.stop()
         assert len(cm.records()) > before
+        found = cm.handle_tool_call(
+            {"id": "s1", "function": {"name": "session_search", "arguments": '{"query": "f1"}'}}
+        )
+        assert "Error" not in found["content"]
         return cm, model, ticker
 
     cm, model, _ticker = asyncio.run(main())
