@@ -15,9 +15,19 @@ import pytest
 
 from contextfold import ContextManager
 from contextfold.llm import ChatResult
-from contextfold.summarizers import LLMSummarizer, OpenAICompatibleSummarizer, SummaryRequest
+from contextfold.summarizers import (
+    AnthropicSummarizer,
+    LLMSummarizer,
+    OpenAICompatibleSummarizer,
+    SummaryRequest,
+)
 from contextfold.testing import overflow_error
-from tests.http_fakes import FakeLLMServer, fake_llm_server_fixture, openai_completion  # noqa: F401
+from tests.http_fakes import (  # noqa: F401
+    FakeLLMServer,
+    anthropic_message,
+    fake_llm_server_fixture,
+    openai_completion,
+)
 
 SAFETY = 60.0  # seconds before a deadlock is reported as a failure (never reached when it works)
 TICKS = 5
@@ -237,3 +247,28 @@ def test_concurrent_acalls_on_one_manager_are_serialized(tmp_path: Path) -> None
 
     views = asyncio.run(main())
     assert all(v == views[0] for v in views)
+
+
+def test_real_async_anthropic_client_is_used(
+    fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    fake_llm_server.handler = lambda body: (200, anthropic_message("### Summary\nfrom claude"))
+    summarizer = AnthropicSummarizer(
+        model="claude-test",
+        base_url=fake_llm_server.anthropic_base_url,
+        api_key="t",
+        context_window=8_000,
+    )
+    cm = loaded(tmp_path, summarizer=summarizer)
+
+    async def main() -> None:
+        view = await cm.acall(_reply, format="anthropic")
+        assert view == {"role": "assistant", "content": "ok"}
+        await summarizer.model.aclose()  # type: ignore[attr-defined]
+
+    asyncio.run(main())
+    assert summarizer.model._client is None  # type: ignore[attr-defined]
+    assert [r.path for r in fake_llm_server.requests] and all(
+        r.path == "/v1/messages" for r in fake_llm_server.requests
+    )
+    assert any(r.summarizer == "AnthropicSummarizer" for r in cm.records())
