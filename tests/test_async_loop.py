@@ -272,3 +272,27 @@ def test_real_async_anthropic_client_is_used(
         r.path == "/v1/messages" for r in fake_llm_server.requests
     )
     assert any(r.summarizer == "AnthropicSummarizer" for r in cm.records())
+
+
+def test_a_second_event_loop_gets_its_own_async_client(
+    fake_llm_server: FakeLLMServer, tmp_path: Path
+) -> None:
+    """Scripts often run each turn with asyncio.run: the async client of a closed loop is not
+    reused (its connections belong to that loop)."""
+    fake_llm_server.handler = lambda body: (200, openai_completion("### Summary\nturn done"))
+    summarizer = OpenAICompatibleSummarizer(
+        model="summ", base_url=fake_llm_server.openai_base_url, api_key="t", context_window=8_000
+    )
+    clients = []
+    for _ in range(2):
+        text = asyncio.run(summarizer.asummarize(_summary_request()))
+        assert text == "### Summary\nturn done"
+        clients.append(summarizer.model._async_client)  # type: ignore[attr-defined]
+    assert clients[0] is not clients[1]
+    assert len(fake_llm_server.requests) == 2
+
+
+def _summary_request() -> SummaryRequest:
+    from contextfold.wire import from_openai
+
+    return SummaryRequest(messages=[from_openai({"role": "user", "content": "Fix the parser."})])
