@@ -525,6 +525,14 @@ class ContextManager:
         self.report_usage(response=result)
         return result
 
+    def recover_from_overflow(
+        self, exc: Exception, *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> CompactionRecord:
+        """For frameworks that own the retry loop (the integrations): when ``exc`` is a
+        context-overflow error, compact hard now so the next ``prepare()`` is smaller, and
+        return the record; any other error (or recovery turned off) is raised again."""
+        return self._recover(exc, tools, "openai")[1]
+
     def _recover(self, exc: Exception, tools: Any, format: Any) -> tuple[Any, CompactionRecord]:
         if not self.config.overflow_recovery or not is_context_overflow(exc):
             raise exc
