@@ -1,0 +1,161 @@
+"""pydantic-ai with ContextFoldCapability, end to end: a 64-turn agent loop over real trace tool
+outputs at a 6,000-token window, driven by pydantic-ai's own ``FunctionModel``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextfold import ContextManager
+from contextfold.testing import message_tokens, overflow_error
+from contextfold.tokens import count_tools, get_counter
+from contextfold.wire import to_openai
+
+from .integration_support import (
+    OVERFLOW_AT,
+    TURNS,
+    WINDOW,
+    AgentScript,
+    check_request,
+    recall_target,
+    require,
+    trace_steps,
+)
+
+require("pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.messages import (  # noqa: E402
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai.usage import RequestUsage, UsageLimits  # noqa: E402
+
+from contextfold.errors import ContextOverflowError  # noqa: E402
+from contextfold.integrations import HistoryDivergedError  # noqa: E402
+from contextfold.integrations._common import fingerprint, openai_tool  # noqa: E402
+from contextfold.integrations.pydantic_ai import (  # noqa: E402
+    ContextFoldCapability,
+    to_openai_dicts,
+)
+
+NO_LIMIT = UsageLimits(request_limit=None)
+
+
+class Scripted:
+    def __init__(self, script: AgentScript, fail_at: set[int], always_fail: bool = False):
+        self.script = script
+        self.fail_at = fail_at
+        self.always_fail = always_fail
+        self.calls = 0
+        self.failures = 0
+        self.requests: list[list[dict[str, Any]]] = []
+        self.tools: list[str] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls += 1
+        self.tools = [t.name for t in info.function_tools]
+        self.requests.append(to_openai_dicts(messages))
+        if self.always_fail or self.calls in self.fail_at:
+            self.failures += 1
+            raise overflow_error("openai")
+        last = messages[-1]
+        tool_text = None
+        if isinstance(last, ModelRequest) and isinstance(last.parts[-1], ToolReturnPart):
+            tool_text = last.parts[-1].model_response_str()
+        action, args = self.script.next_action(tool_text)
+        # report input tokens as a provider would (messages + tool schemas), for calibration
+        schemas = [
+            openai_tool(t.name, t.description or "", t.parameters_json_schema)
+            for t in [*info.function_tools, *info.output_tools]
+        ]
+        used = RequestUsage(
+            input_tokens=message_tokens(self.requests[-1]) + count_tools(get_counter(), schemas)
+        )
+        if action == "final":
+            return ModelResponse(parts=[TextPart(args["text"])], usage=used)
+        return ModelResponse(
+            parts=[ToolCallPart(action, args, tool_call_id=f"call_{self.calls}")], usage=used
+        )
+
+
+def _agent(tmp_path: Path, **kw: Any) -> tuple[Agent[None, str], Scripted, ContextManager, Any]:
+    system, _task, steps = trace_steps()
+    cm = ContextManager(tmp_path / "ws", "pyd", WINDOW)
+    fake = Scripted(AgentScript(steps, recall_target(steps)), {OVERFLOW_AT}, **kw)
+    agent = Agent(
+        FunctionModel(fake),
+        system_prompt=system,
+        capabilities=[ContextFoldCapability(cm)],
+    )
+
+    @agent.tool_plain
+    def run_command(step: int, command: str) -> str:
+        """Run a shell command in the repository."""
+        return steps[step].output
+
+    return agent, fake, cm, steps
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_long_agent_loop(tmp_path: Path, mode: str) -> None:
+    agent, fake, cm, steps = _agent(tmp_path)
+    task = trace_steps()[1]
+    if mode == "sync":
+        result = agent.run_sync(task, usage_limits=NO_LIMIT)
+    else:
+        result = asyncio.run(agent.run(task, usage_limits=NO_LIMIT))
+    assert result.output.startswith("Done")
+    assert fake.failures == 1
+    assert fake.calls == TURNS + 3 + 1
+    assert {"run_command", "recall", "read_offloaded", "memory_search"} <= set(fake.tools)
+
+    assert any(r.changed for r in cm.records())
+    peak = max(check_request(r, WINDOW, f"request {i}") for i, r in enumerate(fake.requests))
+    assert peak > WINDOW // 3
+
+    # the run's own history stays complete (the view is request-only) and the log mirrors it
+    history = result.all_messages()
+    dicts = to_openai_dicts(history)
+    assert len(dicts) > 2 * TURNS
+    assert [fingerprint(to_openai(m)) for m in cm.history][:-1] == [fingerprint(d) for d in dicts][
+        : len(cm.history) - 1
+    ]
+
+    # recall returned the byte-exact output that had left the view
+    original = steps[fake.script.target].output
+    assert not any(original in str(m.get("content")) for m in fake.requests[-3])
+    returns = [
+        p
+        for m in history
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart) and p.tool_name == "recall"
+    ]
+    assert len(returns) == 2
+    assert original in returns[-1].model_response_str()
+
+    # continuing the conversation appends only the new messages; a different history is refused
+    before = len(cm.history)
+    fake.script.phase = "done"
+    again = agent.run_sync("and now?", message_history=history)
+    assert len(cm.history) == before + 2  # the previous final answer and the new prompt
+    assert again.output.startswith("Done")
+    fake.script.phase = "done"
+    with pytest.raises(HistoryDivergedError):
+        agent.run_sync("unrelated", message_history=history[:3])
+
+
+def test_second_overflow_raises(tmp_path: Path) -> None:
+    agent, fake, _cm, _steps = _agent(tmp_path, always_fail=True)
+    with pytest.raises(ContextOverflowError):
+        agent.run_sync("hello")
+    assert fake.failures == 2
