@@ -1,0 +1,201 @@
+"""OpenAI Agents SDK with ContextFoldModel + ContextFoldSession, end to end: a 64-turn
+``Runner.run`` over real trace tool outputs at a 6,000-token window, driven by a fake
+``agents.Model`` whose responses carry reasoning items."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextfold import ContextManager
+from contextfold.testing import message_tokens, overflow_error
+
+from .integration_support import (
+    OVERFLOW_AT,
+    TURNS,
+    WINDOW,
+    AgentScript,
+    check_request,
+    recall_target,
+    require,
+    trace_steps,
+)
+
+require("agents")
+
+from agents import (  # noqa: E402
+    Agent,
+    Model,
+    ModelResponse,
+    RunConfig,
+    Runner,
+    Usage,
+    function_tool,
+)
+from agents.testing import assistant_message, function_call  # noqa: E402
+from openai.types.responses import ResponseReasoningItem  # noqa: E402
+
+from contextfold.errors import ContextOverflowError  # noqa: E402
+from contextfold.integrations.openai_agents import (  # noqa: E402
+    ContextFoldModel,
+    ContextFoldSession,
+    context_filter,
+    contextfold_tools,
+    to_openai_dicts,
+)
+
+NO_TRACING = RunConfig(tracing_disabled=True)
+
+
+class FakeModel(Model):
+    """Follows an AgentScript; every response is a reasoning item plus the action."""
+
+    def __init__(self, script: AgentScript, fail_at: set[int], always_fail: bool = False):
+        self.script = script
+        self.fail_at = fail_at
+        self.always_fail = always_fail
+        self.calls = 0
+        self.failures = 0
+        self.requests: list[list[dict[str, Any]]] = []
+        self.tools: list[str] = []
+
+    async def get_response(
+        self,
+        system_instructions: Any,
+        input: Any,
+        model_settings: Any,
+        tools: Any,
+        *a: Any,
+        **kw: Any,
+    ) -> Any:
+        self.calls += 1
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        self.requests.append([dict(i) for i in items])
+        self.tools = [t.name for t in tools]
+        if self.always_fail or self.calls in self.fail_at:
+            self.failures += 1
+            raise overflow_error("openai")
+        last = items[-1]
+        tool_text = last.get("output") if last.get("type") == "function_call_output" else None
+        action, args = self.script.next_action(tool_text)
+        reasoning = ResponseReasoningItem(id=f"rs_{self.calls}", type="reasoning", summary=[])
+        if action == "final":
+            output: list[Any] = [reasoning, assistant_message(args["text"], item_id="msg_1")]
+        else:
+            output = [
+                reasoning,
+                function_call(
+                    action, args, call_id=f"call_{self.calls}", item_id=f"fc_{self.calls}"
+                ),
+            ]
+        dicts = to_openai_dicts(items)
+        usage = Usage(requests=1, input_tokens=message_tokens(dicts))
+        return ModelResponse(output=output, usage=usage, response_id=None)
+
+    def stream_response(self, *a: Any, **kw: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+
+def check_items(items: list[dict[str, Any]], what: str) -> None:
+    """Provider rules of the Responses API: each function_call_output has its function_call,
+    each function_call its output, and a call keeps the reasoning item it came with."""
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert sorted(calls) == sorted(outputs), f"{what}: unpaired calls/outputs"
+    for k, item in enumerate(items):
+        if item.get("type") == "function_call":
+            assert k > 0 and items[k - 1].get("type") == "reasoning", f"{what}: reasoning lost"
+            assert items[k - 1]["id"] == "rs_" + item["id"].removeprefix("fc_")
+
+
+def _setup(tmp_path: Path, **kw: Any) -> tuple[Agent[Any], FakeModel, ContextManager, Any]:
+    system, _task, steps = trace_steps()
+    cm = ContextManager(tmp_path / "ws", "agents", WINDOW)
+    fake = FakeModel(AgentScript(steps, recall_target(steps)), {OVERFLOW_AT}, **kw)
+
+    @function_tool
+    def run_command(step: int, command: str) -> str:
+        """Run a shell command in the repository."""
+        return steps[step].output
+
+    agent = Agent(
+        name="coder",
+        instructions=system,
+        model=ContextFoldModel(fake, cm),
+        tools=[run_command, *contextfold_tools(cm)],
+    )
+    return agent, fake, cm, steps
+
+
+def test_long_run_with_session(tmp_path: Path) -> None:
+    agent, fake, cm, steps = _setup(tmp_path)
+    session = ContextFoldSession(cm)
+    task = trace_steps()[1]
+    result = asyncio.run(
+        Runner.run(agent, task, session=session, max_turns=500, run_config=NO_TRACING)
+    )
+    assert str(result.final_output).startswith("Done")
+    assert fake.failures == 1
+    assert fake.calls == TURNS + 3 + 1
+    assert {"run_command", "recall", "read_offloaded", "session_list"} <= set(fake.tools)
+
+    assert any(r.changed for r in cm.records())
+    for i, items in enumerate(fake.requests):
+        check_items(items, f"request {i}")
+        check_request(to_openai_dicts(items), WINDOW, f"request {i}")
+
+    # recall answered with the exact output that had left the view
+    original = steps[fake.script.target].output
+    assert not any(original in str(i.get("output")) for i in fake.requests[-3])
+    outputs = [i for i in result.to_input_list() if i.get("type") == "function_call_output"]
+    assert original in str(outputs[-1]["output"])
+
+    # the session is the log: stored once, the whole conversation, in order
+    items = asyncio.run(session.get_items())
+    assert len([i for i in items if i.get("type") == "function_call_output"]) == TURNS + 2
+    assert items[0] == {"role": "user", "content": task}
+    assert len(cm.history) == 1 + 2 * (TURNS + 2) + 1  # task, turns, answer
+
+    # a second run continues the same session: only the new items are added
+    before = len(cm.history)
+    fake.script.phase = "done"
+    asyncio.run(Runner.run(agent, "thanks", session=session, run_config=NO_TRACING))
+    assert len(cm.history) == before + 2
+    check_items(fake.requests[-1], "continued run")
+    with pytest.raises(Exception, match="append-only"):
+        asyncio.run(session.pop_item())
+
+
+def test_input_filter_alone(tmp_path: Path) -> None:
+    system, task, steps = trace_steps()
+    cm = ContextManager(tmp_path / "ws", "filter", WINDOW)
+    fake = FakeModel(AgentScript(steps, recall_target(steps)), set())
+
+    @function_tool
+    def run_command(step: int, command: str) -> str:
+        """Run a shell command in the repository."""
+        return steps[step].output
+
+    agent = Agent(
+        name="coder", instructions=system, model=fake, tools=[run_command, *contextfold_tools(cm)]
+    )
+    config = RunConfig(tracing_disabled=True, call_model_input_filter=context_filter(cm))
+    result = asyncio.run(Runner.run(agent, task, max_turns=500, run_config=config))
+    assert str(result.final_output).startswith("Done")
+    assert any(r.changed for r in cm.records())
+    for i, items in enumerate(fake.requests):
+        check_items(items, f"request {i}")
+        check_request(to_openai_dicts(items), WINDOW, f"request {i}")
+    outputs = [i for i in result.to_input_list() if i.get("type") == "function_call_output"]
+    assert steps[fake.script.target].output in str(outputs[-1]["output"])
+
+
+def test_second_overflow_raises(tmp_path: Path) -> None:
+    agent, fake, _cm, _steps = _setup(tmp_path, always_fail=True)
+    with pytest.raises(ContextOverflowError):
+        asyncio.run(Runner.run(agent, "hello", run_config=NO_TRACING))
+    assert fake.failures == 2
