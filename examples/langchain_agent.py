@@ -25,7 +25,7 @@ from contextfold import ContextManager
 from contextfold.integrations.langchain import ContextFoldMiddleware
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _fake_llm import FakeOpenAIServer, command_output  # noqa: E402
+from _fake_llm import FakeOpenAIServer, command_output
 
 
 class LocalChatModel(BaseChatModel):

@@ -21,7 +21,7 @@ from contextfold.integrations.openai_agents import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _fake_llm import FakeOpenAIServer, command_output  # noqa: E402
+from _fake_llm import FakeOpenAIServer, command_output
 
 
 @function_tool

@@ -18,7 +18,7 @@ from contextfold import ContextManager
 from contextfold.integrations.pydantic_ai import ContextFoldCapability
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _fake_llm import FakeOpenAIServer, command_output  # noqa: E402
+from _fake_llm import FakeOpenAIServer, command_output
 
 
 def main() -> None:
