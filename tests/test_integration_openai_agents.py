@@ -199,3 +199,47 @@ def test_second_overflow_raises(tmp_path: Path) -> None:
     with pytest.raises(ContextOverflowError):
         asyncio.run(Runner.run(agent, "hello", run_config=NO_TRACING))
     assert fake.failures == 2
+
+
+def test_streamed_run_with_the_sdk_scripted_model(tmp_path: Path) -> None:
+    """Runner.run_streamed through ContextFoldModel around the SDK's own ScriptedModel: the
+    overflow before the first event is recovered, compaction happens, requests stay valid."""
+    from agents.testing import ModelStep, ScriptedModel
+
+    _system, task, steps = trace_steps()
+    turns = 16
+    script: list[Any] = []
+    for i in range(turns):
+        if i == 10:
+            script.append(ModelStep.raise_error(overflow_error("openai")))
+        call = function_call(
+            "run_command", {"step": i, "command": steps[i].command}, call_id=f"c{i}"
+        )
+        script.append(ModelStep(output=[call]))
+    script.append(ModelStep(output=[assistant_message("Done streaming.")]))
+    inner = ScriptedModel(script)
+    cm = ContextManager(tmp_path / "ws", "streamed", 3_000)
+
+    @function_tool
+    def run_command(step: int, command: str) -> str:
+        """Run a shell command in the repository."""
+        return steps[step].output
+
+    agent = Agent(name="coder", model=ContextFoldModel(inner, cm), tools=[run_command])
+
+    async def run() -> Any:
+        result = Runner.run_streamed(agent, task, max_turns=100, run_config=NO_TRACING)
+        async for _event in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(run())
+    assert result.final_output == "Done streaming."
+    inner.assert_complete()
+    assert len(inner.calls) == turns + 2  # every step, the failed one included
+    assert any(r.changed for r in cm.records())
+    for i, call in enumerate(inner.calls):
+        items = [dict(x) for x in call.input]
+        assert call.streamed
+        check_request(to_openai_dicts(items), 3_000, f"streamed request {i}")
+    assert len(cm.history) == 1 + 2 * turns + 1  # the final answer is logged at once

@@ -142,9 +142,24 @@ class HistoryMirror:
             self._loaded = len(self._prints)
         return len(pending)
 
-
-def tool_names(manager: ContextManager) -> set[str]:
-    return {str(s["function"]["name"]) for s in manager.tool_schemas()}
+    def extend(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Append messages that continue the log, skipping those it already ends with (a
+        framework's session may hand over items another hook has just logged). Tool calls and
+        results carry unique ids, so only plain text turns could repeat, and a repeated user
+        message is never adjacent to itself."""
+        logged = self._logged()
+        prints = [fingerprint(m) for m in messages]
+        overlap = 0
+        for k in range(min(len(logged), len(prints)), 0, -1):
+            if logged[-k:] == prints[:k]:
+                overlap = k
+                break
+        new = list(messages[overlap:])
+        if new:
+            self.manager.add_many(new)
+            self._prints = self._prints + prints[overlap:]
+            self._loaded = len(self._prints)
+        return len(new)
 
 
 def openai_tool(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,6 +185,5 @@ __all__ = [
     "fingerprint",
     "input_tokens_of",
     "openai_tool",
-    "tool_names",
     "without_ref",
 ]

@@ -187,6 +187,16 @@ def _schemas(
 # --------------------------------------------------------------------------- model wrapper
 
 
+class _Outputs:
+    """The output items of a streamed response, as ``ModelResponse.to_input_items`` gives them."""
+
+    def __init__(self, outputs: Sequence[Any]) -> None:
+        self.outputs = outputs
+
+    def to_input_items(self) -> list[TResponseInputItem]:
+        return [cast(TResponseInputItem, o.model_dump(exclude_unset=True)) for o in self.outputs]
+
+
 class ContextFoldModel(Model):
     """An ``agents.Model`` that sends contextfold's view and recovers from context overflow."""
 
@@ -231,9 +241,16 @@ class ContextFoldModel(Model):
             return cast(ModelResponse, await send(input))  # the server holds the history
         self.mirror.sync(to_openai_dicts(input))
         # acall: prepare, send, one retry after compacting on overflow, calibrate from usage
-        return await self.manager.acall(
+        response: ModelResponse = await self.manager.acall(
             lambda view: send(to_items(view)), tools=_schemas(tools, handoffs, system_instructions)
         )
+        self._log_response(input, response)
+        return response
+
+    def _log_response(self, input: str | list[TResponseInputItem], response: Any) -> None:
+        """Log the model's answer now (the next call's input repeats it; the mirror dedupes)."""
+        sent = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        self.mirror.sync(to_openai_dicts([*sent, *response.to_input_items()]))
 
     async def stream_response(
         self,
@@ -276,10 +293,13 @@ class ContextFoldModel(Model):
                 async for event in stream(items):
                     started = True
                     yield event
-                    response = getattr(event, "response", None)
-                    tokens = input_tokens_of(getattr(response, "usage", None))
-                    if getattr(event, "type", "") == "response.completed" and tokens is not None:
-                        self.manager.report_usage(input_tokens=tokens)
+                    if getattr(event, "type", "") == "response.completed":
+                        done = getattr(event, "response", None)
+                        tokens = input_tokens_of(getattr(done, "usage", None))
+                        if tokens is not None:
+                            self.manager.report_usage(input_tokens=tokens)
+                        outputs = getattr(done, "output", None) or []
+                        self._log_response(input, _Outputs(outputs))
                 return
             except Exception as exc:
                 if started or not is_context_overflow(exc):
@@ -341,7 +361,7 @@ class ContextFoldSession(SessionABC):
         return items[-limit:] if limit else items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        self.mirror.sync(to_openai_dicts([*self._items(), *items]))
+        self.mirror.extend(to_openai_dicts(items))
 
     async def pop_item(self) -> TResponseInputItem | None:
         raise ContextFoldError(

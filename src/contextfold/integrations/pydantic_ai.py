@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from pydantic_ai import RunContext
+from pydantic_ai import AgentRunResult, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import RetryModelRequest
 from pydantic_ai.messages import (
@@ -288,6 +288,13 @@ class ContextFoldCapability(AbstractCapability[Any]):
         if tokens is not None:
             self.manager.report_usage(input_tokens=tokens)
         return response
+
+    async def after_run(
+        self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
+    ) -> AgentRunResult[Any]:
+        """Log the run's final answer now (not only when the next run continues)."""
+        self.mirror.sync(to_openai_dicts(result.all_messages()))
+        return result
 
     async def on_model_request_error(
         self,
