@@ -27,14 +27,15 @@ OVERFLOW_AT = 40  # the model call that fails once with a context-overflow error
 
 
 def require(module: str) -> Any:
-    """Import an optional framework; skip visibly, or fail when CONTEXTFOLD_REQUIRE_ALL=1."""
+    """Import an optional framework; skip the module visibly, or fail under
+    CONTEXTFOLD_REQUIRE_ALL=1 (like ``tests.conftest.require_module``, usable at module level)."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
         reason = f"{module} is not installed ({exc}); install the matching contextfold extra"
         if os.environ.get("CONTEXTFOLD_REQUIRE_ALL") == "1":
-            pytest.fail(f"CONTEXTFOLD_REQUIRE_ALL=1: {reason}")
-        pytest.skip(reason)
+            pytest.fail(f"required in CI but unavailable: {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
 
 
 @dataclass(frozen=True)
