@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from contextfold import ContextManager
+from contextfold import ContextFoldError, ContextManager
 from contextfold.testing import overflow_error
 from contextfold.wire import to_openai
 
@@ -166,3 +166,58 @@ def test_resume_appends_only_new_messages_and_detects_rewrites(tmp_path: Path) -
     model.script.phase = "done"
     with pytest.raises(HistoryDivergedError, match="message 1"):
         agent.invoke({"messages": [HumanMessage("third")]}, CONFIG)
+
+
+def test_one_agent_many_threads(tmp_path: Path) -> None:
+    """A thread_id -> ContextManager factory: each LangGraph thread gets its own session, and
+    contextfold's tools answer from the calling thread's session."""
+    system, _task, steps = trace_steps()
+    managers: dict[str, ContextManager] = {}
+
+    def session_for(thread_id: str) -> ContextManager:
+        managers[thread_id] = ContextManager(tmp_path / "ws", thread_id, WINDOW)
+        return managers[thread_id]
+
+    class Script:
+        """run_command once, then session_history of the current session, then answer."""
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def next_action(self, last_text: str | None) -> tuple[str, dict[str, Any]]:
+            self.n += 1
+            if self.n % 3 == 1:
+                return "run_command", {"step": self.n, "command": steps[self.n].command}
+            if self.n % 3 == 2:
+                return "session_search", {"query": steps[self.n - 1].command.split()[0]}
+            return "final", {"text": f"Done: {last_text[:40] if last_text else ''}"}
+
+    model = ScriptedChatModel(script=Script())
+
+    @tool
+    def run_command(step: int, command: str) -> str:
+        """Run a shell command in the repository."""
+        return steps[step].output
+
+    agent = create_agent(
+        model,
+        tools=[run_command],
+        system_prompt=system,
+        middleware=[ContextFoldMiddleware(session_for)],
+        checkpointer=InMemorySaver(),
+    )
+    for thread in ("alpha", "beta"):
+        agent.invoke(
+            {"messages": [HumanMessage(f"task of {thread}")]},
+            {"configurable": {"thread_id": thread}},
+        )
+    assert sorted(managers) == ["alpha", "beta"]
+    for thread, cm in managers.items():
+        texts = [m.text for m in cm.history]
+        assert texts[1] == f"task of {thread}"  # each log holds its own thread only
+        assert len(texts) == 7  # system, task, call, output, search call, search result, answer
+    no_checkpointer = create_agent(
+        model, tools=[run_command], middleware=[ContextFoldMiddleware(session_for)]
+    )
+    with pytest.raises(ContextFoldError, match="needs a thread id"):
+        no_checkpointer.invoke({"messages": [HumanMessage("no thread")]})

@@ -12,11 +12,13 @@ History: LangGraph's state (and its checkpointer) stays the source of truth the 
 and is never rewritten; contextfold's log mirrors it append-only, keyed by position and checked by
 content before every model call (each LangChain message id travels with its logged copy). Edits
 or removals of messages already logged raise :class:`HistoryDivergedError`. One middleware
-serves one contextfold session: use one ``ContextManager`` (and agent) per conversation thread.
+serves one contextfold session, or one per LangGraph thread with a ``thread_id -> ContextManager``
+factory.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -37,8 +39,10 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
+from ..errors import ContextFoldError
 from ..manager import ContextManager
 from ._common import REF, HistoryDivergedError, HistoryMirror, fingerprint, input_tokens_of
 
@@ -120,34 +124,70 @@ def _report(manager: ContextManager, response: ModelResponse[Any]) -> None:
 
 
 class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
-    """contextfold as a LangChain ``AgentMiddleware`` (see the module docstring)."""
+    """contextfold as a LangChain ``AgentMiddleware`` (see the module docstring).
 
-    def __init__(self, manager: ContextManager, *, offer_tools: bool = True) -> None:
+    ``sessions`` is one ``ContextManager`` (one conversation), or a callable ``thread_id ->
+    ContextManager`` so one compiled agent serves many LangGraph threads, each in its own
+    contextfold session (the thread id comes from ``config["configurable"]["thread_id"]``)."""
+
+    def __init__(
+        self,
+        sessions: ContextManager | Callable[[str], ContextManager],
+        *,
+        offer_tools: bool = True,
+    ) -> None:
         super().__init__()
-        if not isinstance(manager, ContextManager):
+        self._fixed: tuple[ContextManager, HistoryMirror] | None = None
+        self._factory: Callable[[str], ContextManager] | None = None
+        self._threads: dict[str, tuple[ContextManager, HistoryMirror]] = {}
+        if isinstance(sessions, ContextManager):
+            self._fixed = (sessions, HistoryMirror(sessions))
+            schemas = sessions.tool_schemas()
+        elif callable(sessions):
+            self._factory = sessions
+            with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+                schemas = ContextManager(tmp, "tool-schemas").tool_schemas()
+        else:
             raise TypeError(
-                f"ContextFoldMiddleware needs a ContextManager, got {type(manager).__name__}"
+                "ContextFoldMiddleware needs a ContextManager or a callable thread_id -> "
+                f"ContextManager, got {type(sessions).__name__}"
             )
-        self.manager = manager
-        self.mirror = HistoryMirror(manager)
-        self.tools = self._make_tools() if offer_tools else []
+        self.tools = self._make_tools(schemas) if offer_tools else []
 
     @property
     def name(self) -> str:
         return "ContextFoldMiddleware"
 
+    def session(self) -> tuple[ContextManager, HistoryMirror]:
+        """The contextfold session (and its mirror) of the current LangGraph thread."""
+        if self._fixed is not None:
+            return self._fixed
+        configurable = get_config().get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        if thread_id is None:
+            raise ContextFoldError(
+                "ContextFoldMiddleware with a session factory needs a thread id: invoke the "
+                'agent with config={"configurable": {"thread_id": ...}}'
+            )
+        key = str(thread_id)
+        if key not in self._threads:
+            assert self._factory is not None
+            manager = self._factory(key)
+            self._threads[key] = (manager, HistoryMirror(manager))
+        return self._threads[key]
+
     # ------------------------------------------------------------------ tools
-    def _make_tools(self) -> list[BaseTool]:
+    def _make_tools(self, schemas: list[dict[str, Any]]) -> list[BaseTool]:
         tools: list[BaseTool] = []
-        for schema in self.manager.tool_schemas():
+        for schema in schemas:
             fn = schema["function"]
             tool_name = str(fn["name"])
 
             def run(_name: str = tool_name, **kwargs: Any) -> str:
-                return self.manager.toolbox.run(_name, kwargs)[0]
+                return self.session()[0].toolbox.run(_name, kwargs)[0]
 
             async def arun(_name: str = tool_name, **kwargs: Any) -> str:
-                return self.manager.toolbox.run(_name, kwargs)[0]
+                return run(_name, **kwargs)
 
             tools.append(
                 StructuredTool(
@@ -161,19 +201,22 @@ class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return tools
 
     # ------------------------------------------------------------------ model calls
-    def _prepare(self, request: ModelRequest[Any]) -> tuple[_Call, list[dict[str, Any]]]:
+    def _prepare(
+        self, request: ModelRequest[Any]
+    ) -> tuple[ContextManager, _Call, list[dict[str, Any]]]:
+        manager, mirror = self.session()
         call = _Call(request)
-        self.mirror.sync(call.dicts, call.system_dict)
-        return call, _tools_schemas(request.tools)
+        mirror.sync(call.dicts, call.system_dict)
+        return manager, call, _tools_schemas(request.tools)
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
-        call, schemas = self._prepare(request)
-        response = self.manager.call(lambda view: handler(call.request_for(view)), tools=schemas)
-        _report(self.manager, response)
+        manager, call, schemas = self._prepare(request)
+        response = manager.call(lambda view: handler(call.request_for(view)), tools=schemas)
+        _report(manager, response)
         return response
 
     async def awrap_model_call(
@@ -181,17 +224,15 @@ class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        call, schemas = self._prepare(request)
-        response = await self.manager.acall(
-            lambda view: handler(call.request_for(view)), tools=schemas
-        )
-        _report(self.manager, response)
+        manager, call, schemas = self._prepare(request)
+        response = await manager.acall(lambda view: handler(call.request_for(view)), tools=schemas)
+        _report(manager, response)
         return response
 
     # ------------------------------------------------------------------ end of a run
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Log the run's final answer now (not only at the next model call)."""
-        self.mirror.sync([to_openai_dict(m) for m in state["messages"]])
+        self.session()[1].sync([to_openai_dict(m) for m in state["messages"]])
         return None
 
     async def aafter_agent(
