@@ -143,12 +143,19 @@ def test_long_agent_loop(tmp_path: Path, mode: str) -> None:
     assert len(returns) == 2
     assert original in returns[-1].model_response_str()
 
-    # continuing the conversation appends only the new messages; a different history is refused
+    # continuing the conversation appends only the new messages (the final answer was logged
+    # by after_run); asking for an old output injects it as evidence into the request
     before = len(cm.history)
     fake.script.phase = "done"
-    again = agent.run_sync("and now?", message_history=history)
-    assert len(cm.history) == before + 2  # the previous final answer and the new prompt
+    question = f"What was the exact output of `{steps[fake.script.target].command}` earlier?"
+    again = agent.run_sync(question, message_history=history)
+    assert len(cm.history) == before + 2  # the new prompt and its answer
     assert again.output.startswith("Done")
+    asked = fake.requests[-1]
+    assert asked[-1]["content"] == question
+    injected = asked[-2]  # contextfold's evidence, as a user part right before the question
+    assert injected["role"] == "user" and "evidence restored" in injected["content"]
+    assert original[:300] in injected["content"]  # verbatim (cut to the injection budget)
     fake.script.phase = "done"
     with pytest.raises(HistoryDivergedError):
         agent.run_sync("unrelated", message_history=history[:3])
