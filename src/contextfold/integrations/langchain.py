@@ -14,6 +14,9 @@ content before every model call (each LangChain message id travels with its logg
 or removals of messages already logged raise :class:`HistoryDivergedError`. One middleware
 serves one contextfold session, or one per LangGraph thread with a ``thread_id -> ContextManager``
 factory.
+
+Order: middleware listed before this one (outer) hand it their edited request, which is what gets
+logged; list ``ContextFoldMiddleware`` first so the others see, and may adjust, its view.
 """
 
 from __future__ import annotations
