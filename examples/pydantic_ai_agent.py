@@ -43,7 +43,7 @@ def main() -> None:
     print(result.output)
     compactions = [r for r in cm.records() if r.changed]
     print(f"model requests: {server.requests} (one refused for context overflow, then retried)")
-    print(f"compactions: {len(compactions)}; messages logged: {len(cm.history)}")
+    print(f"compactions: {len(compactions)}")
     print(f"largest request: {server.largest_request_chars} characters")
 
 

@@ -42,7 +42,10 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from contextfold.integrations import HistoryDivergedError  # noqa: E402
-from contextfold.integrations._common import fingerprint  # noqa: E402
+from contextfold.integrations._common import (  # noqa: E402
+    fingerprint,
+    logged_messages,
+)
 from contextfold.integrations.langchain import ContextFoldMiddleware  # noqa: E402
 
 
@@ -143,7 +146,7 @@ def test_long_agent_loop(tmp_path: Path, mode: str) -> None:
     assert original in recalled[-1].text
 
     # the log mirrors the checkpointed state exactly once: system prompt + every state message
-    history = cm.history
+    history = logged_messages(cm)
     assert history[0].role == "system"
     assert [fingerprint(to_openai(m)) for m in history[1:]] == [
         fingerprint(d) for d in convert_to_openai_messages(state)
@@ -154,11 +157,11 @@ def test_resume_appends_only_new_messages_and_detects_rewrites(tmp_path: Path) -
     agent, model, cm, _steps, _target = _build(tmp_path)
     model.script.phase = "done"  # answer at once: a short conversation
     agent.invoke({"messages": [{"role": "user", "content": "hello"}]}, CONFIG)
-    logged = len(cm.history)
+    logged = len(logged_messages(cm))
     assert logged == 3  # system, user, answer
     model.script.phase = "done"
     agent.invoke({"messages": [HumanMessage("and again")]}, CONFIG)
-    assert len(cm.history) == logged + 2  # only the new user message and answer
+    assert len(logged_messages(cm)) == logged + 2  # only the new user message and answer
 
     # removing a message the log already holds is refused, naming the position
     state = agent.get_state(CONFIG).values["messages"]
@@ -213,7 +216,7 @@ def test_one_agent_many_threads(tmp_path: Path) -> None:
         )
     assert sorted(managers) == ["alpha", "beta"]
     for thread, cm in managers.items():
-        texts = [m.text for m in cm.history]
+        texts = [m.text for m in logged_messages(cm)]
         assert texts[1] == f"task of {thread}"  # each log holds its own thread only
         assert len(texts) == 7  # system, task, call, output, search call, search result, answer
     no_checkpointer = create_agent(

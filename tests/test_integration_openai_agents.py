@@ -40,6 +40,7 @@ from agents.testing import assistant_message, function_call  # noqa: E402
 from openai.types.responses import ResponseReasoningItem  # noqa: E402
 
 from contextfold.errors import ContextOverflowError  # noqa: E402
+from contextfold.integrations._common import logged_messages  # noqa: E402
 from contextfold.integrations.openai_agents import (  # noqa: E402
     ContextFoldModel,
     ContextFoldSession,
@@ -158,13 +159,13 @@ def test_long_run_with_session(tmp_path: Path) -> None:
     items = asyncio.run(session.get_items())
     assert len([i for i in items if i.get("type") == "function_call_output"]) == TURNS + 2
     assert items[0] == {"role": "user", "content": task}
-    assert len(cm.history) == 1 + 2 * (TURNS + 2) + 1  # task, turns, answer
+    assert len(logged_messages(cm)) == 1 + 2 * (TURNS + 2) + 1  # task, turns, answer
 
     # a second run continues the same session: only the new items are added
-    before = len(cm.history)
+    before = len(logged_messages(cm))
     fake.script.phase = "done"
     asyncio.run(Runner.run(agent, "thanks", session=session, run_config=NO_TRACING))
-    assert len(cm.history) == before + 2
+    assert len(logged_messages(cm)) == before + 2
     check_items(fake.requests[-1], "continued run")
     with pytest.raises(Exception, match="append-only"):
         asyncio.run(session.pop_item())
@@ -242,4 +243,4 @@ def test_streamed_run_with_the_sdk_scripted_model(tmp_path: Path) -> None:
         items = [dict(x) for x in call.input]
         assert call.streamed
         check_request(to_openai_dicts(items), 3_000, f"streamed request {i}")
-    assert len(cm.history) == 1 + 2 * turns + 1  # the final answer is logged at once
+    assert len(logged_messages(cm)) == 1 + 2 * turns + 1  # the final answer is logged at once

@@ -41,7 +41,11 @@ from pydantic_ai.usage import RequestUsage, UsageLimits  # noqa: E402
 
 from contextfold.errors import ContextOverflowError  # noqa: E402
 from contextfold.integrations import HistoryDivergedError  # noqa: E402
-from contextfold.integrations._common import fingerprint, openai_tool  # noqa: E402
+from contextfold.integrations._common import (  # noqa: E402
+    fingerprint,
+    logged_messages,
+    openai_tool,
+)
 from contextfold.integrations.pydantic_ai import (  # noqa: E402
     ContextFoldCapability,
     to_openai_dicts,
@@ -126,9 +130,9 @@ def test_long_agent_loop(tmp_path: Path, mode: str) -> None:
     history = result.all_messages()
     dicts = to_openai_dicts(history)
     assert len(dicts) > 2 * TURNS
-    assert [fingerprint(to_openai(m)) for m in cm.history][:-1] == [fingerprint(d) for d in dicts][
-        : len(cm.history) - 1
-    ]
+    assert [fingerprint(to_openai(m)) for m in logged_messages(cm)][:-1] == [
+        fingerprint(d) for d in dicts
+    ][: len(logged_messages(cm)) - 1]
 
     # recall returned the byte-exact output that had left the view
     original = steps[fake.script.target].output
@@ -145,11 +149,11 @@ def test_long_agent_loop(tmp_path: Path, mode: str) -> None:
 
     # continuing the conversation appends only the new messages (the final answer was logged
     # by after_run); asking for an old output injects it as evidence into the request
-    before = len(cm.history)
+    before = len(logged_messages(cm))
     fake.script.phase = "done"
     question = f"What was the exact output of `{steps[fake.script.target].command}` earlier?"
     again = agent.run_sync(question, message_history=history)
-    assert len(cm.history) == before + 2  # the new prompt and its answer
+    assert len(logged_messages(cm)) == before + 2  # the new prompt and its answer
     assert again.output.startswith("Done")
     asked = fake.requests[-1]
     assert asked[-1]["content"] == question

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import ContextFoldError
 from ..manager import ContextManager
+from ..messages import Message
 from ..wire import to_openai
 
 #: Key in a logged message's wire extras carrying the framework's handle on it (a LangChain
@@ -90,6 +91,12 @@ def without_ref(message: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if k != REF}
 
 
+def logged_messages(manager: ContextManager) -> list[Message]:
+    """The session's full history (``ContextManager.history``, a property or a method)."""
+    history: Any = manager.history
+    return list(history() if callable(history) else history)
+
+
 class HistoryMirror:
     """Keeps one ContextManager's log an append-only mirror of a framework's history."""
 
@@ -99,7 +106,7 @@ class HistoryMirror:
         self._loaded = -1  # length of the log when _prints was built
 
     def _logged(self) -> list[str]:
-        history = self.manager.history
+        history = logged_messages(self.manager)
         if self._loaded != len(history):
             self._prints = [fingerprint(to_openai(m)) for m in history]
             self._loaded = len(history)
@@ -184,6 +191,7 @@ __all__ = [
     "HistoryMirror",
     "fingerprint",
     "input_tokens_of",
+    "logged_messages",
     "openai_tool",
     "without_ref",
 ]

@@ -43,7 +43,7 @@ from ..errors import ContextFoldError, ContextOverflowError
 from ..manager import ContextManager
 from ..overflow import is_context_overflow
 from ..wire import to_openai
-from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, openai_tool
+from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, logged_messages, openai_tool
 
 #: wire extra of a logged assistant message: the Responses items it came from
 ITEMS = "x_contextfold_items"
@@ -108,7 +108,7 @@ def to_openai_dicts(items: Sequence[TResponseInputItem] | str) -> list[dict[str,
             msg: dict[str, Any] = {"role": "tool", "tool_call_id": str(item.get("call_id"))}
         elif role in ("user", "system", "developer") and kind in (None, "message"):
             text, exact = _text(item.get("content"))
-            exact = exact and set(item) <= {"role", "content", "type"}
+            exact = exact and role != "developer" and set(item) <= {"role", "content", "type"}
             msg = {"role": "user" if role == "user" else "system"}
         else:  # an item of a model response: reasoning, message, function_call, hosted calls
             if not group:
@@ -354,7 +354,7 @@ class ContextFoldSession(SessionABC):
         self.mirror = shared_mirror(manager)
 
     def _items(self) -> list[TResponseInputItem]:
-        return to_items([to_openai(m) for m in self.manager.history])
+        return to_items([to_openai(m) for m in logged_messages(self.manager)])
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         items = self._items()
