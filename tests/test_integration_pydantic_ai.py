@@ -67,7 +67,10 @@ class Scripted:
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.calls += 1
         self.tools = [t.name for t in info.function_tools]
-        self.requests.append(to_openai_dicts(messages))
+        sent = to_openai_dicts(messages)
+        if info.instructions:  # what a provider receives: the instructions as a system message
+            sent.insert(0, {"role": "system", "content": info.instructions})
+        self.requests.append(sent)
         if self.always_fail or self.calls in self.fail_at:
             self.failures += 1
             raise overflow_error("openai")
@@ -91,15 +94,14 @@ class Scripted:
         )
 
 
-def _agent(tmp_path: Path, **kw: Any) -> tuple[Agent[None, str], Scripted, ContextManager, Any]:
+def _agent(
+    tmp_path: Path, instructions: bool = False, **kw: Any
+) -> tuple[Agent[None, str], Scripted, ContextManager, Any]:
     system, _task, steps = trace_steps()
     cm = ContextManager(tmp_path / "ws", "pyd", WINDOW)
     fake = Scripted(AgentScript(steps, recall_target(steps)), {OVERFLOW_AT}, **kw)
-    agent = Agent(
-        FunctionModel(fake),
-        system_prompt=system,
-        capabilities=[ContextFoldCapability(cm)],
-    )
+    prompt = {"instructions": system} if instructions else {"system_prompt": system}
+    agent = Agent(FunctionModel(fake), capabilities=[ContextFoldCapability(cm)], **prompt)
 
     @agent.tool_plain
     def run_command(step: int, command: str) -> str:
@@ -111,7 +113,8 @@ def _agent(tmp_path: Path, **kw: Any) -> tuple[Agent[None, str], Scripted, Conte
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_long_agent_loop(tmp_path: Path, mode: str) -> None:
-    agent, fake, cm, steps = _agent(tmp_path)
+    # the sync run uses a system prompt (logged), the async run instructions (budgeted per call)
+    agent, fake, cm, steps = _agent(tmp_path, instructions=mode == "async")
     task = trace_steps()[1]
     if mode == "sync":
         result = agent.run_sync(task, usage_limits=NO_LIMIT)

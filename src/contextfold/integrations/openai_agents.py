@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from agents import FunctionTool, Handoff, Model, ModelResponse, ModelSettings, RunContextWrapper
@@ -329,7 +329,7 @@ def shared_mirror(manager: ContextManager) -> HistoryMirror:
     return mirror
 
 
-def context_filter(manager: ContextManager) -> Any:
+def context_filter(manager: ContextManager) -> Callable[[CallModelData[Any]], ModelInputData]:
     """A ``RunConfig(call_model_input_filter=...)`` sending contextfold's view (no retry)."""
     mirror = shared_mirror(manager)
 

@@ -256,11 +256,17 @@ class ContextFoldCapability(AbstractCapability[Any]):
         return FunctionToolset(tools)
 
     def _schemas(self, request_context: ModelRequestContext) -> list[dict[str, Any]]:
+        """What the request carries besides the messages, for contextfold's token budget: the
+        tool schemas and the instructions (rendered per request, so budgeted, not logged)."""
         params = request_context.model_request_parameters
-        return [
+        out: list[dict[str, Any]] = [
             openai_tool(t.name, t.description or "", t.parameters_json_schema)
             for t in [*params.function_tools, *params.output_tools]
         ]
+        instructions = "\n\n".join(p.content for p in params.instruction_parts or [])
+        if instructions:
+            out.append({"instructions": instructions})
+        return out
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
