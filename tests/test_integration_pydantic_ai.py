@@ -173,3 +173,58 @@ def test_second_overflow_raises(tmp_path: Path) -> None:
     with pytest.raises(ContextOverflowError):
         agent.run_sync("hello")
     assert fake.failures == 2
+
+
+@pytest.mark.filterwarnings("ignore:`RetryPromptPart` is deprecated")  # still in old histories
+def test_conversion_of_every_part_kind() -> None:
+    """Each part kind maps to an OpenAI message and back; what the view keeps unchanged comes back
+    as the very same objects (thinking included), a changed tool result as a copy."""
+    from pydantic_ai.messages import RetryPromptPart, SystemPromptPart, ThinkingPart, UserPromptPart
+
+    from contextfold.integrations._common import REF
+    from contextfold.integrations.pydantic_ai import _Natives
+
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[SystemPromptPart("sys"), UserPromptPart("fix it")]),
+        ModelResponse(
+            parts=[
+                ThinkingPart("let me look", signature="sig"),
+                TextPart("Looking."),
+                ToolCallPart("run_command", {"step": 1}, tool_call_id="c1"),
+                ToolCallPart("run_command", "not json", tool_call_id="c2"),
+            ]
+        ),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("run_command", "output one", tool_call_id="c1"),
+                RetryPromptPart("bad arguments", tool_name="run_command", tool_call_id="c2"),
+            ]
+        ),
+        ModelResponse(parts=[TextPart("done")]),
+        ModelRequest(parts=[UserPromptPart("thanks")]),
+    ]
+    dicts = to_openai_dicts(history)
+    assert [d["role"] for d in dicts] == [
+        "system", "user", "assistant", "tool", "tool", "assistant", "user"
+    ]  # fmt: skip
+    assert dicts[2]["content"] == "Looking."
+    assert [c["id"] for c in dicts[2]["tool_calls"]] == ["c1", "c2"]
+    natives = _Natives(history, dicts)
+    same = natives.render(dicts)
+    assert all(a is b for a, b in zip(same, history)) and len(same) == len(history)
+
+    view = [dict(d) for d in dicts]
+    view[3]["content"] = "[offloaded: read_offloaded('c1')]"
+    view.insert(1, {"role": "user", "content": "summary of earlier work"})
+    rendered = natives.render(view)
+    assert rendered[1] is history[1]  # thinking and the signature pass through untouched
+    first = rendered[0]
+    assert isinstance(first, ModelRequest) and isinstance(first.parts[1], UserPromptPart)
+    assert first.parts[0] is history[0].parts[0]
+    tool_request = rendered[2]
+    assert isinstance(tool_request, ModelRequest)
+    changed = tool_request.parts[0]
+    assert isinstance(changed, ToolReturnPart) and changed.content.startswith("[offloaded")
+    assert changed.tool_call_id == "c1" and changed is not history[2].parts[0]
+    assert tool_request.parts[1] is history[2].parts[1]
+    assert all(REF in d for d in dicts)
