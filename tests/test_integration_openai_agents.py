@@ -244,3 +244,29 @@ def test_streamed_run_with_the_sdk_scripted_model(tmp_path: Path) -> None:
         assert call.streamed
         check_request(to_openai_dicts(items), 3_000, f"streamed request {i}")
     assert len(logged_messages(cm)) == 1 + 2 * turns + 1  # the final answer is logged at once
+
+
+def test_item_conversion_round_trip() -> None:
+    """Responses items -> messages -> items gives the original items back (reasoning, ids,
+    non-text content, developer role); a changed tool output becomes a new output item."""
+    from contextfold.integrations.openai_agents import to_items
+
+    items: list[Any] = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "input_text", "text": "see"}, {"type": "input_image", "image_url": "data:x"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "big output"},
+        {"role": "user", "content": "thanks"},
+    ]  # fmt: skip
+    dicts = to_openai_dicts(items)
+    assert [d["role"] for d in dicts] == ["system", "user", "assistant", "tool", "user"]
+    assert dicts[2]["content"] == "Looking." and dicts[2]["tool_calls"][0]["id"] == "c1"
+    assert to_items(dicts) == items
+    view = [dict(d) for d in dicts]
+    view[3]["content"] = "[offloaded]"
+    again = to_items(view)
+    assert again[:5] == items[:5]
+    assert again[5] == {"type": "function_call_output", "call_id": "c1", "output": "[offloaded]"}
