@@ -52,13 +52,13 @@ from ._common import REF, HistoryDivergedError, HistoryMirror, fingerprint, inpu
 _SYSTEM_REF = "system"
 
 
-def to_openai_dict(message: BaseMessage) -> dict[str, Any]:
-    """One LangChain message in OpenAI Chat Completions form, tagged with its id."""
+def to_openai_dict(message: BaseMessage, ref: str | None = None) -> dict[str, Any]:
+    """One LangChain message in OpenAI Chat Completions form, tagged with its id (or ``ref``)."""
     converted = convert_to_openai_messages(message)
     out: dict[str, Any] = dict(converted) if isinstance(converted, Mapping) else {}
     if isinstance(message, ToolMessage) and not isinstance(out.get("content"), str):
         out["content"] = message.text  # contextfold offloads and recalls tool output as text
-    ref = _SYSTEM_REF if isinstance(message, SystemMessage) else message.id
+    ref = ref or message.id
     if ref:
         out[REF] = ref
     return out
@@ -87,7 +87,9 @@ class _Call:
         self.request = request
         self.system = request.system_message
         self.dicts = [to_openai_dict(m) for m in request.messages]
-        self.system_dict = to_openai_dict(self.system) if self.system is not None else None
+        self.system_dict = (
+            to_openai_dict(self.system, _SYSTEM_REF) if self.system is not None else None
+        )
         self.by_ref: dict[str, tuple[BaseMessage, str]] = {}
         for msg, d in zip(request.messages, self.dicts):
             if isinstance(d.get(REF), str):

@@ -35,6 +35,7 @@ from agents.agent_output import AgentOutputSchemaBase
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from agents.memory import SessionABC
 from agents.models.interface import ModelTracing
+from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.run_config import CallModelData, ModelInputData
 from agents.tool import Tool
 from openai.types.responses.response_prompt_param import ResponsePromptParam
@@ -311,6 +312,9 @@ class ContextFoldModel(Model):
                         cause=exc,
                     ) from exc
                 self.manager.recover_from_overflow(exc, tools=schemas)
+
+    def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
+        return self.model.get_retry_advice(request)  # the wrapped model's transport advice
 
     async def close(self) -> None:
         await self.model.close()
