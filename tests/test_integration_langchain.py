@@ -163,6 +163,21 @@ def test_resume_appends_only_new_messages_and_detects_rewrites(tmp_path: Path) -
     agent.invoke({"messages": [HumanMessage("and again")]}, CONFIG)
     assert len(logged_messages(cm)) == logged + 2  # only the new user message and answer
 
+    # after a restart (the same checkpointer, a fresh manager on the same workspace) the
+    # checkpointed state and the log still agree, and only the new turn is appended
+    restarted = ContextManager(tmp_path / "ws", "lc-thread", WINDOW)
+    checkpointer = agent.checkpointer
+    agent = create_agent(
+        model,
+        tools=[],
+        system_prompt=trace_steps()[0],
+        middleware=[ContextFoldMiddleware(restarted)],
+        checkpointer=checkpointer,
+    )
+    model.script.phase = "done"
+    agent.invoke({"messages": [HumanMessage("after restart")]}, CONFIG)
+    assert len(logged_messages(restarted)) == logged + 4
+
     # removing a message the log already holds is refused, naming the position
     state = agent.get_state(CONFIG).values["messages"]
     agent.update_state(CONFIG, {"messages": [RemoveMessage(id=state[0].id)]})

@@ -39,7 +39,7 @@ from agents import (  # noqa: E402
 from agents.testing import assistant_message, function_call  # noqa: E402
 from openai.types.responses import ResponseReasoningItem  # noqa: E402
 
-from contextfold.errors import ContextOverflowError  # noqa: E402
+from contextfold.errors import ContextFoldError, ContextOverflowError  # noqa: E402
 from contextfold.integrations._common import logged_messages  # noqa: E402
 from contextfold.integrations.openai_agents import (  # noqa: E402
     ContextFoldModel,
@@ -161,13 +161,18 @@ def test_long_run_with_session(tmp_path: Path) -> None:
     assert items[0] == {"role": "user", "content": task}
     assert len(logged_messages(cm)) == 1 + 2 * (TURNS + 2) + 1  # task, turns, answer
 
-    # a second run continues the same session: only the new items are added
+    # a later run after a restart (a fresh manager on the same workspace) continues the same
+    # session: the stored items come back as they were (reasoning included), only new ones add
     before = len(logged_messages(cm))
+    restarted = ContextManager(tmp_path / "ws", "agents", WINDOW)
+    session = ContextFoldSession(restarted)
+    assert asyncio.run(session.get_items()) == items
+    again = agent.clone(model=ContextFoldModel(fake, restarted))
     fake.script.phase = "done"
-    asyncio.run(Runner.run(agent, "thanks", session=session, run_config=NO_TRACING))
-    assert len(logged_messages(cm)) == before + 2
+    asyncio.run(Runner.run(again, "thanks", session=session, run_config=NO_TRACING))
+    assert len(logged_messages(restarted)) == before + 2
     check_items(fake.requests[-1], "continued run")
-    with pytest.raises(Exception, match="append-only"):
+    with pytest.raises(ContextFoldError, match="append-only"):
         asyncio.run(session.pop_item())
 
 
