@@ -43,3 +43,15 @@ def test_example_runs(script: str) -> None:
     assert "model requests: 33 (one refused for context overflow" in out, out
     match = re.search(r"compactions: (\d+)", out)
     assert match and int(match.group(1)) > 0, out
+
+
+def test_importing_contextfold_loads_no_framework() -> None:
+    code = (
+        "import sys, contextfold, contextfold.integrations\n"
+        "loaded = [m for m in ('langchain', 'langgraph', 'agents', 'pydantic_ai') "
+        "if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr

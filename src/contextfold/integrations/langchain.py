@@ -25,25 +25,31 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ModelRequest,
-    ModelResponse,
-)
-from langchain_core.messages import (
-    AIMessage,
-    AnyMessage,
-    BaseMessage,
-    SystemMessage,
-    ToolMessage,
-    convert_to_messages,
-    convert_to_openai_messages,
-)
-from langchain_core.tools import BaseTool, StructuredTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.config import get_config
-from langgraph.runtime import Runtime
+try:
+    from langchain.agents.middleware.types import (
+        AgentMiddleware,
+        AgentState,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        SystemMessage,
+        ToolMessage,
+        convert_to_messages,
+        convert_to_openai_messages,
+    )
+    from langchain_core.tools import BaseTool, StructuredTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.config import get_config
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - depends on the extra
+    raise ImportError(
+        "contextfold.integrations.langchain needs LangChain v1: "
+        "pip install 'contextfold[langchain]'"
+    ) from exc
 
 from ..errors import ContextFoldError
 from ..manager import ContextManager

@@ -30,15 +30,21 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
-from agents import FunctionTool, Handoff, Model, ModelResponse, ModelSettings, RunContextWrapper
-from agents.agent_output import AgentOutputSchemaBase
-from agents.items import TResponseInputItem, TResponseStreamEvent
-from agents.memory import SessionABC
-from agents.models.interface import ModelTracing
-from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
-from agents.run_config import CallModelData, ModelInputData
-from agents.tool import Tool
-from openai.types.responses.response_prompt_param import ResponsePromptParam
+try:
+    from agents import FunctionTool, Handoff, Model, ModelResponse, ModelSettings, RunContextWrapper
+    from agents.agent_output import AgentOutputSchemaBase
+    from agents.items import TResponseInputItem, TResponseStreamEvent
+    from agents.memory import SessionABC
+    from agents.models.interface import ModelTracing
+    from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
+    from agents.run_config import CallModelData, ModelInputData
+    from agents.tool import Tool
+    from openai.types.responses.response_prompt_param import ResponsePromptParam
+except ImportError as exc:  # pragma: no cover - depends on the extra
+    raise ImportError(
+        "contextfold.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'contextfold[openai-agents]'"
+    ) from exc
 
 from ..errors import ContextFoldError, ContextOverflowError
 from ..manager import ContextManager

@@ -25,30 +25,36 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from pydantic_ai import AgentRunResult, RunContext
-from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.exceptions import RetryModelRequest
-from pydantic_ai.messages import (
-    BaseToolCallPart,
-    BaseToolReturnPart,
-    ModelMessage,
-    ModelRequest,
-    ModelRequestPart,
-    ModelResponse,
-    ModelResponsePart,
-    NativeToolCallPart,
-    NativeToolReturnPart,
-    RetryFeedbackPart,
-    RetryPromptPart,
-    SystemPromptPart,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
-from pydantic_ai.models import ModelRequestContext
-from pydantic_ai.tools import Tool
-from pydantic_ai.toolsets import FunctionToolset
+try:
+    from pydantic_ai import AgentRunResult, RunContext
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.exceptions import RetryModelRequest
+    from pydantic_ai.messages import (
+        BaseToolCallPart,
+        BaseToolReturnPart,
+        ModelMessage,
+        ModelRequest,
+        ModelRequestPart,
+        ModelResponse,
+        ModelResponsePart,
+        NativeToolCallPart,
+        NativeToolReturnPart,
+        RetryFeedbackPart,
+        RetryPromptPart,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import Tool
+    from pydantic_ai.toolsets import FunctionToolset
+except ImportError as exc:  # pragma: no cover - depends on the extra
+    raise ImportError(
+        "contextfold.integrations.pydantic_ai needs pydantic-ai 2.x: "
+        "pip install 'contextfold[pydantic-ai]'"
+    ) from exc
 
 from ..errors import ContextOverflowError
 from ..manager import ContextManager
