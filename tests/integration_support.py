@@ -24,6 +24,8 @@ TRACE = "deepseek__output_deepseek_chat_dev_pydicom__pydicom-1413_pydicom__pydic
 TURNS = 64  # tool-calling turns before the recall
 WINDOW = 6_000
 OVERFLOW_AT = 40  # the model call that fails once with a context-overflow error
+PARALLEL_EVERY = 7  # work turns t with t % 7 == 3 make two tool calls at once
+PARALLEL_TURNS = sum(1 for t in range(TURNS) if t % PARALLEL_EVERY == 3)
 
 
 def require(module: str) -> Any:
@@ -90,6 +92,16 @@ class AgentScript:
     phase: str = "work"
     recalled: str | None = None
     log: list[str] = field(default_factory=list)
+
+    def next_calls(self, last_tool_text: str | None) -> list[tuple[str, dict[str, Any]]]:
+        """The next response: one or (on some work turns) two parallel tool calls, or the final
+        answer ``[("final", {"text": ...})]``."""
+        turn = self.turn
+        calls = [self.next_action(last_tool_text)]
+        if calls[0][0] == "run_command" and turn % PARALLEL_EVERY == 3:
+            extra = TURNS + turn // PARALLEL_EVERY  # outputs the loop does not use otherwise
+            calls.append(("run_command", {"step": extra, "command": self.steps[extra].command}))
+        return calls
 
     def next_action(self, last_tool_text: str | None) -> tuple[str, dict[str, Any]]:
         if self.phase == "work":

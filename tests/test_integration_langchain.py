@@ -77,13 +77,16 @@ class ScriptedChatModel(BaseChatModel):
             raise overflow_error("openai")
         last = messages[-1]
         last_text = last.text if isinstance(last, ToolMessage) else None
-        action, args = self.script.next_action(last_text)
-        if action == "final":
-            msg = AIMessage(content=args["text"])
+        calls = self.script.next_calls(last_text)
+        if calls[0][0] == "final":
+            msg = AIMessage(content=calls[0][1]["text"])
         else:
             msg = AIMessage(
                 content="",
-                tool_calls=[{"name": action, "args": args, "id": f"call_{self.calls}"}],
+                tool_calls=[
+                    {"name": name, "args": args, "id": f"call_{self.calls}_{k}"}
+                    for k, (name, args) in enumerate(calls)
+                ],
             )
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
@@ -201,6 +204,9 @@ def test_one_agent_many_threads(tmp_path: Path) -> None:
 
         def __init__(self) -> None:
             self.n = 0
+
+        def next_calls(self, last_text: str | None) -> list[tuple[str, dict[str, Any]]]:
+            return [self.next_action(last_text)]
 
         def next_action(self, last_text: str | None) -> tuple[str, dict[str, Any]]:
             self.n += 1

@@ -16,6 +16,7 @@ from contextfold.testing import message_tokens, overflow_error
 
 from .integration_support import (
     OVERFLOW_AT,
+    PARALLEL_TURNS,
     TURNS,
     WINDOW,
     AgentScript,
@@ -82,17 +83,14 @@ class FakeModel(Model):
             raise overflow_error("openai")
         last = items[-1]
         tool_text = last.get("output") if last.get("type") == "function_call_output" else None
-        action, args = self.script.next_action(tool_text)
+        calls = self.script.next_calls(tool_text)
         reasoning = ResponseReasoningItem(id=f"rs_{self.calls}", type="reasoning", summary=[])
-        if action == "final":
-            output: list[Any] = [reasoning, assistant_message(args["text"], item_id="msg_1")]
-        else:
-            output = [
-                reasoning,
-                function_call(
-                    action, args, call_id=f"call_{self.calls}", item_id=f"fc_{self.calls}"
-                ),
-            ]
+        output: list[Any] = [reasoning]
+        if calls[0][0] == "final":
+            output.append(assistant_message(calls[0][1]["text"], item_id="msg_1"))
+        for k, (name, args) in enumerate(c for c in calls if c[0] != "final"):
+            n = f"{self.calls}_{k}"
+            output.append(function_call(name, args, call_id=f"call_{n}", item_id=f"fc_{n}"))
         dicts = to_openai_dicts(items)
         usage = Usage(requests=1, input_tokens=message_tokens(dicts))
         return ModelResponse(output=output, usage=usage, response_id=None)
@@ -109,8 +107,12 @@ def check_items(items: list[dict[str, Any]], what: str) -> None:
     assert sorted(calls) == sorted(outputs), f"{what}: unpaired calls/outputs"
     for k, item in enumerate(items):
         if item.get("type") == "function_call":
-            assert k > 0 and items[k - 1].get("type") == "reasoning", f"{what}: reasoning lost"
-            assert items[k - 1]["id"] == "rs_" + item["id"].removeprefix("fc_")
+            j = k - 1
+            while j >= 0 and items[j].get("type") == "function_call":
+                j -= 1  # parallel calls of the same response
+            assert j >= 0 and items[j].get("type") == "reasoning", f"{what}: reasoning lost"
+            turn = item["id"].removeprefix("fc_").split("_")[0]
+            assert items[j]["id"] == f"rs_{turn}", f"{what}: reasoning of another turn"
 
 
 def _setup(tmp_path: Path, **kw: Any) -> tuple[Agent[Any], FakeModel, ContextManager, Any]:
@@ -157,9 +159,11 @@ def test_long_run_with_session(tmp_path: Path) -> None:
 
     # the session is the log: stored once, the whole conversation, in order
     items = asyncio.run(session.get_items())
-    assert len([i for i in items if i.get("type") == "function_call_output"]) == TURNS + 2
+    outputs_stored = [i for i in items if i.get("type") == "function_call_output"]
+    assert len(outputs_stored) == TURNS + 2 + PARALLEL_TURNS
     assert items[0] == {"role": "user", "content": task}
-    assert len(logged_messages(cm)) == 1 + 2 * (TURNS + 2) + 1  # task, turns, answer
+    # task, one assistant message per turn, one tool message per call, the answer
+    assert len(logged_messages(cm)) == 1 + (TURNS + 2) + (TURNS + 2 + PARALLEL_TURNS) + 1
 
     # a later run after a restart (a fresh manager on the same workspace) continues the same
     # session: the stored items come back as they were (reasoning included), only new ones add

@@ -78,7 +78,7 @@ class Scripted:
         tool_text = None
         if isinstance(last, ModelRequest) and isinstance(last.parts[-1], ToolReturnPart):
             tool_text = last.parts[-1].model_response_str()
-        action, args = self.script.next_action(tool_text)
+        calls = self.script.next_calls(tool_text)
         # report input tokens as a provider would (messages + tool schemas), for calibration
         schemas = [
             openai_tool(t.name, t.description or "", t.parameters_json_schema)
@@ -87,11 +87,13 @@ class Scripted:
         used = RequestUsage(
             input_tokens=message_tokens(self.requests[-1]) + count_tools(get_counter(), schemas)
         )
-        if action == "final":
-            return ModelResponse(parts=[TextPart(args["text"])], usage=used)
-        return ModelResponse(
-            parts=[ToolCallPart(action, args, tool_call_id=f"call_{self.calls}")], usage=used
-        )
+        if calls[0][0] == "final":
+            return ModelResponse(parts=[TextPart(calls[0][1]["text"])], usage=used)
+        parts = [
+            ToolCallPart(name, args, tool_call_id=f"call_{self.calls}_{k}")
+            for k, (name, args) in enumerate(calls)
+        ]
+        return ModelResponse(parts=parts, usage=used)
 
 
 def _agent(
