@@ -230,3 +230,43 @@ def test_conversion_of_every_part_kind() -> None:
     assert changed.tool_call_id == "c1" and changed is not history[2].parts[0]
     assert tool_request.parts[1] is history[2].parts[1]
     assert all(REF in d for d in dicts)
+
+
+def test_streamed_run_recovers_overflow(tmp_path: Path) -> None:
+    """``run_stream`` through the capability: the overflow raised by the streaming model before
+    its first event is recovered, and the view stays in a small window."""
+    from pydantic_ai.models.function import DeltaToolCall
+
+    _system, _task, steps = trace_steps()
+    calls: list[list[dict[str, Any]]] = []
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        calls.append(to_openai_dicts(messages))
+        if len(calls) == 5:
+            raise overflow_error("openai")
+        if len(calls) < 14:
+            args = f'{{"step": {len(calls)}}}'
+            yield {
+                0: DeltaToolCall(name="run_command", json_args=args, tool_call_id=f"c{len(calls)}")
+            }
+        else:
+            yield "Done streaming."
+
+    cm = ContextManager(tmp_path / "ws", "streamed", 3_000)
+    agent = Agent(FunctionModel(stream_function=stream), capabilities=[ContextFoldCapability(cm)])
+
+    @agent.tool_plain
+    def run_command(step: int) -> str:
+        """Run the step's command."""
+        return steps[step].output
+
+    async def run() -> str:
+        async with agent.run_stream("go", usage_limits=NO_LIMIT) as result:
+            return await result.get_output()
+
+    assert asyncio.run(run()) == "Done streaming."
+    assert len(calls) == 14
+    assert any(r.changed for r in cm.records())
+    for i, request in enumerate(calls):
+        check_request(request, 3_000, f"streamed request {i}")
+    assert len(logged_messages(cm)) == 1 + 2 * 12 + 1  # prompt, 12 turns, answer
