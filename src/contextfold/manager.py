@@ -862,7 +862,7 @@ class ContextManager:
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:
-        """Cascade cleanup (seed 5.5): the session's events (messages, records, offloads,
+        """Cascade cleanup: the session's events (messages, records, offloads,
         evidence, state), documents and index rows in one step, and the evicted files under a
         custom offload root. The manager stays usable: the session starts again empty."""
         with self._lock:
