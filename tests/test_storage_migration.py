@@ -43,7 +43,7 @@ def _files(root: Path) -> dict[str, bytes]:
 def test_old_workspace_opens_unchanged(legacy: Path) -> None:
     before = _files(legacy)
     cm = _open(legacy)
-    assert [to_openai(m) for m in cm.view_messages()] == EXPECTED["view"]
+    assert [to_openai(m) for m in cm.view_messages] == EXPECTED["view"]
     assert len(cm.history) == EXPECTED["history"] == 60
     assert len(cm.records()) == EXPECTED["records"]
     assert sorted(cm.offloaded()) == EXPECTED["offloaded"]
