@@ -316,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_blocks)
 
     sub.add_parser("bench", help="replay benchmark (see contextfold bench --help)", add_help=False)
+    from .gateway.cli import add_parser as add_serve_parser  # the gateway's own subcommand
+
+    add_serve_parser(sub)
     return parser
 
 

@@ -1,0 +1,326 @@
+"""The per-request steps both providers share: session, view, overflow retry, gateway tools,
+recording. ContextManager work runs in worker threads so one slow compaction never blocks the
+event loop (other sessions keep flowing)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from anyio import to_thread
+
+from ..errors import ContextFoldError
+from ..messages import Message
+from ..overflow import is_context_overflow
+from ..paths import check_session_id
+from ..records import CompactionRecord, Tier
+from .config import GatewayConfig
+from .convert import Conversation, Provider, session_key_material
+from .metrics import Metrics
+from .sessions import Prepared, Session, SessionRegistry, client_identity, conversation_key
+from .upstream import Upstream, UpstreamError, forward_headers
+
+log = logging.getLogger("contextfold.gateway")
+
+#: The gateway's own tools, answered inside the gateway.
+GATEWAY_TOOLS = ("recall", "read_offloaded")
+SESSION_HEADER = "x-contextfold-session"
+
+_LIMIT_PATTERNS = (
+    re.compile(r"tokens?\s*>\s*(\d+)\s*maximum", re.I),
+    re.compile(r"maximum context length is (\d+)", re.I),
+    re.compile(r"context (?:length|window|limit)(?: of| is)?\s*\(?(\d{3,})", re.I),
+)
+
+
+def learned_limit(message: str) -> int | None:
+    """The context limit an overflow error states, when it states one."""
+    for pattern in _LIMIT_PATTERNS:
+        m = pattern.search(message)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def log_event(event: str, **fields: Any) -> None:
+    if log.isEnabledFor(logging.INFO):
+        log.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
+
+
+class RequestError(Exception):
+    """A client error answered with a provider-shaped 4xx/5xx before anything was stored."""
+
+    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+@dataclass
+class Turn:
+    provider: Provider
+    body: dict[str, Any]
+    conv: Conversation
+    model: str
+    key: str
+    session: Session
+    prepared: Prepared
+    headers: dict[str, str]
+    gateway_tools: tuple[str, ...]
+    started: float
+    upstream_seconds: float = 0.0
+    first_byte_recorded: bool = False
+    rounds: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Pipeline:
+    def __init__(self, config: GatewayConfig, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.registry = SessionRegistry(config, on_compaction=self._on_compaction)
+        self.upstream = Upstream(config.upstream_base, config.upstream_timeout)
+
+    # ------------------------------------------------------------------ logging
+    def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
+        self.metrics.inc("contextfold_gateway_compactions_total", tier=record.tier.value)
+        log_event(
+            "compaction",
+            session=session_id,
+            tier=record.tier.value,
+            tokens_before=record.tokens_before,
+            tokens_after=record.tokens_after,
+            reason=record.reason,
+            strategy=record.strategy,
+            notice=(
+                f"contextfold: {record.tier.label} compaction, "
+                f"{record.tokens_before} -> {record.tokens_after} tokens ({record.reason})"
+            ),
+        )
+
+    # ------------------------------------------------------------------ begin
+    def session_key(self, conv: Conversation, headers: Mapping[str, str]) -> str:
+        explicit = headers.get(SESSION_HEADER)
+        if explicit:
+            try:
+                return check_session_id(explicit.strip())
+            except ContextFoldError as exc:
+                raise RequestError(400, f"{SESSION_HEADER}: {exc}") from None
+        return conversation_key(session_key_material(conv), client_identity(headers))
+
+    def wants_gateway_tools(
+        self, sess: Session, client_names: set[str], allowed: bool
+    ) -> tuple[str, ...]:
+        if not self.config.gateway_tools or not allowed or not sess.recall_ready:
+            return ()
+        return tuple(name for name in GATEWAY_TOOLS if name not in client_names)
+
+    def tool_schemas(
+        self, sess: Session, names: Sequence[str], provider: Provider
+    ) -> list[dict[str, Any]]:
+        if not names:
+            return []
+        schemas = sess.cm.tool_schemas(provider)
+        key = "function" if provider == "openai" else None
+        out = []
+        for s in schemas:
+            name = s[key]["name"] if key else s["name"]
+            if name in names:
+                out.append(s)
+        return out
+
+    async def begin(
+        self,
+        provider: Provider,
+        body: dict[str, Any],
+        conv: Conversation,
+        headers: dict[str, str],
+        client_tools: list[dict[str, Any]],
+        tools_allowed: bool,
+    ) -> Turn:
+        started = time.perf_counter()
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError(400, "model: a model name is required")
+        key = self.session_key(conv, headers)
+        lock = self.registry.lock(key)
+        await lock.acquire()
+        try:
+            synced = await to_thread.run_sync(self.registry.sync, key, conv, model)
+            sess = synced.session
+            if synced.branched_from is not None:
+                self.metrics.inc("contextfold_gateway_branches_total")
+                log_event(
+                    "branch",
+                    session=sess.session_id,
+                    branch_of=synced.branched_from,
+                    messages=synced.added,
+                )
+            client_names = {_tool_name(t) for t in client_tools}
+            names = self.wants_gateway_tools(sess, client_names, tools_allowed)
+            prepared = await to_thread.run_sync(
+                self.registry.prepare, sess, client_tools + self.tool_schemas(sess, names, provider)
+            )
+            if not names and sess.recall_ready:
+                names = self.wants_gateway_tools(sess, client_names, tools_allowed)
+                if names:  # the first compaction just happened: budget the tools too
+                    prepared = await to_thread.run_sync(
+                        self.registry.prepare,
+                        sess,
+                        client_tools + self.tool_schemas(sess, names, provider),
+                    )
+        except BaseException:
+            lock.release()
+            raise
+        self.metrics.inc("contextfold_gateway_history_tokens_total", prepared.history_tokens)
+        self.metrics.inc("contextfold_gateway_view_tokens_total", prepared.view_tokens)
+        self.metrics.inc(
+            "contextfold_gateway_tokens_saved_total",
+            max(0, prepared.history_tokens - prepared.view_tokens),
+        )
+        return Turn(
+            provider=provider,
+            body=body,
+            conv=conv,
+            model=model,
+            key=key,
+            session=sess,
+            prepared=prepared,
+            headers=headers,
+            gateway_tools=names,
+            started=started,
+        )
+
+    def release(self, turn: Turn) -> None:
+        lock = self.registry.lock(turn.key)
+        if lock.locked():
+            lock.release()
+
+    # ------------------------------------------------------------------ overflow
+    async def recover_overflow(self, turn: Turn, error: UpstreamError) -> bool:
+        """Compact hard (and learn the stated limit); False when it is not an overflow."""
+        if not is_context_overflow(error):
+            return False
+        limit = learned_limit(error.message)
+        if limit is not None and limit < turn.session.window:
+            self.registry.learned[turn.model] = limit
+            log_event(
+                "learned_limit", session=turn.session.session_id, model=turn.model, limit=limit
+            )
+        sess = await to_thread.run_sync(self.registry.get, turn.session.session_id, turn.model)
+
+        def hard() -> Prepared:
+            sess.cm.compact(tier=Tier.EMERGENCY)
+            return self.registry.prepare(sess, turn.prepared.tools)
+
+        turn.session = sess
+        turn.prepared = await to_thread.run_sync(hard)
+        return True
+
+    # ------------------------------------------------------------------ tools
+    async def answer_tools(self, turn: Turn, calls: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Answer gateway tool calls (OpenAI call dicts or Anthropic tool_use blocks)."""
+        limit = max(2_000, turn.session.window // 10 * 4)  # about a tenth of the window
+
+        def run() -> list[str]:
+            out = []
+            for call in calls:
+                text = str(turn.session.cm.handle_tool_call(call).get("content", ""))
+                if len(text) > limit:
+                    text = text[:limit] + "\n[... cut by the gateway; ask for a smaller range]"
+                out.append(text)
+            return out
+
+        answers = await to_thread.run_sync(run)
+        self.metrics.inc("contextfold_gateway_gateway_tool_calls_total", len(answers))
+        log_event(
+            "gateway_tools",
+            session=turn.session.session_id,
+            calls=[_call_name(c) for c in calls],
+        )
+        return answers
+
+    # ------------------------------------------------------------------ upstream
+    def upstream_headers(self, turn: Turn) -> dict[str, str]:
+        headers = forward_headers(
+            turn.headers, drop_authorization=self._auth_was_gateway(turn.headers)
+        )
+        headers["content-type"] = "application/json"
+        return headers
+
+    def _auth_was_gateway(self, headers: Mapping[str, str]) -> bool:
+        token = self.config.auth_token
+        return token is not None and headers.get("authorization", "") == f"Bearer {token}"
+
+    async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        t0 = time.perf_counter()
+        resp = await self.upstream.client.post(
+            self.upstream.url(path), content=data, headers=self.upstream_headers(turn)
+        )
+        turn.upstream_seconds += time.perf_counter() - t0
+        return resp
+
+    async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        req = self.upstream.client.build_request(
+            "POST", self.upstream.url(path), content=data, headers=self.upstream_headers(turn)
+        )
+        t0 = time.perf_counter()
+        resp = await self.upstream.client.send(req, stream=True)
+        turn.upstream_seconds += time.perf_counter() - t0
+        return resp
+
+    def note_retry(self, ok: bool) -> None:
+        self.metrics.inc(
+            "contextfold_gateway_overflow_retries_total", outcome="ok" if ok else "failed"
+        )
+
+    def upstream_error(self, turn: Turn, status: int) -> None:
+        self.metrics.inc("contextfold_gateway_upstream_errors_total", status=str(status))
+        log_event("upstream_error", session=turn.session.session_id, status=status)
+
+    def observe_first_byte(self, turn: Turn) -> None:
+        if turn.first_byte_recorded:
+            return
+        turn.first_byte_recorded = True
+        total = time.perf_counter() - turn.started
+        self.metrics.observe("contextfold_gateway_upstream_latency_seconds", turn.upstream_seconds)
+        self.metrics.observe(
+            "contextfold_gateway_added_latency_seconds", max(0.0, total - turn.upstream_seconds)
+        )
+
+    # ------------------------------------------------------------------ recording
+    async def record(self, turn: Turn, message: Message, input_tokens: int | None) -> None:
+        try:
+            await to_thread.run_sync(self.registry.record, turn.session, message, input_tokens)
+        except ContextFoldError as exc:
+            # the client has its answer; the next request resends it and it is stored then
+            log_event("record_failed", session=turn.session.session_id, error=str(exc))
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    fn = tool.get("function")
+    if isinstance(fn, Mapping):
+        return str(fn.get("name", ""))
+    return str(tool.get("name", ""))
+
+
+def _call_name(call: Mapping[str, Any]) -> str:
+    fn = call.get("function")
+    if isinstance(fn, Mapping):
+        return str(fn.get("name", ""))
+    return str(call.get("name", ""))
+
+
+__all__ = ["GATEWAY_TOOLS", "Pipeline", "RequestError", "Turn", "learned_limit", "log_event"]
