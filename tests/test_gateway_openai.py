@@ -73,7 +73,9 @@ def _ask(client: openai.OpenAI, messages: list[Any], *, stream: bool, script: st
     return msg
 
 
-def replay(fake: FakeUpstream, client: openai.OpenAI, trace: list[dict[str, Any]], *, stream: bool, script: str, turns: int | None = None) -> list[Any]:
+def replay(fake: FakeUpstream, client: openai.OpenAI, trace: list[dict[str, Any]], *, stream: bool, script: str, turns: int | None = None) -> tuple[list[Any], int]:
+    """Drive the client through the trace; returns the whole conversation (with the last
+    answer and its tool results) and how many of its messages the gateway has seen."""
     replies = trace_replies(trace)
     fake.scripts[script] = lambda call: replies.popleft()
     messages: list[Any] = list(trace[:2])
@@ -94,7 +96,7 @@ def replay(fake: FakeUpstream, client: openai.OpenAI, trace: list[dict[str, Any]
         messages.extend(results)
         done += 1
     assert sent, "nothing was sent"
-    return messages[:sent]
+    return messages, sent
 
 
 def _check_upstream(fake: FakeUpstream, limit: int) -> None:
@@ -112,7 +114,8 @@ def test_hundred_turn_session_with_compaction(tmp_path: Path, stream: bool) -> N
     limit = 12_000
     with running(tmp_path, limit=limit, context_window=10_000) as (fake, gw):
         client = _client(gw.url)
-        messages = replay(fake, client, trace, stream=stream, script="trace")
+        messages, seen = replay(fake, client, trace, stream=stream, script="trace")
+        messages = messages[:seen]
         metrics = httpx.get(gw.url + "/metrics").text
     turns = sum(1 for m in trace if m["role"] == "assistant")
     assert len(fake.received) == turns >= 100
@@ -153,7 +156,7 @@ def test_recall_answered_inside_the_gateway(tmp_path: Path, stream: bool) -> Non
     trace = long_trace(100)
     with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
         client = _client(gw.url)
-        messages = replay(fake, client, trace, stream=False, script="trace", turns=40)
+        messages, _ = replay(fake, client, trace, stream=False, script="trace", turns=40)
         fake.scripts["recall"] = _recall_script("golden section search")
         messages.append({"role": "user", "content": "What did the first command print? RECALL"})
         before = len(fake.received)
@@ -180,7 +183,7 @@ def test_recall_mixed_with_client_tools_returns_only_the_clients_calls(tmp_path:
     trace = long_trace(100)
     with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
         client = _client(gw.url)
-        messages = replay(fake, client, trace, stream=False, script="trace", turns=40)
+        messages, _ = replay(fake, client, trace, stream=False, script="trace", turns=40)
         fake.scripts["recall"] = _recall_script("golden", mixed=True)
         messages.append({"role": "user", "content": "Check again. RECALL"})
         got = _ask(client, messages, stream=stream, script="recall")
