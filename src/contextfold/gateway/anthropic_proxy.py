@@ -67,14 +67,17 @@ async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) 
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RequestError(400, "tools: Input should be a valid list of tool objects")
     turn = await pipe.begin("anthropic", body, conv, headers, tools, _tools_allowed(body))
+    handed_over = False
     try:
         payload = _payload(turn)
-        if body.get("stream") is True:
-            return await _start_stream(pipe, turn, payload)
-        return await _complete(pipe, turn, payload)
-    except BaseException:
-        pipe.release(turn)
-        raise
+        if body.get("stream") is not True:
+            return await _complete(pipe, turn, payload)
+        response = await _start_stream(pipe, turn, payload)
+        handed_over = isinstance(response, GatewayStream)  # it releases the lock when done
+        return response
+    finally:
+        if not handed_over:
+            pipe.release(turn)
 
 
 # ---------------------------------------------------------------------- non-streaming
@@ -138,7 +141,6 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         raise RequestError(502, f"the upstream answered with an invalid message: {exc}") from None
     pipe.observe_first_byte(turn)
     await pipe.record(turn, recorded, input_tokens)
-    pipe.release(turn)
     return out
 
 
@@ -172,7 +174,6 @@ async def _start_stream(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> 
                     await resp.aclose()
             if resp.status_code >= 400:
                 pipe.upstream_error(turn, resp.status_code)
-                pipe.release(turn)
                 return Response(raw, resp.status_code, headers=response_headers(resp.headers))
     except httpx.HTTPError as exc:
         raise _upstream_failure(exc) from None

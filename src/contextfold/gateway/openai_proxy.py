@@ -84,14 +84,17 @@ async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) 
         raise RequestError(400, "tools must be a list of tool objects")
     turn = await pipe.begin("openai", body, conv, headers, tools, _tools_allowed(body))
     streaming = body.get("stream") is True
+    handed_over = False
     try:
         payload = _payload(turn)
-        if streaming:
-            return await _start_stream(pipe, turn, payload)
-        return await _complete(pipe, turn, payload)
-    except BaseException:
-        pipe.release(turn)
-        raise
+        if not streaming:
+            return await _complete(pipe, turn, payload)
+        response = await _start_stream(pipe, turn, payload)
+        handed_over = isinstance(response, GatewayStream)  # it releases the lock when done
+        return response
+    finally:
+        if not handed_over:
+            pipe.release(turn)
 
 
 # ---------------------------------------------------------------------- non-streaming
@@ -171,7 +174,6 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         raise RequestError(502, f"the upstream answered with an invalid message: {exc}") from None
     pipe.observe_first_byte(turn)
     await pipe.record(turn, recorded, input_tokens if isinstance(input_tokens, int) else None)
-    pipe.release(turn)
     return out
 
 
@@ -205,7 +207,6 @@ async def _open(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> httpx.Re
 async def _start_stream(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Response:
     opened = await _open(pipe, turn, payload)
     if isinstance(opened, Response):
-        pipe.release(turn)
         return opened
     state: dict[str, Any] = {"resp": opened}
 

@@ -4,6 +4,7 @@ event loop (other sessions keep flowing)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -70,6 +71,7 @@ class Turn:
     conv: Conversation
     model: str
     key: str
+    lock: asyncio.Lock
     session: Session
     prepared: Prepared
     headers: dict[str, str]
@@ -78,6 +80,7 @@ class Turn:
     upstream_seconds: float = 0.0
     first_byte_recorded: bool = False
     rounds: int = 0
+    released: bool = False
     notes: list[str] = field(default_factory=list)
 
 
@@ -191,6 +194,7 @@ class Pipeline:
             conv=conv,
             model=model,
             key=key,
+            lock=lock,
             session=sess,
             prepared=prepared,
             headers=headers,
@@ -199,9 +203,10 @@ class Pipeline:
         )
 
     def release(self, turn: Turn) -> None:
-        lock = self.registry.lock(turn.key)
-        if lock.locked():
-            lock.release()
+        """Release the conversation's lock, once (a second call does nothing)."""
+        if not turn.released:
+            turn.released = True
+            turn.lock.release()
 
     # ------------------------------------------------------------------ overflow
     async def recover_overflow(self, turn: Turn, error: UpstreamError) -> bool:
