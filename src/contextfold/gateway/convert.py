@@ -49,9 +49,9 @@ def _strip_cache(value: Any) -> Any:
 
 def _content_key(content: Content) -> list[Any]:
     if content is None:
-        return [""]
+        return ["", []]
     if isinstance(content, str):
-        return [content.strip()]
+        return [content.strip(), []]
     text: list[str] = []
     other: list[Any] = []
     for block in content:
