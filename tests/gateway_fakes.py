@@ -62,6 +62,7 @@ class Call:
 
     provider: str
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def messages(self) -> list[Any]:
@@ -160,7 +161,7 @@ def anthropic_problem(messages: list[Any]) -> str | None:
     """Anthropic's own 400 messages for broken tool pairing and tampered thinking blocks."""
     combined = _combined(messages)
     if combined and combined[0]["role"] != "user":
-        return "messages: first message must use the \"user\" role"
+        return 'messages: first message must use the "user" role'
     for i, m in enumerate(combined):
         prev = combined[i - 1] if i else None
         uses = [
@@ -231,14 +232,24 @@ def _openai_completion(reply: Reply, model: str, tokens: int) -> dict[str, Any]:
 
 def _openai_chunks(reply: Reply, model: str, tokens: int, usage: bool) -> list[dict[str, Any]]:
     cid = f"chatcmpl-{next(_ids)}"
-    base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    base = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
     chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
     text = reply.text
     for i in range(0, len(text), 16):
         chunks.append({**base, "choices": [{"index": 0, "delta": {"content": text[i : i + 16]}}]})
     for k, (call_id, name, args) in enumerate(reply.tool_calls):
         arg_text = json.dumps(args)
-        first = {"index": k, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        first = {
+            "index": k,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
         chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [first]}}]})
         for i in range(0, len(arg_text), 20):
             piece = {"index": k, "function": {"arguments": arg_text[i : i + 20]}}
@@ -250,7 +261,11 @@ def _openai_chunks(reply: Reply, model: str, tokens: int, usage: bool) -> list[d
             {
                 **base,
                 "choices": [],
-                "usage": {"prompt_tokens": tokens, "completion_tokens": 9, "total_tokens": tokens + 9},
+                "usage": {
+                    "prompt_tokens": tokens,
+                    "completion_tokens": 9,
+                    "total_tokens": tokens + 9,
+                },
             }
         )
     return chunks
@@ -260,7 +275,11 @@ def _anthropic_blocks(reply: Reply) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if reply.thinking is not None:
         blocks.append(
-            {"type": "thinking", "thinking": reply.thinking, "signature": signature_for(reply.thinking)}
+            {
+                "type": "thinking",
+                "thinking": reply.thinking,
+                "signature": signature_for(reply.thinking),
+            }
         )
     if reply.text:
         blocks.append({"type": "text", "text": reply.text})
@@ -284,27 +303,114 @@ def _anthropic_message(reply: Reply, model: str, tokens: int) -> dict[str, Any]:
 
 def _anthropic_events(reply: Reply, model: str, tokens: int) -> list[tuple[str, dict[str, Any]]]:
     msg = _anthropic_message(reply, model, tokens)
-    start = {**msg, "content": [], "stop_reason": None, "usage": {"input_tokens": tokens, "output_tokens": 1}}
-    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
+    start = {
+        **msg,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": tokens, "output_tokens": 1},
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
     events.append(("ping", {"type": "ping"}))
     for i, block in enumerate(msg["content"]):
         kind = block["type"]
         if kind == "thinking":
-            events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": block["thinking"]}}))
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "signature_delta", "signature": block["signature"]}}))
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                    },
+                )
+            )
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "thinking_delta", "thinking": block["thinking"]},
+                    },
+                )
+            )
+            events.append(
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "signature_delta", "signature": block["signature"]},
+                    },
+                )
+            )
         elif kind == "text":
-            events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}))
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
+            )
             text = block["text"]
             for j in range(0, len(text), 16):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": text[j : j + 16]}}))
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {"type": "text_delta", "text": text[j : j + 16]},
+                        },
+                    )
+                )
         else:
-            events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))
+            events.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": block["id"],
+                            "name": block["name"],
+                            "input": {},
+                        },
+                    },
+                )
+            )
             arg_text = json.dumps(block["input"])
             for j in range(0, len(arg_text), 20):
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": arg_text[j : j + 20]}}))
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {
+                                "type": "input_json_delta",
+                                "partial_json": arg_text[j : j + 20],
+                            },
+                        },
+                    )
+                )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None}, "usage": {"output_tokens": 9}}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": 9},
+            },
+        )
+    )
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
@@ -316,8 +422,9 @@ _ids = itertools.count(1)
 
 
 class FakeUpstream:
-    def __init__(self, *, limit: int = 1_000_000) -> None:
+    def __init__(self, *, limit: int = 1_000_000, port: int = 0, keep: bool = True) -> None:
         self.limit = limit
+        self.keep = keep
         self.scripts: dict[str, Script] = {}
         self.default: Script = lambda call: Reply(text="ok")
         self.received: list[Received] = []
@@ -333,9 +440,13 @@ class FakeUpstream:
             ]
         )
         self._server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+            uvicorn.Config(
+                self.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+            )
         )
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve()), daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve()), daemon=True
+        )
 
     def start(self) -> FakeUpstream:
         self._thread.start()
@@ -357,9 +468,13 @@ class FakeUpstream:
 
     def accepted(self, path: str | None = None) -> list[Received]:
         with self._lock:
-            return [r for r in self.received if r.error is None and (path is None or r.path == path)]
+            return [
+                r for r in self.received if r.error is None and (path is None or r.path == path)
+            ]
 
     def _record(self, rec: Received) -> None:
+        if not self.keep:
+            rec.body = None
         with self._lock:
             self.received.append(rec)
 
@@ -377,7 +492,12 @@ class FakeUpstream:
         return JSONResponse(body, status_code=status)
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}],
+            }
+        )
 
     async def _count(self, request: Request) -> Response:
         body = await request.json()
@@ -389,7 +509,9 @@ class FakeUpstream:
         tokens = count_tokens(body)
         forced = await self._failure()
         if forced is not None:
-            self._record(Received(request.url.path, headers, body, tokens, f"forced {forced.status_code}"))
+            self._record(
+                Received(request.url.path, headers, body, tokens, f"forced {forced.status_code}")
+            )
             return forced
         problem = openai_problem(body.get("messages") or [])
         if problem is None and tokens > self.limit:
@@ -405,11 +527,18 @@ class FakeUpstream:
         if problem is not None:
             self._record(Received(request.url.path, headers, body, tokens, problem))
             return JSONResponse(
-                {"error": {"message": problem, "type": "invalid_request_error", "param": "messages", "code": None}},
+                {
+                    "error": {
+                        "message": problem,
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": None,
+                    }
+                },
                 status_code=400,
             )
         self._record(Received(request.url.path, headers, body, tokens, None))
-        reply = self._script(request)(Call("openai", body))
+        reply = self._script(request)(Call("openai", body, headers))
         model = str(body.get("model"))
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -431,7 +560,9 @@ class FakeUpstream:
         tokens = count_tokens(body)
         forced = await self._failure()
         if forced is not None:
-            self._record(Received(request.url.path, headers, body, tokens, f"forced {forced.status_code}"))
+            self._record(
+                Received(request.url.path, headers, body, tokens, f"forced {forced.status_code}")
+            )
             return forced
         problem = anthropic_problem(body.get("messages") or [])
         if problem is None and tokens > self.limit:
@@ -444,7 +575,7 @@ class FakeUpstream:
                 {"type": "error", "error": {"type": "invalid_request_error", "message": problem}},
                 status_code=400,
             )
-        reply = self._script(request)(Call("anthropic", body))
+        reply = self._script(request)(Call("anthropic", body, headers))
         model = str(body.get("model"))
         if body.get("stream"):
             events = _anthropic_events(reply, model, tokens)
@@ -474,19 +605,37 @@ def trace_replies(trace: list[dict[str, Any]], *, thinking: bool = False) -> deq
                 args = json.loads(c["function"].get("arguments") or "{}")
             except ValueError:
                 args = {"raw": c["function"].get("arguments")}
-            calls.append((c["id"], c["function"]["name"], args if isinstance(args, dict) else {"value": args}))
+            calls.append(
+                (
+                    c["id"],
+                    c["function"]["name"],
+                    args if isinstance(args, dict) else {"value": args},
+                )
+            )
         text = m.get("content") if isinstance(m.get("content"), str) else _text(m.get("content"))
         out.append(
-            Reply(text=text or "", tool_calls=calls, thinking=f"step {n}: deciding what to run next" if thinking else None)
+            Reply(
+                text=text or "",
+                tool_calls=calls,
+                thinking=f"step {n}: deciding what to run next" if thinking else None,
+            )
         )
     return out
 
 
-def openai_tool_results(trace: list[dict[str, Any]], start: int) -> tuple[list[dict[str, Any]], int]:
+def openai_tool_results(
+    trace: list[dict[str, Any]], start: int
+) -> tuple[list[dict[str, Any]], int]:
     """The tool messages following the assistant at ``start - 1``; returns them and the next index."""
     out = []
     i = start
     while i < len(trace) and trace[i].get("role") == "tool":
-        out.append({"role": "tool", "tool_call_id": trace[i]["tool_call_id"], "content": _text(trace[i].get("content")) or str(trace[i].get("content"))})
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": trace[i]["tool_call_id"],
+                "content": _text(trace[i].get("content")) or str(trace[i].get("content")),
+            }
+        )
         i += 1
     return out, i

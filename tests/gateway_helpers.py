@@ -27,7 +27,9 @@ from tests.gateway_fakes import FakeUpstream
 
 
 @contextmanager
-def running(tmp_path: Path, *, limit: int = 1_000_000, **config: Any) -> Iterator[tuple[FakeUpstream, BackgroundServer]]:
+def running(
+    tmp_path: Path, *, limit: int = 1_000_000, **config: Any
+) -> Iterator[tuple[FakeUpstream, BackgroundServer]]:
     fake = FakeUpstream(limit=limit).start()
     try:
         cfg = GatewayConfig(upstream=fake.url, port=0, store=str(tmp_path / "ws"), **config).check()

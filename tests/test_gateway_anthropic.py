@@ -28,7 +28,9 @@ def _client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=60)
 
 
-def _ask(client: anthropic.Anthropic, system: str, messages: list[Any], *, stream: bool, script: str) -> list[dict[str, Any]]:
+def _ask(
+    client: anthropic.Anthropic, system: str, messages: list[Any], *, stream: bool, script: str
+) -> list[dict[str, Any]]:
     kwargs: dict[str, Any] = {
         "model": "claude-fake",
         "max_tokens": 1024,
@@ -59,12 +61,25 @@ def _strip_cache(messages: list[Any]) -> list[Any]:
     out = []
     for m in messages:
         if isinstance(m.get("content"), list):
-            m = {**m, "content": [{k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]]}
+            m = {
+                **m,
+                "content": [
+                    {k: v for k, v in b.items() if k != "cache_control"} for b in m["content"]
+                ],
+            }
         out.append(m)
     return out
 
 
-def replay(fake: FakeUpstream, client: anthropic.Anthropic, trace: list[dict[str, Any]], *, stream: bool, script: str, turns: int | None = None) -> tuple[str, list[Any], list[Any]]:
+def replay(
+    fake: FakeUpstream,
+    client: anthropic.Anthropic,
+    trace: list[dict[str, Any]],
+    *,
+    stream: bool,
+    script: str,
+    turns: int | None = None,
+) -> tuple[str, list[Any], list[Any]]:
     """Drive the client through the trace; returns the system prompt, the messages of the
     last request and the whole conversation (with the last answer and its tool results)."""
     replies = trace_replies(trace, thinking=True)
@@ -89,8 +104,13 @@ def replay(fake: FakeUpstream, client: anthropic.Anthropic, trace: list[dict[str
         messages.append({"role": "assistant", "content": content})
         uses = [b for b in content if b["type"] == "tool_use"]
         if uses:
-            messages = _strip_cache(messages)  # as Claude Code does: the cache marker moves to the newest turn
-            blocks = [{"type": "tool_result", "tool_use_id": u["id"], "content": str(outputs[u["id"]])} for u in uses]
+            messages = _strip_cache(
+                messages
+            )  # as Claude Code does: the cache marker moves to the newest turn
+            blocks = [
+                {"type": "tool_result", "tool_use_id": u["id"], "content": str(outputs[u["id"]])}
+                for u in uses
+            ]
             blocks[-1]["cache_control"] = {"type": "ephemeral"}
             messages.append({"role": "user", "content": blocks})
         i += 1
@@ -111,7 +131,9 @@ def _check_upstream(fake: FakeUpstream, limit: int) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_hundred_turn_session_thinking_signatures_and_cache_markers(tmp_path: Path, stream: bool) -> None:
+def test_hundred_turn_session_thinking_signatures_and_cache_markers(
+    tmp_path: Path, stream: bool
+) -> None:
     trace = long_trace(100)
     limit = 14_000
     with running(tmp_path, limit=limit, context_window=11_000) as (fake, gw):
@@ -126,10 +148,24 @@ def test_hundred_turn_session_thinking_signatures_and_cache_markers(tmp_path: Pa
     sent = last["messages"]
     assert sent[-1] == messages[-1]
     assert sent[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
-    thinking = [b for m in sent if m["role"] == "assistant" for b in m["content"] if isinstance(b, dict) and b.get("type") == "thinking"]
+    thinking = [
+        b
+        for m in sent
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "thinking"
+    ]
     assert thinking
     assert all(b["signature"] == signature_for(b["thinking"]) for b in thinking)
-    assert sum(1 for m in sent for b in (m["content"] if isinstance(m["content"], list) else []) if "cache_control" in b) == 1
+    assert (
+        sum(
+            1
+            for m in sent
+            for b in (m["content"] if isinstance(m["content"], list) else [])
+            if "cache_control" in b
+        )
+        == 1
+    )
 
 
 def _recall_script(call: Call) -> Reply:
@@ -138,7 +174,11 @@ def _recall_script(call: Call) -> Reply:
         return Reply(text="Found it: " + results["toolu_recall"][:60], thinking="now I know")
     if "RECALL" in str(call.messages[-1].get("content")):
         assert "recall" in call.tool_names()
-        return Reply(text="Looking.", thinking="I should recall", tool_calls=[("toolu_recall", "recall", {"query": "golden section"})])
+        return Reply(
+            text="Looking.",
+            thinking="I should recall",
+            tool_calls=[("toolu_recall", "recall", {"query": "golden section"})],
+        )
     return Reply(text="fine", thinking="nothing")
 
 
@@ -148,7 +188,12 @@ def test_recall_inside_the_gateway_is_one_response(tmp_path: Path, stream: bool)
     with running(tmp_path, limit=14_000, context_window=9_000) as (fake, gw):
         client = _client(gw.url)
         system, _, messages = replay(fake, client, trace, stream=False, script="trace", turns=40)
-        messages.append({"role": "user", "content": [{"type": "text", "text": "What did the search print? RECALL"}]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "What did the search print? RECALL"}],
+            }
+        )
         fake.scripts["recall"] = _recall_script
         before = len(fake.received)
         content = _ask(client, system, messages, stream=stream, script="recall")
@@ -167,10 +212,14 @@ def test_recall_inside_the_gateway_is_one_response(tmp_path: Path, stream: bool)
 
 
 def test_count_tokens_and_models_pass_through(tmp_path: Path) -> None:
-    with running(tmp_path) as (fake, gw):
+    with running(tmp_path) as (_fake, gw):
         client = _client(gw.url)
-        counted = client.messages.count_tokens(model="claude-fake", messages=[{"role": "user", "content": "hello there"}])
+        counted = client.messages.count_tokens(
+            model="claude-fake", messages=[{"role": "user", "content": "hello there"}]
+        )
         models = httpx.get(gw.url + "/v1/models", headers={"authorization": "Bearer k"}).json()
     assert counted.input_tokens > 0
     assert models["data"][0]["id"] == "fake-model"
-    assert not (tmp_path / "ws" / "sessions").exists() or not any((tmp_path / "ws" / "sessions").iterdir())
+    assert not (tmp_path / "ws" / "sessions").exists() or not any(
+        (tmp_path / "ws" / "sessions").iterdir()
+    )

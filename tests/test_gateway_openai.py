@@ -31,7 +31,9 @@ def _client(url: str, key: str = "sk-test-key-123") -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=60)
 
 
-def _ask(client: openai.OpenAI, messages: list[Any], *, stream: bool, script: str) -> dict[str, Any]:
+def _ask(
+    client: openai.OpenAI, messages: list[Any], *, stream: bool, script: str
+) -> dict[str, Any]:
     """One call; returns the assistant message as the client would append it."""
     headers = {"x-fake-script": script}
     if not stream:
@@ -58,7 +60,10 @@ def _ask(client: openai.OpenAI, messages: list[Any], *, stream: bool, script: st
             if d.content:
                 text.append(d.content)
             for tc in d.tool_calls or []:
-                slot = calls.setdefault(tc.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                slot = calls.setdefault(
+                    tc.index,
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
                 if tc.id:
                     slot["id"] = tc.id
                 if tc.function and tc.function.name:
@@ -73,7 +78,15 @@ def _ask(client: openai.OpenAI, messages: list[Any], *, stream: bool, script: st
     return msg
 
 
-def replay(fake: FakeUpstream, client: openai.OpenAI, trace: list[dict[str, Any]], *, stream: bool, script: str, turns: int | None = None) -> tuple[list[Any], int]:
+def replay(
+    fake: FakeUpstream,
+    client: openai.OpenAI,
+    trace: list[dict[str, Any]],
+    *,
+    stream: bool,
+    script: str,
+    turns: int | None = None,
+) -> tuple[list[Any], int]:
     """Drive the client through the trace; returns the whole conversation (with the last
     answer and its tool results) and how many of its messages the gateway has seen."""
     replies = trace_replies(trace)
@@ -167,7 +180,11 @@ def test_recall_answered_inside_the_gateway(tmp_path: Path, stream: bool) -> Non
         sent = fake.received[before:]
         assert len(sent) == 2
         answer = [m for m in sent[1].body["messages"] if m.get("tool_call_id") == "call_recall_1"]
-        assert len(answer) == 1 and answer[0]["content"] and not answer[0]["content"].startswith("Error")
+        assert (
+            len(answer) == 1
+            and answer[0]["content"]
+            and not answer[0]["content"].startswith("Error")
+        )
         # the next turn: the client resends what it saw; the session continues (no branch)
         messages.append(got)
         messages.append({"role": "user", "content": "thanks"})
@@ -179,7 +196,9 @@ def test_recall_answered_inside_the_gateway(tmp_path: Path, stream: bool) -> Non
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_recall_mixed_with_client_tools_returns_only_the_clients_calls(tmp_path: Path, stream: bool) -> None:
+def test_recall_mixed_with_client_tools_returns_only_the_clients_calls(
+    tmp_path: Path, stream: bool
+) -> None:
     trace = long_trace(100)
     with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
         client = _client(gw.url)
@@ -195,7 +214,12 @@ def test_recall_mixed_with_client_tools_returns_only_the_clients_calls(tmp_path:
 def test_no_gateway_tools_before_anything_left_the_view(tmp_path: Path) -> None:
     with running(tmp_path) as (fake, gw):
         client = _client(gw.url)
-        _ask(client, [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}], stream=False, script="x")
+        _ask(
+            client,
+            [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+            stream=False,
+            script="x",
+        )
     assert fake.received[0].body["tools"] == CLIENT_TOOLS
 
 

@@ -94,7 +94,10 @@ def test_conversations_sharing_a_system_prompt_stay_apart(tmp_path: Path) -> Non
 
         threads = [threading.Thread(target=worker, args=(f"c{i}", f"sk-{i % 2}")) for i in range(6)]
         # and the same conversation start under two different API keys
-        threads += [threading.Thread(target=worker, args=("same", "sk-a")), threading.Thread(target=worker, args=("same2", "sk-b"))]
+        threads += [
+            threading.Thread(target=worker, args=("same", "sk-a")),
+            threading.Thread(target=worker, args=("same2", "sk-b")),
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -112,9 +115,17 @@ def test_explicit_session_header_and_a_hostile_one(tmp_path: Path) -> None:
     with running(tmp_path) as (fake, gw):
         fake.default = _echo
         client = _client(gw.url)
-        _chat(client, [SYSTEM, {"role": "user", "content": "hi"}], extra_headers={"X-Contextfold-Session": "team-42"})
+        _chat(
+            client,
+            [SYSTEM, {"role": "user", "content": "hi"}],
+            extra_headers={"X-Contextfold-Session": "team-42"},
+        )
         with pytest.raises(openai.BadRequestError) as err:
-            _chat(client, [SYSTEM, {"role": "user", "content": "hi"}], extra_headers={"X-Contextfold-Session": "../../etc"})
+            _chat(
+                client,
+                [SYSTEM, {"role": "user", "content": "hi"}],
+                extra_headers={"X-Contextfold-Session": "../../etc"},
+            )
     assert "x-contextfold-session" in str(err.value)
     assert list(_sessions(tmp_path)) == ["team-42"]
     assert all("x-contextfold-session" not in r.headers for r in fake.received)
@@ -123,8 +134,20 @@ def test_explicit_session_header_and_a_hostile_one(tmp_path: Path) -> None:
 def test_client_disconnect_mid_stream_records_nothing(tmp_path: Path) -> None:
     with running(tmp_path) as (fake, gw):
         fake.default = lambda call: Reply(text="x" * 3000, event_delay=0.01)
-        body = {"model": "m", "stream": True, "messages": [SYSTEM, {"role": "user", "content": "long answer please"}]}
-        with httpx.Client(timeout=10) as h, h.stream("POST", gw.url + "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-1"}) as resp:
+        body = {
+            "model": "m",
+            "stream": True,
+            "messages": [SYSTEM, {"role": "user", "content": "long answer please"}],
+        }
+        with (
+            httpx.Client(timeout=10) as h,
+            h.stream(
+                "POST",
+                gw.url + "/v1/chat/completions",
+                json=body,
+                headers={"authorization": "Bearer sk-1"},
+            ) as resp,
+        ):
             assert resp.status_code == 200
             it = resp.iter_raw()
             assert next(it).startswith(b"data: ")
@@ -143,7 +166,9 @@ def test_client_disconnect_mid_stream_records_nothing(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-def test_upstream_timeout_and_5xx_pass_back_and_record_nothing_twice(tmp_path: Path, stream: bool) -> None:
+def test_upstream_timeout_and_5xx_pass_back_and_record_nothing_twice(
+    tmp_path: Path, stream: bool
+) -> None:
     with running(tmp_path, upstream_timeout=0.5) as (fake, gw):
         fake.default = _echo
         client = _client(gw.url)
@@ -155,7 +180,14 @@ def test_upstream_timeout_and_5xx_pass_back_and_record_nothing_twice(tmp_path: P
             if stream:
                 list(r)  # type: ignore[arg-type]
         assert timeout.value.status_code == 504
-        body = {"error": {"message": "The server had an error while processing your request.", "type": "server_error", "param": None, "code": None}}
+        body = {
+            "error": {
+                "message": "The server had an error while processing your request.",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        }
         fake.failures.append((500, body, 0.0))
         with pytest.raises(openai.InternalServerError) as failed:
             r = client.chat.completions.create(model="m", messages=messages, **kw)
@@ -169,8 +201,12 @@ def test_upstream_timeout_and_5xx_pass_back_and_record_nothing_twice(tmp_path: P
         metrics = httpx.get(gw.url + "/metrics").text
     (history,) = _sessions(tmp_path).values()
     assert [m.role for m in history] == ["system", "user", "assistant", "user", "assistant"]
-    assert 'contextfold_gateway_requests_total{route="/v1/chat/completions",status="504"} 1' in metrics
-    assert 'contextfold_gateway_requests_total{route="/v1/chat/completions",status="500"} 1' in metrics
+    assert (
+        'contextfold_gateway_requests_total{route="/v1/chat/completions",status="504"} 1' in metrics
+    )
+    assert (
+        'contextfold_gateway_requests_total{route="/v1/chat/completions",status="500"} 1' in metrics
+    )
 
 
 def test_bad_requests_get_provider_shaped_errors_and_write_nothing(tmp_path: Path) -> None:
@@ -178,23 +214,42 @@ def test_bad_requests_get_provider_shaped_errors_and_write_nothing(tmp_path: Pat
         url = gw.url
         ok_auth = {"x-contextfold-token": "gw-secret", "authorization": "Bearer sk-provider"}
         with httpx.Client(timeout=10) as h:
-            r = h.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+            r = h.post(
+                url + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+            )
             assert r.status_code == 401 and "error" in r.json()
             r = h.post(url + "/v1/chat/completions", content=b"{not json", headers=ok_auth)
             assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-            r = h.post(url + "/v1/messages", content=b"[1, 2]", headers={**ok_auth, "anthropic-version": "2023-06-01"})
+            r = h.post(
+                url + "/v1/messages",
+                content=b"[1, 2]",
+                headers={**ok_auth, "anthropic-version": "2023-06-01"},
+            )
             assert r.status_code == 400 and r.json()["type"] == "error"
             r = h.post(url + "/v1/chat/completions", content=b"x" * 20_000, headers=ok_auth)
             assert r.status_code == 413
-            r = h.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "tool", "content": "x"}]}, headers=ok_auth)
+            r = h.post(
+                url + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "tool", "content": "x"}]},
+                headers=ok_auth,
+            )
             assert r.status_code == 400 and "tool" in r.json()["error"]["message"]
-            r = h.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "x"}]}, headers=ok_auth)
+            r = h.post(
+                url + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+                headers=ok_auth,
+            )
             assert r.status_code == 200
             r = h.get(url + "/v2/whatever", headers=ok_auth)
             assert r.status_code == 404 and "no route" in r.json()["error"]["message"]
             r = h.get(url + "/v1/chat/completions", headers=ok_auth)
             assert r.status_code == 405 and "error" in r.json()
-            r = h.post(url + "/v1/messages", json={"model": "c", "max_tokens": 5, "messages": "hi"}, headers={**ok_auth, "anthropic-version": "2023-06-01"})
+            r = h.post(
+                url + "/v1/messages",
+                json={"model": "c", "max_tokens": 5, "messages": "hi"},
+                headers={**ok_auth, "anthropic-version": "2023-06-01"},
+            )
             assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
             assert "Traceback" not in r.text
             assert h.get(url + "/healthz").json()["status"] == "ok"
@@ -206,13 +261,28 @@ def test_bad_requests_get_provider_shaped_errors_and_write_nothing(tmp_path: Pat
     assert "gw-secret" not in json.dumps(req.headers)
 
 
-def test_api_keys_never_reach_logs_or_the_store(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_api_keys_never_reach_logs_or_the_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "sk-live-SECRET-abc123"
     caplog.set_level("INFO", logger="contextfold.gateway")
     with running(tmp_path) as (fake, gw):
         fake.default = _echo
         _chat(_client(gw.url, secret), [SYSTEM, {"role": "user", "content": "hi"}])
-        fake.failures.append((401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}, 0.0))
+        fake.failures.append(
+            (
+                401,
+                {
+                    "error": {
+                        "message": "Incorrect API key provided",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_api_key",
+                    }
+                },
+                0.0,
+            )
+        )
         with pytest.raises(openai.AuthenticationError):
             _chat(_client(gw.url, secret), [SYSTEM, {"role": "user", "content": "again"}])
     assert caplog.records, "the gateway logs its requests"

@@ -13,7 +13,14 @@ import pytest
 
 from contextfold.errors import ConfigError
 from contextfold.gateway.config import load_config
-from contextfold.gateway.convert import ViewItem, fingerprint, parse_anthropic, parse_openai, render_anthropic, render_openai
+from contextfold.gateway.convert import (
+    ViewItem,
+    fingerprint,
+    parse_anthropic,
+    parse_openai,
+    render_anthropic,
+    render_openai,
+)
 from contextfold.gateway.metrics import Metrics
 from contextfold.gateway.pipeline import learned_limit
 from contextfold.gateway.sessions import check_store, client_identity
@@ -25,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_sse_events_keep_their_exact_bytes_across_any_chunking() -> None:
     stream = (
-        b"event: message_start\r\ndata: {\"a\": 1}\r\n\r\n"
+        b'event: message_start\r\ndata: {"a": 1}\r\n\r\n'
         b": keep-alive comment\n\n"
-        b"data: {\"b\":\n"
+        b'data: {"b":\n'
         b"data: 2}\n\n"
         b"event: ping\rdata: {}\r\r"
         b"data: [DONE]\n\n"
@@ -55,7 +62,12 @@ def test_config_layers_file_then_env_then_flags(tmp_path: Path) -> None:
     )
     env = {"CONTEXTFOLD_GATEWAY_PORT": "9100", "CONTEXTFOLD_GATEWAY_GATEWAY_TOOLS": "false"}
     cfg = load_config(file=toml, env=env, overrides={"port": None, "store": "/tmp/x"})
-    assert (cfg.upstream, cfg.port, cfg.store, cfg.gateway_tools) == ("https://api.example.test", 9100, "/tmp/x", False)
+    assert (cfg.upstream, cfg.port, cfg.store, cfg.gateway_tools) == (
+        "https://api.example.test",
+        9100,
+        "/tmp/x",
+        False,
+    )
     assert cfg.window_for("claude-x") == 200_000 and cfg.window_for("other") == 50_000
     assert load_config(file=toml, env=env, overrides={"port": 1}).port == 1
     assert cfg.host == "127.0.0.1"  # loopback unless told otherwise
@@ -70,7 +82,9 @@ def test_config_layers_file_then_env_then_flags(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="http"):
         load_config(env={"CONTEXTFOLD_GATEWAY_UPSTREAM": "file:///etc/passwd"})
     with pytest.raises(ConfigError, match="PORT"):
-        load_config(env={"CONTEXTFOLD_GATEWAY_UPSTREAM": "http://x", "CONTEXTFOLD_GATEWAY_PORT": "many"})
+        load_config(
+            env={"CONTEXTFOLD_GATEWAY_UPSTREAM": "http://x", "CONTEXTFOLD_GATEWAY_PORT": "many"}
+        )
 
 
 def test_a_postgresql_store_is_refused_clearly_until_the_storage_layer_supports_it() -> None:
@@ -89,10 +103,22 @@ def test_a_postgresql_store_is_refused_clearly_until_the_storage_layer_supports_
 def test_cli_serve_help_and_a_clear_error_without_upstream(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("CONTEXTFOLD_GATEWAY_UPSTREAM", None)
-    out = subprocess.run([sys.executable, "-m", "contextfold.cli", "serve", "--help"], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0
     assert "--upstream" in out.stdout and "ANTHROPIC_BASE_URL" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "contextfold.cli", "serve", "--store", str(tmp_path)], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "contextfold.cli", "serve", "--store", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "upstream" in out.stderr and "Traceback" not in out.stderr
 
@@ -116,8 +142,17 @@ def test_client_identity_is_a_hash_not_the_key() -> None:
 
 def test_fingerprints_ignore_what_clients_change_between_resends() -> None:
     plain = Message(role="assistant", content="done")
-    sdk = Message(role="assistant", content=({"type": "text", "text": "done", "cache_control": {"type": "ephemeral"}},))
-    thinking = Message(role="assistant", content=({"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "text", "text": "done "}))
+    sdk = Message(
+        role="assistant",
+        content=({"type": "text", "text": "done", "cache_control": {"type": "ephemeral"}},),
+    )
+    thinking = Message(
+        role="assistant",
+        content=(
+            {"type": "thinking", "thinking": "t", "signature": "s"},
+            {"type": "text", "text": "done "},
+        ),
+    )
     assert fingerprint(plain) == fingerprint(sdk) == fingerprint(thinking)
     assert fingerprint(plain) != fingerprint(Message(role="assistant", content="done!"))
     assert fingerprint(plain) != fingerprint(Message(role="user", content="done"))
@@ -125,9 +160,24 @@ def test_fingerprints_ignore_what_clients_change_between_resends() -> None:
 
 def test_views_map_back_to_the_clients_own_objects() -> None:
     raw = [
-        {"role": "user", "content": [{"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}]},
-        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "SIG"}, {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "out"}, {"type": "text", "text": "and?"}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "go", "cache_control": {"type": "ephemeral"}}],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "SIG"},
+                {"type": "tool_use", "id": "t1", "name": "bash", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "out"},
+                {"type": "text", "text": "and?"},
+            ],
+        },
     ]
     conv = parse_anthropic(raw, "sys")
     items = [ViewItem(m, i) for i, m in enumerate(conv.neutral)]
@@ -138,7 +188,11 @@ def test_views_map_back_to_the_clients_own_objects() -> None:
     changed[3] = ViewItem(conv.neutral[3].with_content("[offloaded]"), None)
     out = render_anthropic(changed, conv)
     assert out[0] is raw[0] and out[1] is raw[1]
-    assert out[2]["content"][0] == {"type": "tool_result", "tool_use_id": "t1", "content": "[offloaded]"}
+    assert out[2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": "[offloaded]",
+    }
     assert out[2]["content"][1] == {"type": "text", "text": "and?"}
     oconv = parse_openai([{"role": "user", "content": "x", "weird_field": 1}])
     assert render_openai([ViewItem(oconv.neutral[0], 0)], oconv)[0] is oconv.raw[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -11,10 +12,10 @@ from starlette.responses import Response
 from ..errors import InvalidMessageError
 from ..usage import extract_input_tokens
 from .convert import parse_anthropic, render_anthropic, response_message_anthropic
-from .openai_proxy import _json_response, _upstream_failure
+from .openai_proxy import _upstream_failure
 from .pipeline import Pipeline, RequestError, Turn
 from .sse import SSEEvent, SSEParser, encode
-from .streaming import AnthropicAssembler, GatewayStream
+from .streaming import AnthropicAssembler, GatewayResponse, GatewayStream
 from .upstream import UpstreamError, error_body, response_headers
 
 PATH = "/v1/messages"
@@ -70,10 +71,12 @@ async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) 
     handed_over = False
     try:
         payload = _payload(turn)
-        if body.get("stream") is not True:
-            return await _complete(pipe, turn, payload)
-        response = await _start_stream(pipe, turn, payload)
-        handed_over = isinstance(response, GatewayStream)  # it releases the lock when done
+        if body.get("stream") is True:
+            response = await _start_stream(pipe, turn, payload)
+        else:
+            response = await _complete(pipe, turn, payload)
+        # these release the lock themselves, once the client has the answer
+        handed_over = isinstance(response, GatewayStream | GatewayResponse)
         return response
     finally:
         if not handed_over:
@@ -132,16 +135,20 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         data = _read(resp)
     if changed:
         data["content"] = [*sent, *data["content"]]
-        out = _json_response(200, data, response_headers(resp.headers))
+        content = json.dumps(data, ensure_ascii=False).encode("utf-8")
+        headers = response_headers(resp.headers)
     else:
-        out = Response(first.content, 200, headers=response_headers(first.headers))
+        content = first.content  # byte for byte as the upstream sent it
+        headers = response_headers(first.headers)
     try:
         recorded = response_message_anthropic(data["content"])
     except InvalidMessageError as exc:
         raise RequestError(502, f"the upstream answered with an invalid message: {exc}") from None
+    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    headers.update(pipe.gateway_headers(turn))
     pipe.observe_first_byte(turn)
-    await pipe.record(turn, recorded, input_tokens)
-    return out
+    state: dict[str, Any] = {"record": (recorded, input_tokens)}
+    return GatewayResponse(content, on_close=pipe.closer(turn, state), headers=headers)
 
 
 def _read(resp: httpx.Response) -> dict[str, Any]:
@@ -179,14 +186,10 @@ async def _start_stream(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> 
         raise _upstream_failure(exc) from None
     state: dict[str, Any] = {"resp": resp}
 
-    async def on_close() -> None:
-        await state["resp"].aclose()
-        pipe.release(turn)
-
     return GatewayStream(
         _events(pipe, turn, payload, state),
-        on_close=on_close,
-        headers=response_headers(resp.headers),
+        on_close=pipe.closer(turn, state),
+        headers={**response_headers(resp.headers), **pipe.gateway_headers(turn)},
     )
 
 
@@ -296,7 +299,7 @@ async def _events(
             recorded = response_message_anthropic(final)
         except InvalidMessageError:
             return
-        await pipe.record(turn, recorded, input_tokens)
+        state["record"] = (recorded, input_tokens)  # stored once the client has it all
         return
 
 

@@ -67,7 +67,9 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
 
 def _setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter('{"ts": "%(asctime)s", "level": "%(levelname)s", "log": %(message)s}'))
+    handler.setFormatter(
+        logging.Formatter('{"ts": "%(asctime)s", "level": "%(levelname)s", "log": %(message)s}')
+    )
     logger = logging.getLogger("contextfold.gateway")
     logger.handlers[:] = [handler]
     logger.setLevel(level.upper())

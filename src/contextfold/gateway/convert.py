@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -86,17 +88,49 @@ def fingerprint(msg: Message) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
+#: Parsed OpenAI messages by their exact JSON (clients resend the same objects every turn):
+#: a resent message costs one dict lookup instead of parsing and hashing it again.
+_PARSED: OrderedDict[str, tuple[Message, str]] = OrderedDict()
+_PARSED_MAX = 20_000
+_PARSED_LOCK = threading.Lock()
+
+
+def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
+    if not isinstance(raw, Mapping):
+        raise InvalidMessageError(
+            f"expected a message object, got {type(raw).__name__}", index=index
+        )
+    try:
+        key = json.dumps(raw, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        with _PARSED_LOCK:
+            hit = _PARSED.get(key)
+            if hit is not None:
+                _PARSED.move_to_end(key)
+                return hit
+    msg = from_openai(raw, index)
+    entry = (msg, fingerprint(msg))
+    if key is not None:
+        with _PARSED_LOCK:
+            _PARSED[key] = entry
+            while len(_PARSED) > _PARSED_MAX:
+                _PARSED.popitem(last=False)
+    return entry
+
+
 def parse_openai(messages: Any) -> Conversation:
     if not isinstance(messages, list) or not messages:
         raise InvalidMessageError("messages must be a non-empty list")
-    neutral = [from_openai(m, i) for i, m in enumerate(messages)]
+    parsed = [_parse_one_openai(m, i) for i, m in enumerate(messages)]
     return Conversation(
         provider="openai",
         raw=list(messages),
-        neutral=neutral,
-        owner=list(range(len(neutral))),
-        parts=[[i] for i in range(len(neutral))],
-        fingerprints=[fingerprint(m) for m in neutral],
+        neutral=[m for m, _ in parsed],
+        owner=list(range(len(parsed))),
+        parts=[[i] for i in range(len(parsed))],
+        fingerprints=[fp for _, fp in parsed],
     )
 
 

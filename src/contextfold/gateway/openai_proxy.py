@@ -13,7 +13,7 @@ from ..errors import InvalidMessageError
 from .convert import parse_openai, render_openai, response_message_openai
 from .pipeline import Pipeline, RequestError, Turn
 from .sse import SSEEvent, SSEParser, encode
-from .streaming import GatewayStream, OpenAIAssembler
+from .streaming import GatewayResponse, GatewayStream, OpenAIAssembler
 from .upstream import UpstreamError, error_body, response_headers
 
 PATH = "/v1/chat/completions"
@@ -87,10 +87,12 @@ async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) 
     handed_over = False
     try:
         payload = _payload(turn)
-        if not streaming:
-            return await _complete(pipe, turn, payload)
-        response = await _start_stream(pipe, turn, payload)
-        handed_over = isinstance(response, GatewayStream)  # it releases the lock when done
+        if streaming:
+            response = await _start_stream(pipe, turn, payload)
+        else:
+            response = await _complete(pipe, turn, payload)
+        # these release the lock themselves, once the client has the answer
+        handed_over = isinstance(response, GatewayStream | GatewayResponse)
         return response
     finally:
         if not handed_over:
@@ -165,16 +167,21 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         if not msg.get("tool_calls"):
             msg.pop("tool_calls", None)
         data["choices"][0]["message"] = msg
-        out = _json_response(200, data, response_headers(resp.headers))
+        content = json.dumps(data, ensure_ascii=False).encode("utf-8")
+        headers = response_headers(resp.headers)
     else:
-        out = Response(first_resp.content, 200, headers=response_headers(first_resp.headers))
+        content = first_resp.content  # byte for byte as the upstream sent it
+        headers = response_headers(first_resp.headers)
     try:
         recorded = response_message_openai(msg)
     except InvalidMessageError as exc:
         raise RequestError(502, f"the upstream answered with an invalid message: {exc}") from None
+    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    headers.update(pipe.gateway_headers(turn))
     pipe.observe_first_byte(turn)
-    await pipe.record(turn, recorded, input_tokens if isinstance(input_tokens, int) else None)
-    return out
+    tokens = input_tokens if isinstance(input_tokens, int) else None
+    state: dict[str, Any] = {"record": (recorded, tokens)}
+    return GatewayResponse(content, on_close=pipe.closer(turn, state), headers=headers)
 
 
 # ---------------------------------------------------------------------- streaming
@@ -210,14 +217,10 @@ async def _start_stream(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> 
         return opened
     state: dict[str, Any] = {"resp": opened}
 
-    async def on_close() -> None:
-        await state["resp"].aclose()
-        pipe.release(turn)
-
     return GatewayStream(
         _events(pipe, turn, payload, state),
-        on_close=on_close,
-        headers=response_headers(opened.headers),
+        on_close=pipe.closer(turn, state),
+        headers={**response_headers(opened.headers), **pipe.gateway_headers(turn)},
     )
 
 
@@ -337,7 +340,7 @@ async def _events(
             recorded = response_message_openai(msg)
         except InvalidMessageError:
             return
-        await pipe.record(turn, recorded, input_tokens)
+        state["record"] = (recorded, input_tokens)  # stored once the client has it all
         return
 
 

@@ -292,6 +292,21 @@ class Pipeline:
         self.metrics.inc("contextfold_gateway_upstream_errors_total", status=str(status))
         log_event("upstream_error", session=turn.session.session_id, status=status)
 
+    def gateway_headers(self, turn: Turn) -> dict[str, str]:
+        """Response headers saying what the gateway did: the session, the time it added
+        (Server-Timing, milliseconds, upstream wait excluded) and the compaction tier if any."""
+        added = max(0.0, time.perf_counter() - turn.started - turn.upstream_seconds)
+        out = {
+            "x-contextfold-session": turn.session.session_id,
+            "server-timing": (
+                f"contextfold;dur={added * 1000:.2f}, upstream;dur={turn.upstream_seconds * 1000:.2f}"
+            ),
+        }
+        record = turn.prepared.record
+        if record is not None and record.changed:
+            out["x-contextfold-compaction"] = record.tier.value
+        return out
+
     def observe_first_byte(self, turn: Turn) -> None:
         if turn.first_byte_recorded:
             return
@@ -309,6 +324,23 @@ class Pipeline:
         except ContextFoldError as exc:
             # the client has its answer; the next request resends it and it is stored then
             log_event("record_failed", session=turn.session.session_id, error=str(exc))
+
+    def closer(self, turn: Turn, state: dict[str, Any]) -> Any:
+        """``on_close(completed)`` for a response: close the upstream stream (if any), record
+        the answer when the client got all of it, release the session lock."""
+
+        async def on_close(completed: bool) -> None:
+            try:
+                upstream = state.get("resp")
+                if upstream is not None:
+                    await upstream.aclose()
+                pending = state.get("record")
+                if completed and pending is not None:
+                    await self.record(turn, *pending)
+            finally:
+                self.release(turn)
+
+        return on_close
 
     async def aclose(self) -> None:
         await self.upstream.aclose()

@@ -95,6 +95,8 @@ class Session:
         self.window = cm.window
         #: something left the view (offloaded or compacted): the gateway's tools can help
         self.recall_ready = any(_recall_marker(m) for m in cm.view_messages())
+        #: turns since the provider's usage was last fed to calibration (-1: never)
+        self.since_usage = -1
 
     def append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
         start = len(self.fps)
@@ -304,8 +306,17 @@ class SessionRegistry:
         from .convert import fingerprint
 
         sess.append([message], [fingerprint(message)])
-        if input_tokens is not None and input_tokens > 0:
+        if input_tokens is None or input_tokens <= 0:
+            return
+        # calibration settles within a few calls; each report rewrites the compactor state,
+        # so after the first ones feed it every 8th turn, and after any compaction
+        record = sess.cm.last_record
+        compacted = record is not None and record.changed
+        if sess.since_usage < 0 or sess.since_usage >= 7 or compacted or len(sess.fps) < 12:
             sess.cm.report_usage(input_tokens)
+            sess.since_usage = 0
+        else:
+            sess.since_usage += 1
 
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:

@@ -7,33 +7,61 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+OnClose = Callable[[bool], Awaitable[None]]
 
 
 class GatewayStream(StreamingResponse):
-    """A StreamingResponse whose ``on_close`` runs however the response ends: completed,
-    client disconnected (even before the first byte), or failed. It releases the session lock
-    and closes the upstream stream."""
+    """A StreamingResponse whose ``on_close(completed)`` runs however the response ends:
+    completed, client disconnected (even before the first byte), or failed. It records the
+    answer (only when the client got all of it), closes the upstream stream and releases the
+    session lock."""
 
     def __init__(
         self,
         content: AsyncIterator[bytes],
         *,
-        on_close: Callable[[], Awaitable[None]],
+        on_close: OnClose,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(content, status_code=200, headers=headers, media_type="text/event-stream")
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        completed = False
         try:
             await super().__call__(scope, receive, send)
+            completed = True
         finally:
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
-            await self._on_close()
+            await self._on_close(completed)
+
+
+class GatewayResponse(Response):
+    """A whole response whose ``on_close(completed)`` runs after it was sent (or failed to
+    be): the answer is recorded off the client's critical path, then the lock is released."""
+
+    def __init__(
+        self,
+        content: bytes,
+        *,
+        on_close: OnClose,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(content, status_code=200, headers=headers, media_type="application/json")
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        completed = False
+        try:
+            await super().__call__(scope, receive, send)
+            completed = True
+        finally:
+            await self._on_close(completed)
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -169,4 +197,4 @@ class AnthropicAssembler:
         return out
 
 
-__all__ = ["AnthropicAssembler", "GatewayStream", "OpenAIAssembler"]
+__all__ = ["AnthropicAssembler", "GatewayResponse", "GatewayStream", "OpenAIAssembler"]
