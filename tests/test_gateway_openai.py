@@ -237,3 +237,37 @@ def test_upstream_overflow_compacts_hard_learns_the_limit_and_retries(tmp_path: 
     last_overflow = fake.received.index(overflows[-1])
     assert len(overflows) == 1
     assert all(r.error is None and r.tokens <= limit for r in fake.received[last_overflow + 1 :])
+
+
+def test_the_upstream_model_writes_the_summaries(tmp_path: Path) -> None:
+    trace = long_trace(100)
+    replies = trace_replies(trace)
+
+    def script(call: Call) -> Reply:
+        first = call.messages[0]
+        if "summaries" in str(first.get("content")) and not call.body.get("tools"):
+            return Reply(text="### Task\nfix the bug\n## Summary\nThe agent read the sources.")
+        return replies.popleft()
+
+    with running(tmp_path, limit=12_000, context_window=8_000, summarizer="upstream") as (fake, gw):
+        fake.scripts["s"] = script
+        client = _client(gw.url)
+        messages: list[Any] = list(trace[:2])
+        i = 2
+        while len([r for r in fake.received if not r.body.get("tools")]) == 0 and i < len(trace):
+            m = trace[i]
+            if m["role"] != "assistant":
+                messages.append(m)
+                i += 1
+                continue
+            messages.append(_ask(client, messages, stream=False, script="s"))
+            results, i = openai_tool_results(trace, i + 1)
+            messages.extend(results)
+    summary_calls = [r for r in fake.received if not r.body.get("tools")]
+    assert summary_calls, "a compaction asked the upstream model for a summary"
+    call = summary_calls[0]
+    assert call.headers["authorization"] == "Bearer sk-test-key-123"
+    assert call.body["model"] == "gpt-fake"
+    sessions = [p.name for p in (tmp_path / "ws" / "sessions").iterdir() if p.is_dir()]
+    cm = ContextManager(tmp_path / "ws", session_id=sessions[0], context_window=8_000)
+    assert any("The agent read the sources." in r.summary_text for r in cm.records())

@@ -88,8 +88,10 @@ class Pipeline:
     def __init__(self, config: GatewayConfig, metrics: Metrics) -> None:
         self.config = config
         self.metrics = metrics
-        self.registry = SessionRegistry(config, on_compaction=self._on_compaction)
         self.upstream = Upstream(config.upstream_base, config.upstream_timeout)
+        self.registry = SessionRegistry(
+            config, url_for=self.upstream.url, on_compaction=self._on_compaction
+        )
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
@@ -165,6 +167,12 @@ class Pipeline:
                     session=sess.session_id,
                     branch_of=synced.branched_from,
                     messages=synced.added,
+                )
+            if sess.context is not None:  # the upstream summarizer speaks for this request
+                sess.context.provider = provider
+                sess.context.model = self.config.summary_model or model
+                sess.context.headers = forward_headers(
+                    headers, drop_authorization=self._auth_was_gateway(headers)
                 )
             client_names = {_tool_name(t) for t in client_tools}
             names = self.wants_gateway_tools(sess, client_names, tools_allowed)

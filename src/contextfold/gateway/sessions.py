@@ -20,7 +20,7 @@ import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidMessageError, StorageError
 from ..manager import ContextManager
@@ -30,6 +30,9 @@ from ..summarizers.base import Summarizer
 from ..tokens import count_message
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+
+if TYPE_CHECKING:
+    from .summarize import RequestContext
 
 DB_SCHEMES = ("postgresql://", "postgres://")
 
@@ -97,6 +100,8 @@ class Session:
         self.recall_ready = any(_recall_marker(m) for m in cm.view_messages())
         #: turns since the provider's usage was last fed to calibration (-1: never)
         self.since_usage = -1
+        #: the request the upstream summarizer borrows credentials and model from
+        self.context: RequestContext | None = None
 
     def append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
         start = len(self.fps)
@@ -135,10 +140,11 @@ class SessionRegistry:
     """Open sessions (LRU), their locks and the learned context limits."""
 
     def __init__(
-        self, config: GatewayConfig, summarizer_for: Any = None, on_compaction: Any = None
+        self, config: GatewayConfig, *, url_for: Any = None, on_compaction: Any = None
     ) -> None:
         self.config = config
-        self._summarizer_for = summarizer_for
+        #: upstream path -> URL, for the upstream summarizer
+        self._url_for = url_for
         self.on_compaction = on_compaction
         self._open: OrderedDict[str, Session] = OrderedDict()
         self._families: dict[str, list[str]] = {}
@@ -164,11 +170,21 @@ class SessionRegistry:
         return min(window, learned) if learned else window
 
     def _open_session(self, session_id: str, model: str) -> Session:
-        summarizer = self._summarizer_for(session_id) if self._summarizer_for else None
-        cm = open_manager(self.config, session_id, self.window_for(model), summarizer)
+        window = self.window_for(model)
+        summarizer: Summarizer | None = None
+        context: RequestContext | None = None
+        if self.config.summarizer == "upstream" and self._url_for is not None:
+            from .summarize import RequestContext, UpstreamChatModel, upstream_summarizer
+
+            context = RequestContext(model=model)
+            chat = UpstreamChatModel(self._url_for, context, self.config.upstream_timeout)
+            summarizer = upstream_summarizer(chat, window)
+        cm = open_manager(self.config, session_id, window, summarizer)
         if self.on_compaction is not None:
             cm.on_compaction = lambda rec, sid=session_id: self.on_compaction(sid, rec)
-        return Session(session_id, cm)
+        sess = Session(session_id, cm)
+        sess.context = context
+        return sess
 
     def get(self, session_id: str, model: str) -> Session:
         with self._mutex:
