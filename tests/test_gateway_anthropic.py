@@ -223,3 +223,36 @@ def test_count_tokens_and_models_pass_through(tmp_path: Path) -> None:
     assert not (tmp_path / "ws" / "sessions").exists() or not any(
         (tmp_path / "ws" / "sessions").iterdir()
     )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_overflow_is_recovered_once_and_the_limit_learned(tmp_path: Path, stream: bool) -> None:
+    trace = long_trace(100)
+    limit = 6_000
+    with running(tmp_path, limit=limit, context_window=60_000) as (fake, gw):
+        replay(fake, _client(gw.url), trace, stream=stream, script="trace", turns=50)
+        metrics = httpx.get(gw.url + "/metrics").text
+    overflows = [i for i, r in enumerate(fake.received) if r.error == "overflow"]
+    assert len(overflows) == 1, [r.error for r in fake.received if r.error]
+    assert 'contextfold_gateway_overflow_retries_total{outcome="ok"}' in metrics
+    later = fake.received[overflows[0] + 1 :]
+    assert later and all(r.error is None and r.tokens <= limit for r in later)
+
+
+def test_mixed_gateway_and_client_tool_calls_in_a_stream(tmp_path: Path) -> None:
+    trace = long_trace(100)
+    with running(tmp_path, limit=14_000, context_window=9_000) as (fake, gw):
+        client = _client(gw.url)
+        system, _, messages = replay(fake, client, trace, stream=False, script="trace", turns=40)
+        fake.scripts["mixed"] = lambda call: Reply(
+            text="Two things.",
+            thinking="both",
+            tool_calls=[
+                ("toolu_r", "recall", {"query": "error"}),
+                ("toolu_b", "bash", {"command": "ls"}),
+            ],
+        )
+        messages.append({"role": "user", "content": "check RECALL"})
+        content = _ask(client, system, messages, stream=True, script="mixed")
+    assert [b["type"] for b in content] == ["thinking", "text", "tool_use"]
+    assert content[2]["id"] == "toolu_b" and content[2]["input"] == {"command": "ls"}
