@@ -46,7 +46,7 @@ class Reply:
 
 @dataclass
 class Received:
-    path: str
+    path: str  # with the query string, if any
     headers: dict[str, str]
     body: Any
     tokens: int
@@ -100,6 +100,11 @@ def _text(content: Any) -> str:
             str(b.get("text", "")) for b in content if isinstance(b, dict) and "text" in b
         )
     return ""
+
+
+def _path(request: Request) -> str:
+    query = request.url.query
+    return request.url.path + (f"?{query}" if query else "")
 
 
 def signature_for(thinking: str) -> str:
@@ -510,7 +515,7 @@ class FakeUpstream:
         forced = await self._failure()
         if forced is not None:
             self._record(
-                Received(request.url.path, headers, body, tokens, f"forced {forced.status_code}")
+                Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
             )
             return forced
         problem = openai_problem(body.get("messages") or [])
@@ -522,10 +527,10 @@ class FakeUpstream:
                 "param": "messages",
                 "code": "context_length_exceeded",
             }
-            self._record(Received(request.url.path, headers, body, tokens, "overflow"))
+            self._record(Received(_path(request), headers, body, tokens, "overflow"))
             return JSONResponse({"error": err}, status_code=400)
         if problem is not None:
-            self._record(Received(request.url.path, headers, body, tokens, problem))
+            self._record(Received(_path(request), headers, body, tokens, problem))
             return JSONResponse(
                 {
                     "error": {
@@ -537,7 +542,7 @@ class FakeUpstream:
                 },
                 status_code=400,
             )
-        self._record(Received(request.url.path, headers, body, tokens, None))
+        self._record(Received(_path(request), headers, body, tokens, None))
         reply = self._script(request)(Call("openai", body, headers))
         model = str(body.get("model"))
         if body.get("stream"):
@@ -561,15 +566,15 @@ class FakeUpstream:
         forced = await self._failure()
         if forced is not None:
             self._record(
-                Received(request.url.path, headers, body, tokens, f"forced {forced.status_code}")
+                Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
             )
             return forced
         problem = anthropic_problem(body.get("messages") or [])
         if problem is None and tokens > self.limit:
             problem = f"prompt is too long: {tokens} tokens > {self.limit} maximum"
-            self._record(Received(request.url.path, headers, body, tokens, "overflow"))
+            self._record(Received(_path(request), headers, body, tokens, "overflow"))
         else:
-            self._record(Received(request.url.path, headers, body, tokens, problem))
+            self._record(Received(_path(request), headers, body, tokens, problem))
         if problem is not None:
             return JSONResponse(
                 {"type": "error", "error": {"type": "invalid_request_error", "message": problem}},

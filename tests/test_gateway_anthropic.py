@@ -212,17 +212,23 @@ def test_recall_inside_the_gateway_is_one_response(tmp_path: Path, stream: bool)
 
 
 def test_count_tokens_and_models_pass_through(tmp_path: Path) -> None:
-    with running(tmp_path) as (_fake, gw):
+    with running(tmp_path) as (fake, gw):
         client = _client(gw.url)
+        client.messages.create(
+            model="claude-fake",
+            max_tokens=5,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_query={"beta": "true"},  # as Claude Code sends it
+        )
         counted = client.messages.count_tokens(
             model="claude-fake", messages=[{"role": "user", "content": "hello there"}]
         )
         models = httpx.get(gw.url + "/v1/models", headers={"authorization": "Bearer k"}).json()
     assert counted.input_tokens > 0
     assert models["data"][0]["id"] == "fake-model"
-    assert not (tmp_path / "ws" / "sessions").exists() or not any(
-        (tmp_path / "ws" / "sessions").iterdir()
-    )
+    assert [r.path for r in fake.received] == ["/v1/messages?beta=true"]
+    # count_tokens and models store nothing: only the one message exchange is in the store
+    assert len(list((tmp_path / "ws" / "sessions").iterdir())) == 1
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])

@@ -59,7 +59,9 @@ def _continue(
     ]
 
 
-async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) -> Response:
+async def handle(
+    pipe: Pipeline, body: dict[str, Any], headers: dict[str, str], query: str = ""
+) -> Response:
     try:
         conv = parse_anthropic(body.get("messages"), body.get("system"))
     except InvalidMessageError as exc:
@@ -67,7 +69,7 @@ async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) 
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RequestError(400, "tools: Input should be a valid list of tool objects")
-    turn = await pipe.begin("anthropic", body, conv, headers, tools, _tools_allowed(body))
+    turn = await pipe.begin("anthropic", body, conv, headers, tools, _tools_allowed(body), query)
     handed_over = False
     try:
         payload = _payload(turn)

@@ -24,7 +24,7 @@ from .metrics import Metrics
 from .pipeline import Pipeline, RequestError, log, log_event
 from .upstream import error_body, forward_headers, response_headers
 
-Handler = Callable[[Pipeline, dict[str, Any], dict[str, str]], Awaitable[Response]]
+Handler = Callable[[Pipeline, dict[str, Any], dict[str, str], str], Awaitable[Response]]
 
 
 def _provider_for(request: Request) -> Provider:
@@ -106,7 +106,7 @@ class Gateway:
             return _error(provider, 400, "the request body must be a JSON object")
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
-            return await handler(self.pipeline, body, headers)
+            return await handler(self.pipeline, body, headers, request.url.query)
         except RequestError as exc:
             return _error(provider, exc.status, exc.message, exc.kind)
         except (InvalidMessageError, UnsafeIdError) as exc:

@@ -74,7 +74,9 @@ def _continue(
     ]
 
 
-async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) -> Response:
+async def handle(
+    pipe: Pipeline, body: dict[str, Any], headers: dict[str, str], query: str = ""
+) -> Response:
     try:
         conv = parse_openai(body.get("messages"))
     except InvalidMessageError as exc:
@@ -82,7 +84,7 @@ async def handle(pipe: Pipeline, body: dict[str, Any], headers: dict[str, str]) 
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RequestError(400, "tools must be a list of tool objects")
-    turn = await pipe.begin("openai", body, conv, headers, tools, _tools_allowed(body))
+    turn = await pipe.begin("openai", body, conv, headers, tools, _tools_allowed(body), query)
     streaming = body.get("stream") is True
     handed_over = False
     try:

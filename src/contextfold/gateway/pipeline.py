@@ -81,6 +81,8 @@ class Turn:
     first_byte_recorded: bool = False
     rounds: int = 0
     released: bool = False
+    #: the client's query string (``?beta=true`` ...), passed on upstream
+    query: str = ""
     notes: list[str] = field(default_factory=list)
 
 
@@ -149,6 +151,7 @@ class Pipeline:
         headers: dict[str, str],
         client_tools: list[dict[str, Any]],
         tools_allowed: bool,
+        query: str = "",
     ) -> Turn:
         started = time.perf_counter()
         model = body.get("model")
@@ -208,6 +211,7 @@ class Pipeline:
             headers=headers,
             gateway_tools=names,
             started=started,
+            query=query,
         )
 
     def release(self, turn: Turn) -> None:
@@ -272,11 +276,15 @@ class Pipeline:
         token = self.config.auth_token
         return token is not None and headers.get("authorization", "") == f"Bearer {token}"
 
+    def _url(self, turn: Turn, path: str) -> str:
+        url = self.upstream.url(path)
+        return f"{url}?{turn.query}" if turn.query else url
+
     async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         t0 = time.perf_counter()
         resp = await self.upstream.client.post(
-            self.upstream.url(path), content=data, headers=self.upstream_headers(turn)
+            self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
         turn.upstream_seconds += time.perf_counter() - t0
         return resp
@@ -284,7 +292,7 @@ class Pipeline:
     async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         req = self.upstream.client.build_request(
-            "POST", self.upstream.url(path), content=data, headers=self.upstream_headers(turn)
+            "POST", self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
         t0 = time.perf_counter()
         resp = await self.upstream.client.send(req, stream=True)
