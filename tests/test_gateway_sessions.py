@@ -290,3 +290,29 @@ def test_api_keys_never_reach_logs_or_the_store(
     for path in (tmp_path / "ws").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+
+
+def test_two_gateways_on_one_store_serve_a_session_alternately(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two replicas (as behind a load balancer) on one workspace folder: each notices that the
+    other moved the session on, re-reads it and appends only what is new."""
+    from contextfold.gateway.cli import BackgroundServer
+    from contextfold.gateway.config import GatewayConfig
+
+    caplog.set_level("INFO", logger="contextfold.gateway")
+    with running(tmp_path) as (fake, gw1):
+        fake.default = _echo
+        cfg = GatewayConfig(upstream=fake.url, port=0, store=str(tmp_path / "ws")).check()
+        with BackgroundServer(cfg) as gw2:
+            clients = [_client(gw1.url), _client(gw2.url)]
+            messages: list[Any] = [SYSTEM, {"role": "user", "content": "start"}]
+            for n in range(12):
+                messages.append(_chat(clients[n % 2], messages))
+                messages.append({"role": "user", "content": f"turn {n}"})
+            messages.append(_chat(clients[0], messages))
+    assert caplog.text.count('"event": "resync"') >= 10  # each turn found the other's writes
+    stored = _sessions(tmp_path)
+    assert len(stored) == 1, "no branch: each replica caught up instead"
+    (history,) = stored.values()
+    assert [m.text for m in history] == [str(m.get("content")) for m in messages]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
+import logging
 import threading
 import uuid as uuidlib
 from collections import OrderedDict
@@ -33,6 +35,8 @@ from .convert import Conversation, ViewItem
 
 if TYPE_CHECKING:
     from .summarize import RequestContext
+
+log = logging.getLogger("contextfold.gateway")
 
 DB_SCHEMES = ("postgresql://", "postgres://")
 
@@ -226,8 +230,9 @@ class SessionRegistry:
         """Find or create the session for ``conv`` and append what it does not have yet."""
         try:
             return self._sync(base, conv, model)
-        except StorageError:
+        except StorageError as exc:
             # another writer (a second gateway replica) moved the session on: reopen, retry once
+            log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
             for sid in self._families.get(base, []):
                 self.drop(sid)
             self._families.pop(base, None)
