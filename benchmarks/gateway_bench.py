@@ -46,7 +46,7 @@ while True:
     time.sleep(3600)
 """
 
-_DUR = re.compile(r"contextfold;dur=([0-9.]+)")
+_DUR = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
 def free_port() -> int:
@@ -122,10 +122,11 @@ async def session(
         total = (time.perf_counter() - t0) * 1000
         if status != 200:
             raise RuntimeError(f"session {n} turn {turn}: HTTP {status}")
-        match = _DUR.search(timing)
+        parts = {k: float(v) for k, v in _DUR.findall(timing)}
         out.append(
             {
-                "added_ms": float(match.group(1)) if match else float("nan"),
+                "parts": parts,
+                "added_ms": parts.get("contextfold", float("nan")),
                 "total_ms": total,
                 "compaction": compaction,
                 "stream": stream,
@@ -221,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
             for proc in procs:
                 proc.wait(timeout=10)
     plain = [r["added_ms"] for r in results if not r["compaction"]]
+    breakdown = {
+        k: round(pct([r["parts"].get(k, 0.0) for r in results if not r["compaction"]], 0.5), 2)
+        for k in ("lock", "thread", "store", "view")
+    }
     compacting = [r["added_ms"] for r in results if r["compaction"]]
     total = [r["total_ms"] for r in results]
     summary = {
@@ -236,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "added_ms_p95": round(pct(plain, 0.95), 2),
         "added_ms_mean": round(statistics.fmean(plain), 2) if plain else None,
         "turns_without_compaction": len(plain),
+        "p50_parts_ms": breakdown,
         "turns_with_compaction": len(compacting),
         "added_ms_p50_compacting": round(pct(compacting, 0.5), 2) if compacting else None,
         "client_total_ms_p50": round(pct(total, 0.5), 2),
@@ -250,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  added latency, turns without compaction ({len(plain)}): p50 {summary['added_ms_p50']} ms, "
         f"p95 {summary['added_ms_p95']} ms (targets 5 / 25 ms: {'met' if ok else 'MISSED'})"
+    )
+    print(
+        f"  of which (p50): session lock {breakdown['lock']} ms, waiting for a worker thread "
+        f"{breakdown['thread']} ms, appending to the store {breakdown['store']} ms, deriving "
+        f"the view {breakdown['view']} ms"
     )
     if compacting:
         print(

@@ -83,6 +83,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     from .app import create_app
 
     _setup_logging(config.log_level)
+    # ContextManager work runs in worker threads; a short GIL switch interval keeps the event
+    # loop (streaming, other sessions) from waiting behind them (this process is ours)
+    sys.setswitchinterval(0.001)
     print(
         f"contextfold gateway on http://{config.host}:{config.port} -> {config.upstream_base} "
         f"(store {config.store})",

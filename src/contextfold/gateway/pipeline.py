@@ -24,7 +24,14 @@ from ..records import CompactionRecord, Tier
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
 from .metrics import Metrics
-from .sessions import Prepared, Session, SessionRegistry, client_identity, conversation_key
+from .sessions import (
+    Prepared,
+    Session,
+    SessionRegistry,
+    Synced,
+    client_identity,
+    conversation_key,
+)
 from .upstream import Upstream, UpstreamError, forward_headers
 
 log = logging.getLogger("contextfold.gateway")
@@ -83,6 +90,8 @@ class Turn:
     released: bool = False
     #: the client's query string (``?beta=true`` ...), passed on upstream
     query: str = ""
+    #: seconds spent waiting for the conversation's lock, appending, deriving the view
+    timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -160,39 +169,52 @@ class Pipeline:
         key = self.session_key(conv, headers)
         lock = self.registry.lock(key)
         await lock.acquire()
-        try:
-            synced = await to_thread.run_sync(self.registry.sync, key, conv, model)
+        t_lock = time.perf_counter()
+        client_names = {_tool_name(t) for t in client_tools}
+        forwarded = forward_headers(headers, drop_authorization=self._auth_was_gateway(headers))
+        marks: dict[str, float] = {}
+
+        def work() -> tuple[Synced, tuple[str, ...], Prepared]:
+            """One trip to a worker thread: append what is new, then derive the view."""
+            t0 = time.perf_counter()
+            synced = self.registry.sync(key, conv, model)
+            t1 = time.perf_counter()
             sess = synced.session
-            if synced.branched_from is not None:
-                self.metrics.inc("contextfold_gateway_branches_total")
-                log_event(
-                    "branch",
-                    session=sess.session_id,
-                    branch_of=synced.branched_from,
-                    messages=synced.added,
-                )
             if sess.context is not None:  # the upstream summarizer speaks for this request
                 sess.context.provider = provider
                 sess.context.model = self.config.summary_model or model
-                sess.context.headers = forward_headers(
-                    headers, drop_authorization=self._auth_was_gateway(headers)
-                )
-            client_names = {_tool_name(t) for t in client_tools}
+                sess.context.headers = forwarded
             names = self.wants_gateway_tools(sess, client_names, tools_allowed)
-            prepared = await to_thread.run_sync(
-                self.registry.prepare, sess, client_tools + self.tool_schemas(sess, names, provider)
-            )
+            tools = client_tools + self.tool_schemas(sess, names, provider)
+            prepared = self.registry.prepare(sess, tools)
             if not names and sess.recall_ready:
                 names = self.wants_gateway_tools(sess, client_names, tools_allowed)
                 if names:  # the first compaction just happened: budget the tools too
-                    prepared = await to_thread.run_sync(
-                        self.registry.prepare,
-                        sess,
-                        client_tools + self.tool_schemas(sess, names, provider),
-                    )
+                    tools = client_tools + self.tool_schemas(sess, names, provider)
+                    prepared = self.registry.prepare(sess, tools)
+            marks.update(store=t1 - t0, view=time.perf_counter() - t1, queued=t0)
+            return synced, names, prepared
+
+        try:
+            synced, names, prepared = await to_thread.run_sync(work)
         except BaseException:
             lock.release()
             raise
+        sess = synced.session
+        if synced.branched_from is not None:
+            self.metrics.inc("contextfold_gateway_branches_total")
+            log_event(
+                "branch",
+                session=sess.session_id,
+                branch_of=synced.branched_from,
+                messages=synced.added,
+            )
+        timings = {
+            "lock": t_lock - started,
+            "thread": marks["queued"] - t_lock,
+            "store": marks["store"],
+            "view": marks["view"],
+        }
         self.metrics.inc("contextfold_gateway_history_tokens_total", prepared.history_tokens)
         self.metrics.inc("contextfold_gateway_view_tokens_total", prepared.view_tokens)
         self.metrics.inc(
@@ -212,6 +234,7 @@ class Pipeline:
             gateway_tools=names,
             started=started,
             query=query,
+            timings=timings,
         )
 
     def release(self, turn: Turn) -> None:
@@ -312,12 +335,12 @@ class Pipeline:
         """Response headers saying what the gateway did: the session, the time it added
         (Server-Timing, milliseconds, upstream wait excluded) and the compaction tier if any."""
         added = max(0.0, time.perf_counter() - turn.started - turn.upstream_seconds)
-        out = {
-            "x-contextfold-session": turn.session.session_id,
-            "server-timing": (
-                f"contextfold;dur={added * 1000:.2f}, upstream;dur={turn.upstream_seconds * 1000:.2f}"
-            ),
-        }
+        parts = [
+            f"contextfold;dur={added * 1000:.2f}",
+            f"upstream;dur={turn.upstream_seconds * 1000:.2f}",
+        ]
+        parts += [f"{k};dur={v * 1000:.2f}" for k, v in turn.timings.items()]
+        out = {"x-contextfold-session": turn.session.session_id, "server-timing": ", ".join(parts)}
         record = turn.prepared.record
         if record is not None and record.changed:
             out["x-contextfold-compaction"] = record.tier.value
