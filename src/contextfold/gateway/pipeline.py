@@ -143,7 +143,8 @@ class Pipeline:
     ) -> list[dict[str, Any]]:
         if not names:
             return []
-        schemas = sess.cm.tool_schemas(provider)
+        with self.registry.store_lock:  # the first call opens the session index
+            schemas = sess.cm.tool_schemas(provider)
         key = "function" if provider == "openai" else None
         out = []
         for s in schemas:

@@ -13,6 +13,7 @@ ContextManager is synchronous: every method here that touches it runs in a worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import json
@@ -154,6 +155,11 @@ class SessionRegistry:
         self._families: dict[str, list[str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._mutex = threading.Lock()
+        #: Opening a session and its first append create rows in the workspace's shared
+        #: session index, which the file store does not make safe for concurrent first writers
+        #: (storage issue 8): the gateway's threads take turns for those. Later appends and
+        #: compaction run in parallel.
+        self.store_lock = threading.Lock()
         #: model -> context limit learned from an upstream overflow error
         self.learned: dict[str, int] = {}
 
@@ -183,7 +189,8 @@ class SessionRegistry:
             context = RequestContext(model=model)
             chat = UpstreamChatModel(self._url_for, context, self.config.upstream_timeout)
             summarizer = upstream_summarizer(chat, window)
-        cm = open_manager(self.config, session_id, window, summarizer)
+        with self.store_lock:
+            cm = open_manager(self.config, session_id, window, summarizer)
         if self.on_compaction is not None:
             cm.on_compaction = lambda rec, sid=session_id: self.on_compaction(sid, rec)
         sess = Session(session_id, cm)
@@ -257,7 +264,8 @@ class SessionRegistry:
         if best is not None and (best.fps or parent is None):
             new = conv.neutral[len(best.fps) :]
             if new:
-                best.append(new, fps[len(best.fps) :])
+                with self.store_lock if not best.fps else contextlib.nullcontext():
+                    best.append(new, fps[len(best.fps) :])
             return Synced(session=best, added=len(new), branched_from=None)
         assert parent is not None
         sid = family[0] if best is not None else f"{base}.b{len(family)}"
@@ -277,7 +285,8 @@ class SessionRegistry:
         meta = dict(first.metadata)
         meta["cf_gateway"] = note
         msgs = [replace(first, metadata=meta), *conv.neutral[1:]]
-        sess.append(msgs, fps)
+        with self.store_lock:
+            sess.append(msgs, fps)
         if sid not in family:
             family.append(sid)
         return Synced(session=sess, added=len(msgs), branched_from=parent.session_id)
@@ -322,8 +331,7 @@ class SessionRegistry:
             record=record,
         )
 
-    @staticmethod
-    def record(sess: Session, message: Message, input_tokens: int | None) -> None:
+    def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
         from .convert import fingerprint
 
         sess.append([message], [fingerprint(message)])
