@@ -255,7 +255,12 @@ class Pipeline:
             log_event(
                 "learned_limit", session=turn.session.session_id, model=turn.model, limit=limit
             )
-        sess = await to_thread.run_sync(self.registry.get, turn.session.session_id, turn.model)
+        old = turn.session
+        sess = await to_thread.run_sync(self.registry.get, old.session_id, turn.model)
+        if sess is not old and sess.context is not None and old.context is not None:
+            sess.context.provider = old.context.provider  # reopened: same request context
+            sess.context.model = old.context.model
+            sess.context.headers = old.context.headers
 
         def hard() -> Prepared:
             sess.cm.compact(tier=Tier.EMERGENCY)

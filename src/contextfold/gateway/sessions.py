@@ -229,6 +229,8 @@ class SessionRegistry:
                     break
                 family.append(sid)
                 n += 1
+            if len(self._families) > 16 * self.config.max_open_sessions:
+                self._families.clear()  # forgotten families are found again by probing
             self._families[base] = family
         return family
 
