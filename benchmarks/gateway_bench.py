@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                     [
                         sys.executable,
                         "-m",
-                        "contextfold.cli",
+                        "contextfold",
                         "serve",
                         "--upstream",
                         f"http://127.0.0.1:{fake_port}",

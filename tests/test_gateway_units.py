@@ -104,7 +104,7 @@ def test_cli_serve_help_and_a_clear_error_without_upstream(tmp_path: Path) -> No
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     env.pop("CONTEXTFOLD_GATEWAY_UPSTREAM", None)
     out = subprocess.run(
-        [sys.executable, "-m", "contextfold.cli", "serve", "--help"],
+        [sys.executable, "-m", "contextfold", "serve", "--help"],
         capture_output=True,
         text=True,
         env=env,
@@ -113,7 +113,7 @@ def test_cli_serve_help_and_a_clear_error_without_upstream(tmp_path: Path) -> No
     assert out.returncode == 0
     assert "--upstream" in out.stdout and "ANTHROPIC_BASE_URL" in out.stdout
     out = subprocess.run(
-        [sys.executable, "-m", "contextfold.cli", "serve", "--store", str(tmp_path)],
+        [sys.executable, "-m", "contextfold", "serve", "--store", str(tmp_path)],
         capture_output=True,
         text=True,
         env=env,
@@ -207,3 +207,17 @@ def test_metrics_render_prometheus_text() -> None:
     assert 'contextfold_gateway_added_latency_seconds_bucket{le="0.005"} 1' in text
     assert "contextfold_gateway_added_latency_seconds_count 1" in text
     assert json.dumps(text)  # plain text
+
+
+def test_the_cli_does_not_import_the_gateway_stack_until_serve_runs() -> None:
+    code = (
+        "import sys, contextfold.cli as c; c.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('starlette', 'uvicorn', 'httpx')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

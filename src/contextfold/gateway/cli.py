@@ -37,13 +37,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--store", help="workspace folder or postgresql:// URL (default ./.contextfold)")
     p.add_argument("--config", help="TOML file with gateway settings")
     p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
-    p.add_argument("--preset", help="ContextManager preset")
-    p.add_argument("--summarizer", choices=["extractive", "upstream"])
-    p.add_argument("--max-body-bytes", type=int)
-    p.add_argument("--upstream-timeout", type=float, help="seconds")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--preset", help="compaction preset: progressive (default) or harness")
+    p.add_argument(
+        "--summarizer",
+        choices=["extractive", "upstream"],
+        help="who writes compaction summaries: extractive (no model call, the default) or "
+        "upstream (the upstream model, with the request's credentials)",
+    )
+    p.add_argument("--max-body-bytes", type=int, help="largest request body (default 32 MiB)")
+    p.add_argument("--upstream-timeout", type=float, help="seconds to wait for the upstream")
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON log lines on stderr from this level on (default info)",
+    )
     p.set_defaults(fn=cmd_serve)
     return p
+
+
+#: the name the CLI's command modules use
+register = add_parser
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
@@ -154,4 +167,4 @@ class BackgroundServer:
         self.stop()
 
 
-__all__ = ["BackgroundServer", "add_parser", "cmd_serve", "config_from_args"]
+__all__ = ["BackgroundServer", "add_parser", "cmd_serve", "config_from_args", "register"]
