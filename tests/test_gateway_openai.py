@@ -271,3 +271,20 @@ def test_the_upstream_model_writes_the_summaries(tmp_path: Path) -> None:
     sessions = [p.name for p in (tmp_path / "ws" / "sessions").iterdir() if p.is_dir()]
     cm = ContextManager(tmp_path / "ws", session_id=sessions[0], context_window=8_000)
     assert any("The agent read the sources." in r.summary_text for r in cm.records())
+
+
+def test_evidence_is_injected_when_the_user_asks_for_it(tmp_path: Path) -> None:
+    trace = long_trace(100)
+    with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
+        client = _client(gw.url)
+        messages, _ = replay(fake, client, trace, stream=False, script="trace", turns=40)
+        fake.scripts["plain"] = lambda call: Reply(text="Here it is.")
+        question = "What was the exact error output of the first test run earlier?"
+        messages.append({"role": "user", "content": question})
+        _ask(client, messages, stream=True, script="plain")
+    sent = fake.received[-1].body["messages"]
+    assert sent[-1] == {"role": "user", "content": question}  # the client's own message, last
+    injected = sent[-2]
+    assert injected["role"] == "user"
+    assert "Historical evidence restored from before a context" in injected["content"]
+    assert fake.received[-1].error is None
