@@ -316,3 +316,17 @@ def test_two_gateways_on_one_store_serve_a_session_alternately(
     assert len(stored) == 1, "no branch: each replica caught up instead"
     (history,) = stored.values()
     assert [m.text for m in history] == [str(m.get("content")) for m in messages]
+
+
+def test_an_upstream_that_stalls_mid_stream_ends_the_stream_with_an_error(tmp_path: Path) -> None:
+    with running(tmp_path, upstream_timeout=0.5) as (fake, gw):
+        fake.default = lambda call: Reply(text="slow " * 50, event_delay=1.0)
+        client = _client(gw.url)
+        messages: list[Any] = [SYSTEM, {"role": "user", "content": "go"}]
+        with pytest.raises(openai.APIError, match="did not answer in time"):
+            for _ in client.chat.completions.create(model="m", messages=messages, stream=True):
+                pass
+        fake.default = _echo
+        messages.append(_chat(client, messages))
+    (history,) = _sessions(tmp_path).values()
+    assert [m.role for m in history] == ["system", "user", "assistant"]  # the cut one is not kept

@@ -233,25 +233,31 @@ async def _events(
         def shift(i: int, offset: int = offset) -> int | None:
             return i + offset
 
-        async for chunk in resp.aiter_bytes():
-            for ev in parser.feed(chunk):
-                obj = ev.json()
-                asm.add(ev.event, obj)
-                kind = obj.get("type") if isinstance(obj, dict) else None
-                if kind == "content_block_start":
-                    block = obj.get("content_block")
-                    if isinstance(block, dict) and block.get("type") == "tool_use":
+        try:
+            async for chunk in resp.aiter_bytes():
+                for ev in parser.feed(chunk):
+                    obj = ev.json()
+                    asm.add(ev.event, obj)
+                    kind = obj.get("type") if isinstance(obj, dict) else None
+                    if kind == "content_block_start":
+                        block = obj.get("content_block")
+                        if isinstance(block, dict) and block.get("type") == "tool_use":
+                            held.append((ev, obj))
+                            continue
+                    if held or kind in ("message_delta", "message_stop"):
                         held.append((ev, obj))
                         continue
-                if held or kind in ("message_delta", "message_stop"):
-                    held.append((ev, obj))
-                    continue
-                if offset and kind == "message_start":
-                    continue
-                pipe.observe_first_byte(turn)
-                out = _shifted(ev, obj, shift if offset else None, False)
-                if out is not None:
-                    yield out
+                    if offset and kind == "message_start":
+                        continue
+                    pipe.observe_first_byte(turn)
+                    out = _shifted(ev, obj, shift if offset else None, False)
+                    if out is not None:
+                        yield out
+        except httpx.HTTPError as exc:  # the upstream died or went silent mid-stream
+            failure = _upstream_failure(exc)
+            pipe.upstream_error(turn, failure.status)
+            yield encode(error_body("anthropic", failure.status, failure.message), "error")
+            return
         for ev in parser.flush():
             asm.add(ev.event, ev.json())
             held.append((ev, ev.json()))

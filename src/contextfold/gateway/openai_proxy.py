@@ -274,18 +274,24 @@ async def _events(
         held: list[tuple[SSEEvent, Any]] = []
         parser = SSEParser()
         rewrite_id = turn.rounds > 0
-        async for chunk in resp.aiter_bytes():
-            for ev in parser.feed(chunk):
-                obj = ev.json()
-                asm.add(obj)
-                if held or _has_tool_calls(obj):
-                    held.append((ev, obj))
-                    continue
-                pipe.observe_first_byte(turn)
-                if rewrite_id and isinstance(obj, dict):
-                    yield encode(_rewrite(obj, first_id, None, False))
-                else:
-                    yield ev.raw
+        try:
+            async for chunk in resp.aiter_bytes():
+                for ev in parser.feed(chunk):
+                    obj = ev.json()
+                    asm.add(obj)
+                    if held or _has_tool_calls(obj):
+                        held.append((ev, obj))
+                        continue
+                    pipe.observe_first_byte(turn)
+                    if rewrite_id and isinstance(obj, dict):
+                        yield encode(_rewrite(obj, first_id, None, False))
+                    else:
+                        yield ev.raw
+        except httpx.HTTPError as exc:  # the upstream died or went silent mid-stream
+            failure = _upstream_failure(exc)
+            pipe.upstream_error(turn, failure.status)
+            yield encode(error_body("openai", failure.status, failure.message, failure.kind))
+            return
         for ev in parser.flush():
             obj = ev.json()
             asm.add(obj)
