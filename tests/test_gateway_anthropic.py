@@ -262,3 +262,20 @@ def test_mixed_gateway_and_client_tool_calls_in_a_stream(tmp_path: Path) -> None
         content = _ask(client, system, messages, stream=True, script="mixed")
     assert [b["type"] for b in content] == ["thinking", "text", "tool_use"]
     assert content[2]["id"] == "toolu_b" and content[2]["input"] == {"command": "ls"}
+
+
+def test_recall_as_the_first_block_still_gives_one_stream(tmp_path: Path) -> None:
+    trace = long_trace(100)
+    with running(tmp_path, limit=14_000, context_window=9_000) as (fake, gw):
+        client = _client(gw.url)
+        system, _, messages = replay(fake, client, trace, stream=False, script="trace", turns=40)
+
+        def script(call: Call) -> Reply:
+            if dict(call.last_tool_results()).get("toolu_first"):
+                return Reply(text="Recalled.")
+            return Reply(tool_calls=[("toolu_first", "recall", {"query": "error"})])
+
+        fake.scripts["first"] = script
+        messages.append({"role": "user", "content": "RECALL now"})
+        content = _ask(client, system, messages, stream=True, script="first")
+    assert content == [{"type": "text", "text": "Recalled."}]

@@ -229,6 +229,7 @@ async def _events(
         held: list[tuple[SSEEvent, Any]] = []
         parser = SSEParser()
         offset = len(sent)
+        continuing = turn.rounds > 0  # a continuation after the gateway answered its tools
 
         def shift(i: int, offset: int = offset) -> int | None:
             return i + offset
@@ -247,7 +248,7 @@ async def _events(
                     if held or kind in ("message_delta", "message_stop"):
                         held.append((ev, obj))
                         continue
-                    if offset and kind == "message_start":
+                    if continuing and kind == "message_start":
                         continue
                     pipe.observe_first_byte(turn)
                     out = _shifted(ev, obj, shift if offset else None, False)
@@ -262,7 +263,7 @@ async def _events(
             asm.add(ev.event, ev.json())
             held.append((ev, ev.json()))
         await resp.aclose()
-        if offset == 0:
+        if not continuing:
             input_tokens = extract_input_tokens({"usage": asm.usage})
         content = asm.content()
         by_index = dict(zip(sorted(asm.blocks), content))
