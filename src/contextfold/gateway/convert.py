@@ -14,7 +14,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,20 +88,21 @@ def fingerprint(msg: Message) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-#: Parsed OpenAI messages by their exact JSON (clients resend the same objects every turn):
-#: a resent message costs one dict lookup instead of parsing and hashing it again.
-_PARSED: OrderedDict[str, tuple[Message, str]] = OrderedDict()
-_PARSED_MAX = 20_000
+#: Parsed client messages by provider and exact JSON (clients resend the same objects every
+#: turn): a resent message costs one dict lookup instead of parsing and hashing it again.
+#: Bounded by the characters of the keys it holds, oldest dropped first.
+_PARSED: OrderedDict[str, tuple[tuple[Message, ...], tuple[str, ...]]] = OrderedDict()
+_PARSED_MAX_CHARS = 64_000_000
 _PARSED_LOCK = threading.Lock()
+_parsed_chars = 0
 
 
-def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
-    if not isinstance(raw, Mapping):
-        raise InvalidMessageError(
-            f"expected a message object, got {type(raw).__name__}", index=index
-        )
+def _cached(
+    provider: str, raw: Any, build: Callable[[], list[Message]]
+) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+    global _parsed_chars
     try:
-        key = json.dumps(raw, sort_keys=True, ensure_ascii=False)
+        key = provider + json.dumps(raw, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):
         key = None
     if key is not None:
@@ -110,14 +111,26 @@ def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
             if hit is not None:
                 _PARSED.move_to_end(key)
                 return hit
-    msg = from_openai(raw, index)
-    entry = (msg, fingerprint(msg))
-    if key is not None:
+    msgs = tuple(build())
+    entry = (msgs, tuple(fingerprint(m) for m in msgs))
+    if key is not None and len(key) <= _PARSED_MAX_CHARS // 16:
         with _PARSED_LOCK:
-            _PARSED[key] = entry
-            while len(_PARSED) > _PARSED_MAX:
-                _PARSED.popitem(last=False)
+            if key not in _PARSED:
+                _PARSED[key] = entry
+                _parsed_chars += len(key)
+            while _parsed_chars > _PARSED_MAX_CHARS and _PARSED:
+                old, _ = _PARSED.popitem(last=False)
+                _parsed_chars -= len(old)
     return entry
+
+
+def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
+    if not isinstance(raw, Mapping):
+        raise InvalidMessageError(
+            f"expected a message object, got {type(raw).__name__}", index=index
+        )
+    msgs, fps = _cached("openai", raw, lambda: [from_openai(raw, index)])
+    return msgs[0], fps[0]
 
 
 def parse_openai(messages: Any) -> Conversation:
@@ -134,6 +147,10 @@ def parse_openai(messages: Any) -> Conversation:
     )
 
 
+def _anthropic_builder(raw: Any) -> Callable[[], list[Message]]:
+    return lambda: from_anthropic([raw])
+
+
 def parse_anthropic(messages: Any, system: Any) -> Conversation:
     if not isinstance(messages, list) or not messages:
         raise InvalidMessageError("messages must be a non-empty list")
@@ -145,13 +162,15 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
     if system is not None:
         neutral.extend(from_anthropic([], system))
         owner.append(-1)
+    fps: list[str] = [fingerprint(m) for m in neutral]
     for k, raw in enumerate(messages):
         try:
-            converted = from_anthropic([raw])
+            converted, cfps = _cached("anthropic", raw, _anthropic_builder(raw))
         except InvalidMessageError as exc:
             raise InvalidMessageError(exc.problem, index=k) from None
         parts.append(list(range(len(neutral), len(neutral) + len(converted))))
         neutral.extend(converted)
+        fps.extend(cfps)
         owner.extend([k] * len(converted))
     return Conversation(
         provider="anthropic",
@@ -159,7 +178,7 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
         neutral=neutral,
         owner=owner,
         parts=parts,
-        fingerprints=[fingerprint(m) for m in neutral],
+        fingerprints=fps,
     )
 
 
