@@ -288,3 +288,32 @@ def test_evidence_is_injected_when_the_user_asks_for_it(tmp_path: Path) -> None:
     assert injected["role"] == "user"
     assert "Historical evidence restored from before a context" in injected["content"]
     assert fake.received[-1].error is None
+
+
+def test_read_offloaded_is_answered_inside_the_gateway(tmp_path: Path) -> None:
+    trace = long_trace(100)
+    originals = {m["tool_call_id"]: str(m["content"]) for m in trace if m["role"] == "tool"}
+    asked: dict[str, str] = {}
+
+    def script(call: Call) -> Reply:
+        results = dict(call.last_tool_results())
+        if "call_read_1" in results:
+            asked["answer"] = results["call_read_1"]
+            return Reply(text="Read it.")
+        assert "read_offloaded" in call.tool_names()
+        return Reply(tool_calls=[("call_read_1", "read_offloaded", {"id": asked["id"]})])
+
+    with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
+        client = _client(gw.url)
+        messages, _ = replay(fake, client, trace, stream=False, script="trace", turns=40)
+        (session,) = [p.name for p in (tmp_path / "ws" / "sessions").iterdir() if p.is_dir()]
+        offloaded = ContextManager(tmp_path / "ws", session_id=session).offloaded()
+        assert offloaded, "compaction offloaded some tool results"
+        asked["id"] = next(iter(offloaded))
+        fake.scripts["read"] = script
+        messages.append({"role": "user", "content": "look at that big output again"})
+        got = _ask(client, messages, stream=True, script="read")
+    assert got == {"role": "assistant", "content": "Read it."}
+    original = originals[asked["id"]]
+    first_line = next(line for line in original.splitlines() if line.strip())
+    assert first_line in asked["answer"]  # the exact text came back from the offload store
