@@ -1,5 +1,5 @@
-"""Gateway pieces on their own: SSE framing, config layering, CLI, limits from overflow
-errors, fingerprints and the mapping of views back to the client's objects."""
+"""Gateway pieces on their own: SSE framing, config layering, CLI, fingerprints and the
+mapping of views back to the client's objects."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from contextfold.gateway.convert import (
     render_openai,
 )
 from contextfold.gateway.metrics import Metrics
-from contextfold.gateway.pipeline import learned_limit
 from contextfold.gateway.sessions import check_store, client_identity
 from contextfold.gateway.sse import SSEParser, encode
 from contextfold.messages import Message
@@ -121,17 +120,6 @@ def test_cli_serve_help_and_a_clear_error_without_upstream(tmp_path: Path) -> No
     )
     assert out.returncode == 2
     assert "upstream" in out.stderr and "Traceback" not in out.stderr
-
-
-def test_limits_read_from_real_overflow_messages() -> None:
-    assert learned_limit("prompt is too long: 208310 tokens > 200000 maximum") == 200_000
-    assert (
-        learned_limit(
-            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
-        )
-        == 8192
-    )
-    assert learned_limit("something else went wrong") is None
 
 
 def test_client_identity_is_a_hash_not_the_key() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from ..errors import ContextFoldError
 from ..messages import Message
 from ..overflow import is_context_overflow
 from ..paths import check_session_id
-from ..records import CompactionRecord, Tier
+from ..records import CompactionRecord
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
 from .metrics import Metrics
@@ -39,21 +38,6 @@ log = logging.getLogger("contextfold.gateway")
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
 SESSION_HEADER = "x-contextfold-session"
-
-_LIMIT_PATTERNS = (
-    re.compile(r"tokens?\s*>\s*(\d+)\s*maximum", re.I),
-    re.compile(r"maximum context length is (\d+)", re.I),
-    re.compile(r"context (?:length|window|limit)(?: of| is)?\s*\(?(\d{3,})", re.I),
-)
-
-
-def learned_limit(message: str) -> int | None:
-    """The context limit an overflow error states, when it states one."""
-    for pattern in _LIMIT_PATTERNS:
-        m = pattern.search(message)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def log_event(event: str, **fields: Any) -> None:
@@ -246,28 +230,29 @@ class Pipeline:
 
     # ------------------------------------------------------------------ overflow
     async def recover_overflow(self, turn: Turn, error: UpstreamError) -> bool:
-        """Compact hard (and learn the stated limit); False when it is not an overflow."""
+        """Compact hard and learn the limit the error states (ContextManager keeps it with the
+        session; the gateway remembers it for the model, so new sessions start below it).
+        False when the error is not a context overflow."""
         if not is_context_overflow(error):
             return False
-        limit = learned_limit(error.message)
-        if limit is not None and limit < turn.session.window:
-            self.registry.learned[turn.model] = limit
-            log_event(
-                "learned_limit", session=turn.session.session_id, model=turn.model, limit=limit
-            )
-        old = turn.session
-        sess = await to_thread.run_sync(self.registry.get, old.session_id, turn.model)
-        if sess is not old and sess.context is not None and old.context is not None:
-            sess.context.provider = old.context.provider  # reopened: same request context
-            sess.context.model = old.context.model
-            sess.context.headers = old.context.headers
+        sess = turn.session
+        before = sess.cm.window
 
         def hard() -> Prepared:
-            sess.cm.compact(tier=Tier.EMERGENCY)
+            sess.cm.recover_from_overflow(error, tools=turn.prepared.tools or None)
             return self.registry.prepare(sess, turn.prepared.tools)
 
-        turn.session = sess
         turn.prepared = await to_thread.run_sync(hard)
+        if sess.cm.window < before:
+            sess.window = sess.cm.window
+            known = self.registry.learned.get(turn.model)
+            self.registry.learned[turn.model] = min(sess.cm.window, known or sess.cm.window)
+            log_event(
+                "learned_limit",
+                session=sess.session_id,
+                model=turn.model,
+                window=sess.cm.window,
+            )
         return True
 
     # ------------------------------------------------------------------ tools
@@ -405,4 +390,4 @@ def _call_name(call: Mapping[str, Any]) -> str:
     return str(call.get("name", ""))
 
 
-__all__ = ["GATEWAY_TOOLS", "Pipeline", "RequestError", "Turn", "learned_limit", "log_event"]
+__all__ = ["GATEWAY_TOOLS", "Pipeline", "RequestError", "Turn", "log_event"]

@@ -102,7 +102,7 @@ class Session:
         self.history_tokens = sum(count_message(cm.counter, m) for m in history)
         self.window = cm.window
         #: something left the view (offloaded or compacted): the gateway's tools can help
-        self.recall_ready = any(_recall_marker(m) for m in cm.view_messages())
+        self.recall_ready = any(_recall_marker(m) for m in cm.view_messages)
         #: turns since the provider's usage was last fed to calibration (-1: never)
         self.since_usage = -1
         #: the request the upstream summarizer borrows credentials and model from
@@ -300,7 +300,7 @@ class SessionRegistry:
         schemas = [dict(t) for t in tools or []]
         dicts = cm.prepare(tools=schemas or None)
         record = cm.last_record
-        view = cm.view_messages()
+        view = cm.view_messages
         history = cm.history
         items: list[ViewItem] = []
         for m in view:
