@@ -244,9 +244,9 @@ class Pipeline:
 
         turn.prepared = await to_thread.run_sync(hard)
         if sess.cm.window < before:
-            sess.window = sess.cm.window
             known = self.registry.learned.get(turn.model)
             self.registry.learned[turn.model] = min(sess.cm.window, known or sess.cm.window)
+            sess.window = self.registry.window_for(turn.model)  # no reopen needed for it
             log_event(
                 "learned_limit",
                 session=sess.session_id,
@@ -258,7 +258,7 @@ class Pipeline:
     # ------------------------------------------------------------------ tools
     async def answer_tools(self, turn: Turn, calls: Sequence[Mapping[str, Any]]) -> list[str]:
         """Answer gateway tool calls (OpenAI call dicts or Anthropic tool_use blocks)."""
-        limit = max(2_000, turn.session.window // 10 * 4)  # about a tenth of the window
+        limit = max(2_000, turn.session.cm.window // 10 * 4)  # about a tenth of the window
 
         def run() -> list[str]:
             out = []

@@ -100,7 +100,8 @@ class Session:
         self.fps = [fingerprint(m) for m in history]
         self.index_of = {m.uuid: i for i, m in enumerate(history)}
         self.history_tokens = sum(count_message(cm.counter, m) for m in history)
-        self.window = cm.window
+        #: the window the gateway opened it with (the manager may use a smaller, learned one)
+        self.window = cm.configured_window
         #: something left the view (offloaded or compacted): the gateway's tools can help
         self.recall_ready = any(_recall_marker(m) for m in cm.view_messages)
         #: turns since the provider's usage was last fed to calibration (-1: never)
