@@ -286,6 +286,9 @@ def test_api_keys_never_reach_logs_or_the_store(
         with pytest.raises(openai.AuthenticationError):
             _chat(_client(gw.url, secret), [SYSTEM, {"role": "user", "content": "again"}])
     assert caplog.records, "the gateway logs its requests"
+    lines = [json.loads(r.getMessage()) for r in caplog.records]
+    requests = [line for line in lines if line["event"] == "request"]
+    assert requests[0]["session"].startswith("gw-") and requests[0]["status"] == 200
     assert secret not in caplog.text
     for path in (tmp_path / "ws").rglob("*"):
         if path.is_file():

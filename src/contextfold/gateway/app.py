@@ -83,6 +83,8 @@ class Gateway:
                 "request",
                 route=route,
                 status=response.status_code,
+                session=response.headers.get("x-contextfold-session"),
+                compaction=response.headers.get("x-contextfold-compaction"),
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
             return response
