@@ -16,7 +16,9 @@ from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
+from .evidence.fields import call_fields, is_own_tool
 from .evidence.model import EvidencePointer
+from .evidence.rank import CallLog
 from .evidence.search import EvidenceSearch, Hit
 from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
@@ -56,6 +58,18 @@ class Recovery:
         self._injection_key: tuple[str, int] | None = None
         self._injection: str | None = None
         self._intent_cache: tuple[str, Any] | None = None
+        self._calls = CallLog()
+        self._calls_seen = 0
+
+    def session_calls(self) -> CallLog:
+        """Every tool call of the session in order (ordinals in recall questions count these,
+        also the runs still in view); grown from the history on demand."""
+        history = self.cm.view.history
+        for msg in history[self._calls_seen :]:
+            for call in msg.tool_calls:
+                self._calls.add(call.id, call_fields(call.name, call.arguments))
+        self._calls_seen = len(history)
+        return self._calls
 
     def _fact_extractor(self, choice: Any) -> Any:
         """None/"auto": LLM facts when the summarizer is LLM-backed, else extractive;
@@ -99,7 +113,7 @@ class Recovery:
     @property
     def search(self) -> EvidenceSearch:
         if self._search is None:
-            self._search = EvidenceSearch(self.store)
+            self._search = EvidenceSearch(self.store, calls=self.session_calls)
         self._search.sync()
         return self._search
 
@@ -268,6 +282,7 @@ class Recovery:
             p
             for p in self.store.pointers()
             if {"stack_trace", "error", "test_output"} & set(p.content_types)
+            and not is_own_tool(p.tool_name)
         ]
         failing.sort(key=lambda p: p.created_at, reverse=True)
         return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing[:k]]
@@ -417,6 +432,8 @@ class Recovery:
             self.note_problem(str(exc))
         self._store = None
         self._search = None
+        self._calls = CallLog()
+        self._calls_seen = 0
         self._injection_key = None
         self._injection = None
         self._intent_cache = None

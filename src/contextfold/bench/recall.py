@@ -51,6 +51,9 @@ MAX_SHOWN_MISSES = 40
 ORD_EN = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
 ORD_ZH = ("第一次", "第二次", "第三次", "第四次", "第五次", "第六次", "第七次", "第八次", "第九次")
 _EXC = re.compile(r"^(?:E\s+)?(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception))(?::|\s*$)", re.M)
+#: A shell call shows a file when it only runs these (at least one viewer) on one file.
+_VIEW = {"cat", "nl", "head", "tail", "sed", "less", "more"}
+_FILTER = {"grep", "head", "tail", "wc", "sort", "uniq", "cut"}
 _CD = re.compile(r"^\s*cd\s+(?:\"[^\"]*\"|'[^']*'|[^\s;&|]+)\s*&&\s*")
 
 
@@ -124,7 +127,11 @@ def trace_calls(messages: Sequence[Mapping[str, Any]]) -> list[Call]:
                 key = " ".join(display.split())
                 reads: tuple[str, ...] = ()
                 eff = reader.read_call(name, args)
-                if not eff.writes and len(eff.reads) == 1:
+                progs = [seg.prog for seg in eff.segments if seg.prog not in ("", "cd")]
+                shows = all(p in _VIEW or p in _FILTER for p in progs) and any(
+                    p in _VIEW for p in progs
+                )
+                if shows and not eff.writes and len(eff.reads) == 1:
                     reads = (_rel(eff.reads[0]),)
             else:
                 display = _file_display(name, args)
@@ -225,14 +232,18 @@ def questions(
             reads = by_read[path]
             ordinal = _ordinal(reads.index(tid), len(reads), zh)
             text = (
-                f"{ordinal}读到的 {path} 内容是什么" if zh else f"Show me {path} as you read it {ordinal}"
+                f"{ordinal}读到的 {path} 内容是什么"
+                if zh
+                else f"Show me {path} as you read it {ordinal}"
             )
             out.append(Question(tid=tid, style=c.style, kind="path", text=" ".join(text.split())))
         exc = _last_exception(outputs[tid])
         if exc:
             seen = by_exc[exc]
             ordinal = _ordinal(seen.index(tid), len(seen), zh)
-            text = f"{ordinal}的 {exc} 完整报错" if zh else f"What was the full {exc} error {ordinal}?"
+            text = (
+                f"{ordinal}的 {exc} 完整报错" if zh else f"What was the full {exc} error {ordinal}?"
+            )
             out.append(Question(tid=tid, style=c.style, kind="error", text=" ".join(text.split())))
         if failing and tid == failing[0]:
             text = (
@@ -367,9 +378,9 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for k in ("call", "path", "error", "ordinal")
     }
     ms = [q["ms"] for _, q in qs]
-    misses = [
-        {"trace": r["trace"], "set": r["set"], **q} for r, q in qs if q["rank"] != 1
-    ][:MAX_SHOWN_MISSES]
+    misses = [{"trace": r["trace"], "set": r["set"], **q} for r, q in qs if q["rank"] != 1][
+        :MAX_SHOWN_MISSES
+    ]
     return {
         "by_style": by_style,
         "by_kind": {k: v for k, v in by_kind.items() if v["questions"]},

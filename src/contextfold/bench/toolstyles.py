@@ -144,9 +144,7 @@ def _sed_edit(cmd: str) -> tuple[str, str, str] | None:
     return words[3], old, new
 
 
-def convert_call(
-    command: str, output: str, style: str
-) -> tuple[str, dict[str, Any], str] | None:
+def convert_call(command: str, output: str, style: str) -> tuple[str, dict[str, Any], str] | None:
     """``(tool name, arguments, output)`` of one shell call in ``style``, or None to keep it."""
     if style not in STYLES:
         raise ValueError(f"unknown tool style {style!r}; choose from {', '.join(STYLES)}")

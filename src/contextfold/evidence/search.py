@@ -17,11 +17,23 @@ import math
 import re
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .classify import normalize_command
+from .fields import CallFields, command_head, is_own_tool, path_suffixes, pattern_key
 from .model import CompactBlock, EvidencePointer
+from .rank import (
+    CallLog,
+    Candidate,
+    QuerySpec,
+    lines_match,
+    parse_query,
+    path_strength,
+    primary_exception,
+    rerank,
+    strip_ordinals,
+)
 from .store import EvidenceStore
 
 #: Characters of a body that are indexed (head and tail of very large outputs).
@@ -35,6 +47,8 @@ ANCHOR_BONUS = 4.0
 SNIPPET_CHARS = 400
 #: A query term in more documents than this only re-scores documents already matched.
 COMMON_DF = 1_000
+#: Documents taken from BM25 alone into re-ranking.
+BM25_CANDIDATES = 200
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
 _SPLIT = re.compile(r"[_./:\-]+")
@@ -58,6 +72,13 @@ STOPWORDS = _words(
     "again earlier before previous last time 的 了 吗 我 你 把 给 一下 刚才 之前"
 )
 
+
+#: Words of a question's frame ("what did X print", "as you read it"), never what it is about.
+FILLER = _words(
+    "print printed return returned say said show showed shown run ran runs time times read "
+    "contents content file files view viewed tool call called lines line output 完整 输出 结果 "
+    "内容 读到 什么 给我"
+)
 
 #: Words that name a kind of evidence rather than a particular one.
 GENERIC = _words(
@@ -138,8 +159,19 @@ class Hit:
 class EvidenceSearch:
     """An in-memory BM25 index over a store's evidence, grown incrementally."""
 
-    def __init__(self, store: EvidenceStore) -> None:
+    def __init__(
+        self, store: EvidenceStore, *, calls: Callable[[], CallLog | None] | None = None
+    ) -> None:
         self.store = store
+        #: The session's calls in order (ordinals count them); None: the indexed ones only.
+        self.calls = calls
+        self._log = CallLog()
+        self._paths: dict[str, list[int]] = {}
+        self._full_paths: dict[str, list[int]] = {}
+        self._urls: dict[str, list[int]] = {}
+        self._patterns: dict[str, list[int]] = {}
+        self._tools: dict[str, list[int]] = {}
+        self._primary: list[str | None] = []
         self._pointers: list[EvidencePointer] = []
         self._by_id: dict[str, int] = {}
         self._postings: dict[str, tuple[array[int], array[int]]] = {}
@@ -180,12 +212,24 @@ class EvidenceSearch:
         """Index one pointer (its body is read from the store unless given)."""
         if pointer.id in self._by_id:  # same evidence indexed again: keep the first, no dupes
             return
+        if pointer.role == "tool" and is_own_tool(pointer.tool_name):
+            return  # a recall / session / memory result is a view of evidence, not evidence
         if text is None:
             text = self.store.restore(pointer).text
         doc = len(self._pointers)
         self._pointers.append(pointer)
         self._by_id[pointer.id] = doc
-        hints = " ".join((pointer.command or "", *pointer.anchors, *pointer.content_types))
+        hints = " ".join(
+            (
+                pointer.command or "",
+                pointer.tool_name or "",
+                *pointer.paths,
+                *pointer.patterns,
+                *pointer.urls,
+                *pointer.anchors,
+                *pointer.content_types,
+            )
+        )
         counts = Counter(tokenize(_index_text(text)))
         # hints count double: they are what a question names
         for tok in tokenize(hints):
@@ -201,8 +245,12 @@ class EvidenceSearch:
             posting[0].append(doc)
             posting[1].append(tf)
         if pointer.command:
-            norm = normalize_command(pointer.command)
-            if norm:
+            # the whole command, and its first line (how a heredoc or script is named)
+            for norm in dict.fromkeys(
+                (normalize_command(pointer.command), command_head(pointer.command))
+            ):
+                if not norm:
+                    continue
                 if norm not in self._commands:
                     toks = set(tokenize(norm))
                     for tok in toks:
@@ -221,6 +269,31 @@ class EvidenceSearch:
                     for tok in set(tokenize(key)):
                         self._anchor_keys.setdefault(tok, set()).add(key)
                 docs.append(doc)
+        for path in pointer.paths:
+            sufs = path_suffixes(path)
+            for suf in sufs:
+                self._paths.setdefault(suf, []).append(doc)
+            if sufs:
+                self._full_paths.setdefault(sufs[0], []).append(doc)
+        for url in pointer.urls:
+            self._urls.setdefault(url, []).append(doc)
+        for pat in pointer.patterns:
+            key = pattern_key(pat)
+            if key:
+                self._patterns.setdefault(key, []).append(doc)
+        if pointer.tool_name:
+            self._tools.setdefault(pointer.tool_name, []).append(doc)
+        self._primary.append(primary_exception(pointer))
+        self._log.add(
+            pointer.tool_use_id or pointer.id,
+            CallFields(
+                tool=pointer.tool_name or "",
+                command=pointer.command or "",
+                paths=pointer.paths,
+                action=pointer.action or "other",
+                shell=pointer.shell,
+            ),
+        )
         self._max_created = max(self._max_created, pointer.created_at)
         self._created.append(pointer.created_at)
         self._failed.append(_failed(pointer))
@@ -253,9 +326,11 @@ class EvidenceSearch:
         candidates: set[str] = set()
         for tok in set(tokenize(query)):
             candidates.update(self._cmd_by_key.get(tok, ()))
-        for cmd in candidates:
-            if cmd not in named and len(cmd) >= 6 and cmd in flat_query:
-                (exact if not quoted else partial).update(self._commands[cmd])
+        verbatim = [c for c in candidates if c not in named and len(c) >= 6 and c in flat_query]
+        for cmd in verbatim:
+            if any(cmd != other and cmd in other for other in verbatim):
+                continue  # "python x.py" inside "python x.py --fast": the longer one is meant
+            (exact if not quoted else partial).update(self._commands[cmd])
         # a quoted fragment of a longer command: every word of it is a word of the command
         for q in quoted:
             if len(q) < 4:
@@ -306,62 +381,104 @@ class EvidenceSearch:
             self._dicts[term] = cached
         return cached
 
+    def _path_docs(self, spec: QuerySpec) -> set[int]:
+        docs: set[int] = set()
+        for qp in spec.paths:
+            docs.update(self._paths.get(qp, ()))
+            for suf in path_suffixes(qp)[1:]:
+                docs.update(self._full_paths.get(suf, ()))
+        return docs
+
+    def _pattern_docs(self, query: str) -> set[int]:
+        flat = pattern_key(query)
+        return {
+            d for key, docs in self._patterns.items() if len(key) >= 3 and key in flat for d in docs
+        }
+
     def search(self, query: str, k: int = 5) -> list[Hit]:
         """The ``k`` best pieces of evidence for ``query``, best first."""
         self.sync()
         if not self._pointers or k <= 0:
             return []
-        terms = [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
-        scores = self._bm25(terms)
+        spec = parse_query(query, self._tools)
+        clean = strip_ordinals(query)
+        terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
+        scores = self._bm25([t for t in terms if t not in FILLER])
         exact, partial = self._command_matches(query)
-        wants_error = bool(_ERRORISH.search(query))
-        created = self._created
-        top = self._max_created
-        for doc in partial:
-            scores[doc] = scores.get(doc, 0.0) + COMMAND_PARTIAL_BONUS
         low_query = query.lower()
+        anchor_hits: dict[int, int] = {}
         for term in terms:
             for anchor in self._anchor_keys.get(term, ()):
                 if anchor in low_query:
                     for doc in self._anchors[anchor]:
-                        scores[doc] = scores.get(doc, 0.0) + ANCHOR_BONUS
-        pref = self._pref_error if wants_error else self._pref
-        ranked = heapq.nlargest(
-            k,
-            (
-                (base * pref[doc] * (1.0 + 0.1 * created[doc] / top), created[doc], doc)
-                for doc, base in scores.items()
-                if doc not in exact
-            ),
+                        anchor_hits[doc] = anchor_hits.get(doc, 0) + 1
+        path_docs = self._path_docs(spec)
+        url_docs = {d for u in spec.urls for d in self._urls.get(u, ())}
+        pattern_docs = self._pattern_docs(query)
+        tool_docs = {d for t in spec.tools for d in self._tools.get(t, ())}
+        exc = set(spec.exceptions)
+        exc_docs = {d for d, e in enumerate(self._primary) if e is not None and e in exc}
+        pref = self._pref_error if spec.wants_error else self._pref
+        created = self._created
+        top = self._max_created
+        best = heapq.nlargest(
+            BM25_CANDIDATES,
+            scores,
+            key=lambda d: scores[d] * pref[d] * (1.0 + 0.1 * created[d] / top),
         )
-        if exact:
-            ranked = sorted(self._rank_runs(exact, terms, wants_error) + ranked, reverse=True)[:k]
+        docs = set(best) | exact | partial | path_docs | url_docs | pattern_docs | exc_docs
+        docs |= set(anchor_hits)
+        if tool_docs and (path_docs or pattern_docs or url_docs):
+            docs |= tool_docs & (path_docs | pattern_docs | url_docs)
+        if spec.ordinal is not None and not (exact or path_docs or exc_docs):
+            docs |= {
+                d
+                for d, p in enumerate(self._pointers)
+                if p.role == "tool" and (self._failed[d] or not spec.wants_failing)
+            }
+        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact | partial)))
+        handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
+        extra_terms = [t for t in terms if t not in named and t not in handles]
+        extra = self._bm25([t for t in extra_terms if t not in GENERIC and t not in FILLER])
+        log = self.calls() if self.calls is not None else None
+        log = log if log is not None and len(log) else self._log
+        positions = log.positions
+        cands: list[Candidate] = []
+        for doc in docs:
+            p = self._pointers[doc]
+            seq = positions.get(p.tool_use_id or p.id)
+            if seq is None:
+                seq = self._log.positions.get(p.tool_use_id or p.id, -1)
+            cands.append(
+                Candidate(
+                    pointer=p,
+                    seq=seq,
+                    bm25=scores.get(doc, 0.0) * (1.0 + 0.1 * created[doc] / top),
+                    command=2 if doc in exact else 1 if doc in partial else 0,
+                    path=path_strength(spec.paths, p.paths) if doc in path_docs else 0,
+                    lines=lines_match(spec.lines, p.lines),
+                    tool=doc in tool_docs,
+                    pattern=doc in pattern_docs,
+                    url=doc in url_docs,
+                    anchors=anchor_hits.get(doc, 0),
+                    exception=doc in exc_docs,
+                    failed=self._failed[doc],
+                    pref=pref[doc],
+                    extra=extra.get(doc, 0.0),
+                )
+            )
+        ranked = rerank(cands, spec, calls=log)[:k]
         hits: list[Hit] = []
-        for score, _, doc in ranked:
-            pointer = self._pointers[doc]
-            body = self.store.restore(pointer).text
+        for c in ranked:
+            body = self.store.restore(c.pointer).text
             hits.append(
-                Hit(pointer=pointer, score=round(score, 4), text_preview=snippet(body, terms))
+                Hit(
+                    pointer=c.pointer,
+                    score=round(c.score, 4),
+                    text_preview=snippet(body, terms),
+                )
             )
         return hits
-
-    def _rank_runs(
-        self, exact: set[int], terms: list[str], wants_error: bool
-    ) -> list[tuple[float, int, int]]:
-        """Runs of a command named in the query rank above everything else. Generic words
-        ("error", "output") cannot tell them apart: a failing run wins when the query asks for
-        an error, then specific extra words ("the ImportError one"), then the latest run."""
-        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact)))
-        extra = self._bm25([t for t in terms if t not in named and t not in GENERIC])
-        order = sorted(exact, key=lambda d: self._created[d])
-        out: list[tuple[float, int, int]] = []
-        for rank, doc in enumerate(order):
-            score = COMMAND_EXACT_BONUS + 2.0 * rank / max(1, len(order) - 1)
-            if wants_error and self._failed[doc]:
-                score += 15.0
-            score += min(10.0, 4.0 * extra.get(doc, 0.0))
-            out.append((score, self._created[doc], doc))
-        return out
 
 
 def _preference(p: EvidencePointer, wants_error: bool) -> float:
