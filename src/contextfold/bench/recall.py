@@ -129,7 +129,7 @@ def trace_calls(messages: Sequence[Mapping[str, Any]]) -> list[Call]:
                 eff = reader.read_call(name, args)
                 progs = [seg.prog for seg in eff.segments if seg.prog not in ("", "cd")]
                 shows = all(p in _VIEW or p in _FILTER for p in progs) and any(
-                    p in _VIEW for p in progs
+                    seg.prog in _VIEW and seg.reads for seg in eff.segments
                 )
                 if shows and not eff.writes and len(eff.reads) == 1:
                     reads = (_rel(eff.reads[0]),)

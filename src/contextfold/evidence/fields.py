@@ -230,7 +230,7 @@ def _shell_fields(name: str, command: str) -> CallFields:
     elif (
         eff.reads
         and all(p in _SHELL_VIEW or p in _GREP for p in progs)
-        and any(p in _SHELL_VIEW for p in progs)
+        and any(seg.prog in _SHELL_VIEW and seg.reads for seg in eff.segments)
     ):
         action = "read"
     elif progs and progs[0] in _SHELL_SEARCH:

@@ -102,7 +102,7 @@ _ORD_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 ]
 _STRIP_ORD = [p for p, _ in _ORD_PATTERNS]
 _QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
-_PATH_TOKEN = re.compile(r"(?<![\w/.:\-])((?:\.{0,2}/)?[\w.\-]+(?:/[\w.\-]+)*)(?::(\d+))?")
+_PATH_TOKEN = re.compile(r"(?<![\w/.:\-*])((?:\.{0,2}/)?[\w.\-*]+(?:/[\w.\-*]+)*)(?::(\d+))?")
 _LINES = [
     re.compile(r"\blines? (\d+)\s*(?:-|–|to|through|thru|\.\.|,)\s*(\d+)", _I),
     re.compile(r"\bview_range=?\s*\[\s*(\d+)\s*,\s*(-?\d+)\s*\]", _I),
@@ -300,17 +300,20 @@ def _level(c: Candidate, q: QuerySpec) -> int:
 
 
 def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
+    """The order inside one match level."""
     p = c.pointer
-    score = c.bm25 * c.pref
-    if c.level >= 2:
-        # the named thing is found: specific words decide, then the newest
-        score = min(10.0, 4.0 * c.extra) + 2.0 * (c.seq / max(1, newest))
-    score += 4.0 * c.anchors + (6.0 if c.exception else 0.0) + 3.0 * c.lines
-    score += 2.0 * c.path / max(1, c.path + 1) + (2.0 if c.pattern else 0.0)
+    if c.level < 2:
+        score = c.bm25 * c.pref + 4.0 * c.anchors + 2.0 * c.path / (c.path + 1)
+        return score + (2.0 if c.pattern else 0.0) + (6.0 if c.exception else 0.0)
+    # the named thing is found: a file named alone means its content (a read); then a failure
+    # when an error is asked for; then specific extra words; then the newest
+    score = 0.0
+    if q.paths and c.command < 2 and p.action == "read":
+        score += 50.0
     if q.wants_error and c.failed:
-        score += 15.0 if c.level >= 2 else 0.0
-    if q.paths and not c.command and p.action == "read":
-        score += 8.0
+        score += 15.0
+    score += 4.0 * max(0, c.lines) + (2.0 if c.pattern else 0.0)
+    score += min(10.0, 4.0 * c.extra) + 2.0 * (max(0, c.seq) / max(1, newest))
     return score
 
 

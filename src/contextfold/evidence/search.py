@@ -330,7 +330,9 @@ class EvidenceSearch:
         for cmd in verbatim:
             if any(cmd != other and cmd in other for other in verbatim):
                 continue  # "python x.py" inside "python x.py --fast": the longer one is meant
-            (exact if not quoted else partial).update(self._commands[cmd])
+            # quotes inside the command ("sed -n '1,5p' x.py") do not make it a fragment
+            whole = all(q in cmd for q in quoted)
+            (exact if whole else partial).update(self._commands[cmd])
         # a quoted fragment of a longer command: every word of it is a word of the command
         for q in quoted:
             if len(q) < 4:
