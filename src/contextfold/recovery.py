@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
+from .evidence.fields import call_fields, is_own_tool
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
-from .evidence.fields import call_fields, is_own_tool
 from .evidence.model import EvidencePointer
 from .evidence.rank import CallLog
 from .evidence.search import EvidenceSearch, Hit
