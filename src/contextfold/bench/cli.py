@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     for w in windows:
         targets += evaluate_targets(results["aggregates"], w) if w == 32_000 else []
     if not args.no_recall:
-        from .recall import recall_targets, run_recall
+        from .recall import run_recall
+        from .recall_report import recall_targets
 
         progress = _Progress(enabled=not args.no_progress)
         try:
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print_tables(results, sys.stdout, plain=args.plain)
     if results.get("recall"):
-        from .recall import recall_rows, recall_title
+        from .recall_report import recall_rows, recall_title
 
         headers, rows = recall_rows(results["recall"])
         print(recall_title(results["recall"]))

@@ -271,7 +271,7 @@ def render(results: Mapping[str, Any], targets: Sequence[Mapping[str, Any]] = ()
             )
         parts.append("</div>")
     if results.get("recall"):
-        from .recall import recall_html
+        from .recall_report import recall_html
 
         parts.append(recall_html(results["recall"]))
     parts.append("</body></html>")

@@ -253,11 +253,14 @@ def call_fields(name: str, arguments: str | Mapping[str, Any] | None) -> CallFie
     """What the call ``name(arguments)`` was about (a shell command or a file tool)."""
     args = parse_arguments(arguments)
     low = _lower(name)
-    cmd = next(
-        (args[k] for k in ("command", "cmd", "script") if isinstance(args.get(k), str)), None
-    )
-    if isinstance(args.get("command"), list) and all(isinstance(v, str) for v in args["command"]):
-        cmd = " ".join(args["command"])
+    cmd: str | None = None
+    for key in ("command", "cmd", "script"):
+        value = args.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            value = " ".join(value)
+        if isinstance(value, str):
+            cmd = value
+            break
     editor = low in ("str_replace_editor", "str_replace_based_edit_tool") or (
         cmd is not None and " " not in cmd.strip() and any(k in args for k in PATH_KEYS)
     )

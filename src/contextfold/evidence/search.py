@@ -55,6 +55,7 @@ _SPLIT = re.compile(r"[_./:\-]+")
 _PATH_SPLIT = re.compile(r"[./:\-]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SPAN = re.compile(r"`([^`]{6,})`")
 _QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
 _ERRORISH = re.compile(
     r"error|fail|traceback|stack|exception|crash|broke|报错|错误|失败|异常|堆栈|崩溃", re.IGNORECASE
@@ -327,11 +328,13 @@ class EvidenceSearch:
         for tok in set(tokenize(query)):
             candidates.update(self._cmd_by_key.get(tok, ()))
         verbatim = [c for c in candidates if c not in named and len(c) >= 6 and c in flat_query]
+        # a whole (multi-line) command in backticks: quotes inside it are part of it
+        spans = [normalize_command(m.group(1)) for m in _SPAN.finditer(query)]
         for cmd in verbatim:
             if any(cmd != other and cmd in other for other in verbatim):
                 continue  # "python x.py" inside "python x.py --fast": the longer one is meant
             # quotes inside the command ("sed -n '1,5p' x.py") do not make it a fragment
-            whole = all(q in cmd for q in quoted)
+            whole = all(q in cmd for q in quoted) or any(span.startswith(cmd) for span in spans)
             (exact if whole else partial).update(self._commands[cmd])
         # a quoted fragment of a longer command: every word of it is a word of the command
         for q in quoted:
