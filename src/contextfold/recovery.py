@@ -235,11 +235,16 @@ class Recovery:
             self.note_problem(f"evidence indexing failed: {exc}")
 
     def after_compaction(self, record: CompactionRecord) -> None:
-        """Warn-tier offloads summarize nothing, but what they moved out is evidence too."""
-        if not self.enabled or record.tier is not Tier.WARN or not record.offloaded:
+        """Outputs a compaction offloaded but left in the view as a placeholder (any tier, not
+        only warn) summarize nothing, yet what they moved out is evidence too. Those already
+        indexed (offloaded inside a summarized range) are not indexed twice."""
+        if not self.enabled or not record.offloaded:
             return
-        by_id = {m.tool_call_id: m for m in self.cm.view.history if m.tool_call_id}
-        msgs = [by_id[e.tool_call_id] for e in record.offloaded if e.tool_call_id in by_id]
+        indexed = {p.tool_use_id for p in self.store.pointers() if p.tool_use_id}
+        wanted = {e.tool_call_id for e in record.offloaded} - indexed
+        if not wanted:
+            return
+        msgs = [m for m in self.cm.view.history if m.tool_call_id in wanted and m.role == "tool"]
         try:
             self.store.index_compaction(
                 messages=msgs,
@@ -250,7 +255,7 @@ class Recovery:
                 token_after=record.tokens_after,
                 boundary_uuid=record.boundary_uuid,
                 natural_summary="",
-                tier="warn",
+                tier=record.tier.value,
                 strategy="offload",
             )
         except ContextFoldError as exc:

@@ -321,14 +321,19 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[dict[str, Any]] = []
     for w in windows:
         targets += evaluate_targets(results["aggregates"], w) if w == 32_000 else []
-    if not args.no_recall:
+    presets = [s for s in strategies if s in CONTEXTFOLD]
+    if not args.no_recall and presets:
         from .recall import run_recall
         from .recall_report import recall_targets
 
         progress = _Progress(enabled=not args.no_progress)
         try:
             recall = run_recall(
-                traces, window=windows[0], jobs=max(1, args.jobs), progress=progress
+                traces,
+                window=windows[0],
+                preset=presets[0],
+                jobs=max(1, args.jobs),
+                progress=progress,
             )
         finally:
             progress.close()

@@ -331,7 +331,8 @@ class EvidenceSearch:
         # a whole (multi-line) command in backticks: quotes inside it are part of it
         spans = [normalize_command(m.group(1)) for m in _SPAN.finditer(query)]
         for cmd in verbatim:
-            if any(cmd != other and cmd in other for other in verbatim):
+            longer = [*verbatim, *(q for q in quoted if q in self._commands)]
+            if any(cmd != other and cmd in other for other in longer):
                 continue  # "python x.py" inside "python x.py --fast": the longer one is meant
             # quotes inside the command ("sed -n '1,5p' x.py") do not make it a fragment
             whole = all(q in cmd for q in quoted) or any(span.startswith(cmd) for span in spans)
