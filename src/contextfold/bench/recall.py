@@ -174,8 +174,11 @@ def _last_exception(text: str) -> str | None:
 
 
 def _failed(text: str) -> bool:
+    """A non-zero exit code; when the output reports none, a Python traceback."""
     code = exit_code(text)
-    return (code is not None and code != 0) or "Traceback (most recent call last)" in text
+    if code is not None:
+        return code != 0
+    return "Traceback (most recent call last)" in text
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -307,7 +307,7 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
         return score + (2.0 if c.pattern else 0.0) + (6.0 if c.exception else 0.0)
     # the named thing is found: a file named alone means its content (a read); then a failure
     # when an error is asked for; then specific extra words; then the newest
-    score = 0.0
+    score = 20.0 if p.role == "tool" else 0.0  # an output, not a message quoting it
     if q.paths and c.command < 2 and p.action == "read":
         score += 50.0
     if q.wants_error and c.failed:
@@ -330,14 +330,15 @@ def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Can
                 same = [c for c in same if pointer_key(c.pointer) == key] or same
             return same
         return [c for c in pool if c.level == 3]
-    if best.level >= 1 and best.path:
+    if best.level >= 2 and best.path:
         group = [c for c in pool if c.path and c.lines >= 0]
         reads = [c for c in group if c.pointer.action == "read"]
         return reads or group
     if q.exceptions:
         group = [c for c in pool if c.exception]
+        tools = [c for c in group if c.pointer.role == "tool"]
         if group:
-            return group
+            return tools or group
     tools = [c for c in pool if c.pointer.role == "tool"]
     if q.wants_failing:
         return [c for c in tools if c.failed]
@@ -396,7 +397,7 @@ def rerank(
     if q.ordinal is None:
         return ranked
     # an ordinal with nothing named ("the first failing command") counts every tool output
-    pool = [c for c in ranked if c.level >= top.level] if top.level else ranked
+    pool = [c for c in ranked if c.level >= top.level] if top.level >= 2 else ranked
     group = _group(top, pool, q)
     key = group_key_of(top, q) if calls is not None else None
     runs = calls.runs(key) if calls is not None and key else None

@@ -144,10 +144,11 @@ def snippet(text: str, terms: Iterable[str], width: int = SNIPPET_CHARS) -> str:
 
 
 def _failed(p: EvidencePointer) -> bool:
-    """A non-zero exit code or a stack trace."""
-    if "stack_trace" in p.content_types:
-        return True
-    return any(a.startswith("exit_code:") and a != "exit_code:0" for a in p.anchors)
+    """A non-zero exit code; when the output reports none, a stack trace."""
+    code = next((a for a in p.anchors if a.startswith("exit_code:")), None)
+    if code is not None:
+        return code != "exit_code:0"
+    return "stack_trace" in p.content_types
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -396,9 +397,12 @@ class EvidenceSearch:
         return docs
 
     def _pattern_docs(self, query: str) -> set[int]:
-        flat = pattern_key(query)
+        flat = f" {pattern_key(query)} "
         return {
-            d for key, docs in self._patterns.items() if len(key) >= 3 and key in flat for d in docs
+            d
+            for key, docs in self._patterns.items()
+            if len(key) >= 2 and key in flat and f" {key} " in flat
+            for d in docs
         }
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
