@@ -50,7 +50,7 @@ MAX_SHOWN_MISSES = 40
 
 ORD_EN = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
 ORD_ZH = ("第一次", "第二次", "第三次", "第四次", "第五次", "第六次", "第七次", "第八次", "第九次")
-_EXC = re.compile(r"^(?:E\s+)?(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception))(?::|\s*$)", re.M)
+_EXC = re.compile(r"^\s*(?:E\s+)?(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception))(?::|\s*$)", re.M)
 #: A shell call shows a file when it only runs these (at least one viewer) on one file.
 _VIEW = {"cat", "nl", "head", "tail", "sed", "less", "more"}
 _FILTER = {"grep", "head", "tail", "wc", "sort", "uniq", "cut"}
@@ -203,8 +203,7 @@ def questions(
         by_key.setdefault(c.key, []).append(c.id)
         for r in c.reads:
             by_read.setdefault(r, []).append(c.id)
-        exc = _last_exception(outputs[c.id])
-        if exc:
+        for exc in dict.fromkeys(_EXC.findall(outputs[c.id])):
             by_exc.setdefault(exc, []).append(c.id)
         if _failed(outputs[c.id]):
             failing.append(c.id)

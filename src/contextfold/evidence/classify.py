@@ -242,13 +242,14 @@ def extract_anchors(text: str, command: str | None = None) -> tuple[str, ...]:
     code = exit_code(s)
     if code is not None:
         out.append(f"exit_code:{code}")
-    excs = [_short_exc(m.group(1)) for m in _PY_EXC.finditer(s)]
-    excs += [_short_exc(m.group(1)) for m in _PY_TB_EXC.finditer(s)]
-    excs += [_short_exc(m.group(1)) for m in _JAVA_EXC.finditer(s)]
-    if _GO_PANIC.search(s) or _RUST_PANIC.search(s):
-        excs.append("panic")
-    # the last exception is usually the one that matters: list it first
-    out.extend(f"exception:{e}" for e in reversed(excs))
+    found = [(m.start(1), _short_exc(m.group(1))) for m in _PY_EXC.finditer(s)]
+    found += [(m.start(1), _short_exc(m.group(1))) for m in _PY_TB_EXC.finditer(s)]
+    found += [(m.start(1), _short_exc(m.group(1))) for m in _JAVA_EXC.finditer(s)]
+    panic = _GO_PANIC.search(s) or _RUST_PANIC.search(s)
+    if panic:
+        found.append((panic.start(), "panic"))
+    # the last exception in the text is usually the one that matters: list it first
+    out.extend(f"exception:{e}" for _, e in sorted(found, reverse=True))
     tests: list[str] = [m.group(1) for m in _PYTEST_FAILED.finditer(s)]
     tests += [m.group(1) for m in _PYTEST_FAILED2.finditer(s)]
     tests += [f"{m.group(2)}.{m.group(1)}" for m in _UNITTEST_FAIL.finditer(s)]

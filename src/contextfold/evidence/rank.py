@@ -11,7 +11,7 @@ this module decides the order, as pure functions over the candidates and the que
    the tool with its path, range and pattern), 2 a strong handle (a command fragment, the path,
    a URL), 1 a weak one (an anchor, a pattern, the tool), 0 words only. Inside the best level
    a question that names a group of outputs (the runs of a command, the reads of a file, the
-   outputs ending in one exception type, the failing commands) gets its member by ordinal,
+   outputs that show one exception type, the failing commands) gets its member by ordinal,
    else the newest; everything else follows by score.
 
 Ordinals count over every call of the session when the caller knows them (``calls``), so "the
@@ -260,6 +260,8 @@ class Candidate:
     anchors: int = 0
     #: the exception the output ends with is one the question names
     exception: bool = False
+    #: ... and it is the exception the output ends with
+    primary: bool = False
     failed: bool = False
     pref: float = 1.0
     #: BM25 of the question's words that are not part of the named command
@@ -312,6 +314,8 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
         score += 50.0
     if q.wants_error and c.failed:
         score += 15.0
+    if c.primary:
+        score += 3.0
     score += 4.0 * max(0, c.lines) + (2.0 if c.pattern else 0.0)
     score += min(10.0, 4.0 * c.extra) + 2.0 * (max(0, c.seq) / max(1, newest))
     return score
@@ -319,7 +323,7 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
 
 def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
     """The outputs an ordinal counts among: runs of the call, reads of the path, outputs
-    ending in the exception, or the failing commands."""
+    showing the exception, or the failing commands."""
     if best.level == 3:
         if best.command == 2:
             same = [c for c in pool if c.command == 2]

@@ -173,6 +173,8 @@ class EvidenceSearch:
         self._urls: dict[str, list[int]] = {}
         self._patterns: dict[str, list[int]] = {}
         self._tools: dict[str, list[int]] = {}
+        #: exception type -> documents that show it; the one each output ends with
+        self._exceptions: dict[str, list[int]] = {}
         self._primary: list[str | None] = []
         self._pointers: list[EvidencePointer] = []
         self._by_id: dict[str, int] = {}
@@ -286,6 +288,8 @@ class EvidenceSearch:
         if pointer.tool_name:
             self._tools.setdefault(pointer.tool_name, []).append(doc)
         self._primary.append(primary_exception(pointer))
+        for name in dict.fromkeys(a[10:] for a in pointer.anchors if a.startswith("exception:")):
+            self._exceptions.setdefault(name, []).append(doc)
         self._log.add(
             pointer.tool_use_id or pointer.id,
             CallFields(
@@ -427,7 +431,7 @@ class EvidenceSearch:
         pattern_docs = self._pattern_docs(query)
         tool_docs = {d for t in spec.tools for d in self._tools.get(t, ())}
         exc = set(spec.exceptions)
-        exc_docs = {d for d, e in enumerate(self._primary) if e is not None and e in exc}
+        exc_docs = {d for e in exc for d in self._exceptions.get(e, ())}
         pref = self._pref_error if spec.wants_error else self._pref
         created = self._created
         top = self._max_created
@@ -472,6 +476,7 @@ class EvidenceSearch:
                     url=doc in url_docs,
                     anchors=anchor_hits.get(doc, 0),
                     exception=doc in exc_docs,
+                    primary=self._primary[doc] in exc,
                     failed=self._failed[doc],
                     pref=pref[doc],
                     extra=extra.get(doc, 0.0),
