@@ -232,3 +232,12 @@ def test_prose_is_never_command_output() -> None:
     assert classify(prose, "assistant") == ("message",)
     assert classify(prose, "user") == ("message",)
     assert classify(prose) == ("command_output",)  # a tool result with no other type
+
+
+def test_describe_never_empty() -> None:
+    from contextfold.evidence.fields import describe
+
+    assert describe(EvidencePointer(id="a", command="pytest  -x", role="tool")) == "pytest -x"
+    assert describe(EvidencePointer(id="b", role="assistant")) == "assistant message"
+    assert describe(EvidencePointer(id="c", role="tool")) == "tool result (call not seen)"
+    assert describe(EvidencePointer(id="d", role="text", agent_run_id="w1")) == "sub-agent w1 text"

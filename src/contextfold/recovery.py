@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
-from .evidence.fields import call_fields, is_own_tool
+from .evidence.fields import call_fields, describe, is_own_tool
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
@@ -188,7 +188,7 @@ class Recovery:
             if p.tool_use_id is None:
                 continue
             kinds = ",".join(p.content_types[:2])
-            what = p.command or p.tool_name or "tool result"
+            what = describe(p)
             lines.append(f"{p.id}: {what[:80]} [{kinds}]")
         return lines[-12:]
 

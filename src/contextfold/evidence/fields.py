@@ -356,6 +356,20 @@ def evidence_fields(pointer: EvidencePointer) -> dict[str, str]:
     return {k: v for k, v in fields.items() if v}
 
 
+def describe(pointer: EvidencePointer) -> str:
+    """What a piece of evidence is, in a few words: the call's command (a shell command line or
+    ``Read /src/app.ts``), else what it came from (``assistant message``, ``sub-agent text``)."""
+    if pointer.command:
+        return " ".join(pointer.command.split())
+    if pointer.tool_name:
+        return pointer.tool_name
+    if pointer.role == "tool":
+        return "tool result (call not seen)"
+    if pointer.role == "text":
+        return f"sub-agent {pointer.agent_run_id or ''} text".replace("  ", " ")
+    return f"{pointer.role} message"
+
+
 def pattern_key(pattern: str) -> str:
     """A search pattern as compared: lowercase words only."""
     return " ".join(_WORDISH.split(pattern.lower())).strip()
@@ -367,6 +381,7 @@ __all__ = [
     "call_fields",
     "call_key",
     "command_head",
+    "describe",
     "evidence_fields",
     "is_own_tool",
     "lines_text",

@@ -48,7 +48,7 @@ SNIPPET_CHARS = 400
 #: A query term in more documents than this only re-scores documents already matched.
 COMMON_DF = 1_000
 #: Documents taken from BM25 alone into re-ranking.
-BM25_CANDIDATES = 200
+BM25_CANDIDATES = 60
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
 _SPLIT = re.compile(r"[_./:\-]+")
@@ -172,6 +172,7 @@ class EvidenceSearch:
         self._full_paths: dict[str, list[int]] = {}
         self._urls: dict[str, list[int]] = {}
         self._patterns: dict[str, list[int]] = {}
+        self._pattern_words: dict[str, set[str]] = {}
         self._tools: dict[str, list[int]] = {}
         #: exception type -> documents that show it; the one each output ends with
         self._exceptions: dict[str, list[int]] = {}
@@ -284,6 +285,9 @@ class EvidenceSearch:
         for pat in pointer.patterns:
             key = pattern_key(pat)
             if key:
+                if key not in self._patterns:  # findable from its longest word
+                    word = max(key.split(), key=len)
+                    self._pattern_words.setdefault(word, set()).add(key)
                 self._patterns.setdefault(key, []).append(doc)
         if pointer.tool_name:
             self._tools.setdefault(pointer.tool_name, []).append(doc)
@@ -384,6 +388,34 @@ class EvidenceSearch:
                 )
         return scores
 
+    def _bm25_of(self, terms: Iterable[str], docs: set[int]) -> dict[int, float]:
+        """BM25 of ``terms`` for the given documents only (term lookups, no posting walks)."""
+        if not docs:
+            return {}
+        n = len(self._pointers)
+        avgdl = self._total_len / n if n else 1.0
+        norm = K1 * (1.0 - B)
+        per_len = K1 * B / avgdl
+        scores: dict[int, float] = {}
+        for term in terms:
+            posting = self._postings.get(term)
+            if posting is None:
+                continue
+            df = len(posting[0])
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            if idf < 0.05:
+                continue
+            if df <= len(docs):
+                pairs = ((d, tf) for d, tf in zip(posting[0], posting[1], strict=True) if d in docs)
+            else:
+                lookup = self._term_dict(term)
+                pairs = ((d, lookup[d]) for d in docs if d in lookup)
+            for doc, tf in pairs:
+                scores[doc] = scores.get(doc, 0.0) + idf * tf * (K1 + 1.0) / (
+                    tf + norm + per_len * self._lengths[doc]
+                )
+        return scores
+
     def _term_dict(self, term: str) -> dict[int, int]:
         docs, tfs = self._postings[term]
         cached = self._dicts.get(term)
@@ -402,11 +434,9 @@ class EvidenceSearch:
 
     def _pattern_docs(self, query: str) -> set[int]:
         flat = f" {pattern_key(query)} "
+        keys = {k for w in set(flat.split()) for k in self._pattern_words.get(w, ())}
         return {
-            d
-            for key, docs in self._patterns.items()
-            if len(key) >= 2 and key in flat and f" {key} " in flat
-            for d in docs
+            d for key in keys if len(key) >= 2 and f" {key} " in flat for d in self._patterns[key]
         }
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -453,7 +483,10 @@ class EvidenceSearch:
         named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact | partial)))
         handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
         extra_terms = [t for t in terms if t not in named and t not in handles]
-        extra = self._bm25([t for t in extra_terms if t not in GENERIC and t not in FILLER])
+        strong = exact | partial | path_docs | url_docs | pattern_docs | exc_docs
+        extra = self._bm25_of(
+            [t for t in extra_terms if t not in GENERIC and t not in FILLER], strong
+        )
         log = self.calls() if self.calls is not None else None
         log = log if log is not None and len(log) else self._log
         positions = log.positions
