@@ -230,3 +230,22 @@ def test_injection_for_the_first_failing_command_skips_recall_output(tmp_path: P
     hits = cm.restore(question, k=5)
     assert hits[0].pointer.tool_use_id == "c0"
     assert all(h.pointer.tool_name != "recall" for h in hits)
+
+
+def test_file_tool_paths_link_summary_items(tmp_path: Path) -> None:
+    store = EvidenceStore(tmp_path)
+    msgs = turn("r1", "Read", {"file_path": "/testbed/src/app.ts"}, "     1\texport const a = 1;")
+    block = store.index_compaction(
+        messages=msgs,
+        offloaded={},
+        summary_items_source=[("files", "Read src/app.ts to find the export")],
+        token_before=0,
+        token_after=0,
+        boundary_uuid=None,
+        natural_summary="",
+        tier="soft",
+        strategy="progressive",
+    )
+    (item,) = block.summary_items
+    (p,) = [q for q in block.evidence if q.role == "tool"]
+    assert p.id in item.evidence_ids and "file:/testbed/src/app.ts" in p.anchors

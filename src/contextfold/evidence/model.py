@@ -171,7 +171,7 @@ def _upgrade_v1(p: EvidencePointer) -> EvidencePointer:
     stored a shell command line, or ``name {json arguments}`` for other tools)."""
     if p.role != "tool" or not p.command:
         return p
-    from .fields import call_fields  # fields imports this module
+    from .fields import call_fields, lines_text  # fields imports this module
 
     name = p.tool_name or "bash"
     prefix = f"{p.tool_name} " if p.tool_name else None
@@ -183,7 +183,7 @@ def _upgrade_v1(p: EvidencePointer) -> EvidencePointer:
         patterns=got.patterns,
         urls=got.urls,
         action=got.action,
-        lines=f"{got.lines[0]}-{got.lines[1] or ''}" if got.lines else None,
+        lines=lines_text(got.lines) or None,
         shell=got.shell,
     )
 

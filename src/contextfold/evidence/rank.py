@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .calls import CallLog, path_strength
-from .fields import normalize_path
+from .fields import normalize_path, pointer_key
 from .model import EvidencePointer
 
 LEVEL = 1_000.0
@@ -259,7 +259,7 @@ class Candidate:
     pattern: bool = False
     url: bool = False
     anchors: int = 0
-    #: the exception the output ends with is one the question names
+    #: the output shows an exception type the question names
     exception: bool = False
     #: ... and it is the exception the output ends with
     primary: bool = False
@@ -297,7 +297,7 @@ def _level(c: Candidate, q: QuerySpec) -> int:
         return 2
     if c.exception:
         return 2
-    if c.path or c.pattern or c.anchors or c.tool or c.exception:
+    if c.path or c.pattern or c.anchors or c.tool:
         return 1
     return 0
 
@@ -329,8 +329,6 @@ def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Can
         if best.command == 2:
             same = [c for c in pool if c.command == 2]
             if best.pointer.command:
-                from .fields import pointer_key
-
                 key = pointer_key(best.pointer)
                 same = [c for c in same if pointer_key(c.pointer) == key] or same
             return same
@@ -416,8 +414,6 @@ def rerank(
 def group_key_of(c: Candidate, q: QuerySpec) -> str | None:
     """The key under which the caller lists a group's calls: ``call:<key>`` for runs of one
     call, ``read:<path>`` for reads of a file; None when the group is not about calls."""
-    from .fields import pointer_key
-
     if c.level == 3 and c.pointer.command:
         return "call:" + pointer_key(c.pointer)
     if c.path and q.paths:

@@ -85,6 +85,15 @@ def command_of(name: str, arguments: str) -> str:
     return call_fields(name, arguments).command[:MAX_COMMAND_CHARS]
 
 
+def _anchors(text: str, call: CallFields | None) -> tuple[str, ...]:
+    """The text's anchors; a shell command adds its own, a file tool the files it named."""
+    if call is None or call.shell:
+        return extract_anchors(text, call.command if call is not None else None)
+    found = extract_anchors(text)
+    extra = tuple(f"file:{p}" for p in call.paths if f"file:{p}" not in found)
+    return found + extra
+
+
 # --------------------------------------------------------------------------- the store
 
 
@@ -193,7 +202,7 @@ class EvidenceStore:
             agent_run_id=agent_run_id,
             parent_message_uuid=parent_message_uuid,
             content_types=classify(text, role),
-            anchors=extract_anchors(text, command if call is not None and call.shell else None),
+            anchors=_anchors(text, call),
             sha256=sha,
             chars=len(text),
             preview=_preview(text),
