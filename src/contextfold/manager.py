@@ -659,6 +659,20 @@ class ContextManager:
                 await run_off_loop(lambda: self.report_usage(response=result))
         return result
 
+    def recover_from_overflow(
+        self, exc: Exception, *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> CompactionRecord:
+        """For frameworks that own the retry loop (the integrations): when ``exc`` is a
+        context-overflow error, learn what it says (window, token count) and compact hard now
+        so the next ``prepare()`` is smaller; returns the record. Any other error (or recovery
+        turned off) is raised again."""
+        if not self.config.overflow_recovery or not is_context_overflow(exc):
+            raise exc
+        note = learn_from_overflow(self, exc)
+        record = self.compactor.recover_overflow(extra_tokens=self._extra_tokens(tools), note=note)
+        self._finish(record)
+        return record
+
     def _recover(
         self, exc: Exception, tools: Any, format: str, failed: OpenAIView | AnthropicView
     ) -> tuple[OpenAIView | AnthropicView, CompactionRecord]:
@@ -667,9 +681,7 @@ class ContextManager:
         if not self.config.overflow_recovery or not is_context_overflow(exc):
             raise exc
         sent = json.dumps(failed, sort_keys=True, default=str)  # before the cached dicts change
-        note = learn_from_overflow(self, exc)
-        record = self.compactor.recover_overflow(extra_tokens=self._extra_tokens(tools), note=note)
-        self._finish(record)
+        record = self.recover_from_overflow(exc, tools=tools)
         self._last_fixed = self._schema_tokens(tools)
         view = self._render(format)
         if json.dumps(view, sort_keys=True, default=str) == sent:
