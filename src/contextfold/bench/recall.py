@@ -51,7 +51,7 @@ MAX_SHOWN_MISSES = 40
 ORD_EN = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
 ORD_ZH = ("第一次", "第二次", "第三次", "第四次", "第五次", "第六次", "第七次", "第八次", "第九次")
 _EXC = re.compile(r"^\s*(?:E\s+)?(?:[A-Za-z_]\w*\.)*([A-Z]\w*(?:Error|Exception))(?::|\s*$)", re.M)
-#: A shell call shows a file when it only runs these (at least one viewer) on one file.
+#: A shell call shows files when it only runs these, at least one viewer on a file.
 _VIEW = {"cat", "nl", "head", "tail", "sed", "less", "more"}
 _FILTER = {"grep", "head", "tail", "wc", "sort", "uniq", "cut"}
 _CD = re.compile(r"^\s*cd\s+(?:\"[^\"]*\"|'[^']*'|[^\s;&|]+)\s*&&\s*")
@@ -131,8 +131,8 @@ def trace_calls(messages: Sequence[Mapping[str, Any]]) -> list[Call]:
                 shows = all(p in _VIEW or p in _FILTER for p in progs) and any(
                     seg.prog in _VIEW and seg.reads for seg in eff.segments
                 )
-                if shows and not eff.writes and len(eff.reads) == 1:
-                    reads = (_rel(eff.reads[0]),)
+                if shows and not eff.writes:
+                    reads = tuple(_rel(r) for r in eff.reads)
             else:
                 display = _file_display(name, args)
                 key = display

@@ -313,10 +313,10 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
     score = 20.0 if p.role == "tool" else 0.0  # an output, not a message quoting it
     if q.paths and c.command < 2 and p.action == "read":
         score += 50.0
-    if q.wants_error and c.failed:
-        score += 15.0
+    if q.wants_error and c.failed and not c.exception:
+        score += 15.0  # "the error output of `cmd`": its failing run (an error type is named)
     if c.primary:
-        score += 3.0
+        score += 0.5  # the output ends with the error named, a tie-break after recency
     score += 4.0 * max(0, c.lines) + (2.0 if c.pattern else 0.0)
     score += min(10.0, 4.0 * c.extra) + 2.0 * (max(0, c.seq) / max(1, newest))
     return score
