@@ -249,3 +249,18 @@ def test_file_tool_paths_link_summary_items(tmp_path: Path) -> None:
     (item,) = block.summary_items
     (p,) = [q for q in block.evidence if q.role == "tool"]
     assert p.id in item.evidence_ids and "file:/testbed/src/app.ts" in p.anchors
+
+
+def test_an_error_type_finds_the_newest_output_showing_it(tmp_path: Path) -> None:
+    store = EvidenceStore(tmp_path)
+    err = "RuntimeError: parser stuck\n"
+    msgs = turn(
+        "c0", "bash", {"command": "sqlfluff lint a.sql"}, "<returncode>1</returncode>\n" + err
+    )
+    msgs += turn("c1", "bash", {"command": "python check.py"}, "<returncode>0</returncode>\n" + err)
+    msgs += turn("c2", "bash", {"command": "ls"}, "<returncode>0</returncode>\na.sql\n")
+    index(store, msgs)
+    search = EvidenceSearch(store)
+    assert top(search, "What was the full RuntimeError error?") == "c1"
+    assert top(search, "What was the full RuntimeError error the first time?") == "c0"
+    assert top(search, "第一次的 RuntimeError 完整报错") == "c0"
