@@ -113,6 +113,7 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
+    from ..evidence.fields import describe
     from ..evidence.store import EvidenceStore
 
     ws = existing_session(args.workspace, args.session)
@@ -129,7 +130,7 @@ def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
         )
         for p in b.evidence:
             print(
-                f"   {p.id} {','.join(p.content_types):<24} {(p.command or p.tool_name or '')[:70]}",
+                f"   {p.id} {','.join(p.content_types):<24} {describe(p)[:70]}",
                 file=out,
             )
     return 0
