@@ -253,7 +253,7 @@ def test_same_message_indexed_twice_keeps_one_id(tmp_path: Path) -> None:
 def test_command_of() -> None:
     assert command_of("bash", '{"command": "ls -la"}') == "ls -la"
     assert command_of("exec", '{"cmd": ["git", "status"]}') == "git status"
-    assert command_of("read_file", '{"path": "a.py"}') == 'read_file {"path": "a.py"}'
+    assert command_of("read_file", '{"path": "a.py"}') == "read_file a.py"
     assert command_of("x", "not json") == "not json"
 
 

@@ -116,6 +116,7 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
+    from ..evidence.fields import describe
     from ..export import blocks_of
 
     store = existing_session(args.workspace, args.session)
@@ -134,7 +135,7 @@ def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
         )
         for p in b.evidence:
             print(
-                f"   {p.id} {','.join(p.content_types):<24} {(p.command or p.tool_name or '')[:70]}",
+                f"   {p.id} {','.join(p.content_types):<24} {describe(p)[:70]}",
                 file=out,
             )
     return 0

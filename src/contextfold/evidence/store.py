@@ -15,7 +15,6 @@ the seed's priority (:meth:`EvidenceStore.restore`).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from ..messages import Message
 from ..storage.base import SearchDoc
 from ..storage.session import SessionStore
 from .classify import classify, extract_anchors, link_summary_item, normalize_command, summary_hints
+from .fields import CallFields, call_fields, is_own_tool, lines_text
 from .model import CompactBlock, EvidenceFormatError, EvidencePointer
 
 PREVIEW_CHARS = 240
@@ -81,20 +81,18 @@ def _preview(text: str) -> str:
 
 
 def command_of(name: str, arguments: str) -> str:
-    """A short human form of a tool call: the shell command for bash-like tools, else JSON."""
-    try:
-        args = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return arguments[:MAX_COMMAND_CHARS]
-    if isinstance(args, dict):
-        for key in ("command", "cmd", "script"):
-            value = args.get(key)
-            if isinstance(value, str) and value.strip():
-                return value[:MAX_COMMAND_CHARS]
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return " ".join(value)[:MAX_COMMAND_CHARS]
-    text = json.dumps(args, ensure_ascii=False, sort_keys=True)
-    return f"{name} {text}"[:MAX_COMMAND_CHARS]
+    """A short human form of a tool call: the shell command for bash-like tools, else the tool
+    with its path and short arguments (``Read /src/app.ts offset=10``)."""
+    return call_fields(name, arguments).command[:MAX_COMMAND_CHARS]
+
+
+def _anchors(text: str, call: CallFields | None) -> tuple[str, ...]:
+    """The text's anchors; a shell command adds its own, a file tool the files it named."""
+    if call is None or call.shell:
+        return extract_anchors(text, call.command if call is not None else None)
+    found = extract_anchors(text)
+    extra = tuple(f"file:{p}" for p in call.paths if f"file:{p}" not in found)
+    return found + extra
 
 
 # --------------------------------------------------------------------------- the store
@@ -114,7 +112,18 @@ def search_docs(
     """The index rows of a block's pointers (body, command, hints, command key)."""
     docs = []
     for p in block.evidence:
-        hints = " ".join((*p.anchors, *p.content_types, p.tool_name or "", p.role))
+        if p.role == "tool" and is_own_tool(p.tool_name):
+            continue  # a recall / session / memory result is a view of evidence, not evidence
+        hints = " ".join(
+            (
+                p.tool_name or "",
+                *p.paths,
+                *p.patterns,
+                *p.urls,
+                *p.anchors,
+                *p.content_types,
+            )
+        )
         docs.append(
             SearchDoc(
                 namespace=NAMESPACE,
@@ -149,8 +158,8 @@ class EvidenceStore:
         self._blocks: list[CompactBlock] | None = None
         self._skipped = 0
         self._n_evidence = 0
-        #: tool call id -> (tool name, command), for results whose call left the view earlier.
-        self._calls: dict[str, tuple[str, str]] = {}
+        #: tool call id -> what the call was about, for results whose call left the view earlier.
+        self._calls: dict[str, CallFields] = {}
         #: body text of pointers made since the last block was appended (for the index)
         self._texts: dict[str, str] = {}
 
@@ -190,7 +199,7 @@ class EvidenceStore:
         get their command: e.g. a result offloaded on arrival whose call is still in view."""
         for msg in messages:
             for call in msg.tool_calls:
-                self._calls[call.id] = (call.name, command_of(call.name, call.arguments))
+                self._calls[call.id] = call_fields(call.name, call.arguments)
 
     def _pointer(
         self,
@@ -202,13 +211,13 @@ class EvidenceStore:
         message_uuid: str | None,
         tool_use_id: str | None = None,
         tool_result_path: str | None = None,
-        tool_name: str | None = None,
-        command: str | None = None,
+        call: CallFields | None = None,
         source_scope: Literal["main_agent", "sub_agent"] = "main_agent",
         agent_run_id: str | None = None,
         parent_message_uuid: str | None = None,
     ) -> EvidencePointer:
         rel, sha = self.archive_bytes(data)
+        command = call.command if call is not None else None
         key = "\x00".join(
             [source_scope, agent_run_id or "", message_uuid or "", tool_use_id or "", sha]
         )
@@ -223,15 +232,21 @@ class EvidenceStore:
             source_scope=source_scope,
             agent_run_id=agent_run_id,
             parent_message_uuid=parent_message_uuid,
-            content_types=classify(text),
-            anchors=extract_anchors(text, command),
+            content_types=classify(text, role),
+            anchors=_anchors(text, call),
             sha256=sha,
             chars=len(text),
             preview=_preview(text),
             command=command,
-            tool_name=tool_name,
+            tool_name=call.tool if call is not None else None,
             role=role,
             created_at=seq,
+            paths=call.paths if call is not None else (),
+            patterns=call.patterns if call is not None else (),
+            urls=call.urls if call is not None else (),
+            action=call.action if call is not None else None,
+            lines=lines_text(call.lines) or None if call is not None else None,
+            shell=call.shell if call is not None else False,
         )
 
     def _pointers_for(
@@ -244,8 +259,8 @@ class EvidenceStore:
         out: list[EvidencePointer] = []
         for msg in messages:
             if msg.role == "assistant":
-                for call in msg.tool_calls:
-                    self._calls[call.id] = (call.name, command_of(call.name, call.arguments))
+                for tc in msg.tool_calls:
+                    self._calls[tc.id] = call_fields(tc.name, tc.arguments)
                 if len(msg.text.strip()) < MIN_ASSISTANT_CHARS:
                     continue
             elif msg.role not in ("tool", "user"):
@@ -255,10 +270,12 @@ class EvidenceStore:
                 continue
             data = _encode(text)
             tool_result_path: str | None = None
-            name: str | None = None
-            command: str | None = None
+            call: CallFields | None = None
             if msg.role == "tool":
                 call_id = msg.tool_call_id or ""
+                call = self._calls.get(call_id)
+                if call is not None and is_own_tool(call.tool):
+                    continue  # contextfold's own tool results are views of evidence, not evidence
                 info = offloaded.get(call_id) or offloaded.get(msg.uuid)
                 if info is not None:
                     tool_result_path = str(info.path)
@@ -266,9 +283,6 @@ class EvidenceStore:
                     if body is not None:
                         data = body
                         text = _decode(body)
-                known = self._calls.get(call_id)
-                if known is not None:
-                    name, command = known
             seq += 1
             out.append(
                 self._pointer(
@@ -279,8 +293,7 @@ class EvidenceStore:
                     message_uuid=msg.uuid,
                     tool_use_id=msg.tool_call_id,
                     tool_result_path=tool_result_path,
-                    tool_name=name,
-                    command=command,
+                    call=call,
                     **scope,
                 )
             )
