@@ -54,3 +54,14 @@ def blob_path(ws: Path, sha: str) -> Path:
 def session_store(root: Path, sid: str = "s", agent: str = "a") -> SessionStore:
     """A writer on session ``sid`` of a SQLite store at ``root``."""
     return SessionStore(SQLiteStore(root), sid, agent)
+
+
+def session_ids(ws: Path) -> list[str]:
+    """Ids of the sessions stored in the workspace, sorted."""
+    if not (ws / "store.sqlite").is_file():
+        return []
+    store = _store(ws)
+    try:
+        return sorted(i.session_id for i in store.sessions())
+    finally:
+        store.close()
