@@ -1,0 +1,208 @@
+"""PostgreSQL side of the store: versioned migrations and the search-index encoding.
+
+Migrations. Every table lives in one schema (``contextfold`` by default). ``schema_version``
+records which migrations ran; :func:`migrate` applies the missing ones in one transaction under
+a transaction-level advisory lock keyed by the schema name, so many workers opening the same
+database for the first time at once apply each migration exactly once (the others wait, then
+find nothing to do). A store whose database is newer than this release refuses to open.
+
+Search encoding. Text is tokenized by :func:`contextfold.evidence.search.tokenize` (the same
+tokenizer as the embedded BM25: identifiers split on ``_./:-`` and camelCase, CJK bigrams) and
+written as a ``tsvector`` literal, so PostgreSQL stores exactly those tokens (no stemming, no
+stop words of its own). Positions carry no meaning: a token seen ``n`` times gets positions
+``1..n`` (capped at 256, PostgreSQL's limit), so the term frequency survives; tokens of fields
+other than ``body`` carry weight ``A`` and count double.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+
+from ..errors import StorageError
+from ..evidence.search import STOPWORDS, tokenize
+
+#: The schema version this release writes and reads.
+SCHEMA_VERSION = 1
+
+#: Characters of one field that are indexed (head and tail of very large texts).
+INDEX_CHARS = 200_000
+#: PostgreSQL keeps at most 256 positions per lexeme; lexemes are limited to 2 KB.
+MAX_POSITIONS = 256
+MAX_LEXEME_CHARS = 200
+#: Weight of a token found in a field other than ``body`` (hints, titles, commands).
+HINT_WEIGHT = 2
+#: Query terms kept (rarest are not known before asking; the first ones win).
+MAX_QUERY_TERMS = 32
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+_MIGRATIONS: dict[int, Sequence[str]] = {
+    1: (
+        """CREATE TABLE {s}.sessions (
+            session_id text PRIMARY KEY,
+            agent_id text NOT NULL,
+            title text NOT NULL DEFAULT '',
+            created_at text NOT NULL,
+            updated_at text NOT NULL,
+            head bigint NOT NULL DEFAULT 0,
+            messages bigint NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX sessions_agent_updated ON {s}.sessions (agent_id, updated_at DESC)",
+        "CREATE INDEX sessions_updated ON {s}.sessions (updated_at DESC)",
+        # json, not jsonb: json keeps the text as written and accepts \\u0000 in strings
+        """CREATE TABLE {s}.events (
+            session_id text NOT NULL,
+            seq bigint NOT NULL,
+            kind text NOT NULL,
+            ts text NOT NULL,
+            data json NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )""",
+        "CREATE INDEX events_kind ON {s}.events (session_id, kind, seq)",
+        """CREATE TABLE {s}.documents (
+            namespace text NOT NULL,
+            key text NOT NULL,
+            value json NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (namespace, key)
+        )""",
+        """CREATE TABLE {s}.search_docs (
+            namespace text NOT NULL,
+            doc_id text NOT NULL,
+            scope text NOT NULL,
+            session_id text NOT NULL,
+            meta json NOT NULL,
+            doc_len integer NOT NULL,
+            tsv tsvector NOT NULL,
+            PRIMARY KEY (namespace, doc_id)
+        )""",
+        "CREATE INDEX search_docs_tsv ON {s}.search_docs USING gin (tsv)",
+        "CREATE INDEX search_docs_session ON {s}.search_docs (namespace, session_id)",
+        """CREATE TABLE {s}.blobs (
+            sha256 text PRIMARY KEY,
+            size bigint NOT NULL,
+            data bytea NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )""",
+    ),
+}
+
+
+def check_schema_name(schema: str) -> str:
+    """``schema`` if it is a plain lowercase identifier (it is spliced into SQL)."""
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise StorageError(
+            f"PostgreSQL schema name {schema!r} is not a plain identifier "
+            "(lowercase letters, digits and underscores, at most 63 characters)"
+        )
+    return schema
+
+
+def _current_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int | None:
+    """The schema's version, or None when the version table does not exist yet."""
+    row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',)).fetchone()
+    if row is None or row[0] is None:
+        return None
+    got = conn.execute(f'SELECT max(version) FROM "{schema}".schema_version').fetchone()
+    return int(got[0]) if got is not None and got[0] is not None else 0
+
+
+def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
+    """Bring ``schema`` to :data:`SCHEMA_VERSION`; returns how many migrations ran.
+
+    ``conn`` must be in autocommit mode (each migration batch is its own transaction).
+    """
+    version = _current_version(conn, schema)
+    if version == SCHEMA_VERSION:  # the common case: one round trip, no lock
+        return 0
+    with conn.transaction():
+        # one writer per schema; the others wait here, then see the work done
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"contextfold:{schema}",))
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        conn.execute(
+            f'CREATE TABLE IF NOT EXISTS "{schema}".schema_version ('
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        version = _current_version(conn, schema) or 0
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"PostgreSQL schema {schema!r} is at version {version}, newer than this "
+                f"release of contextfold understands ({SCHEMA_VERSION}); upgrade contextfold"
+            )
+        ran = 0
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[number]:
+                conn.execute(statement.replace("{s}", f'"{schema}"'))
+            conn.execute(f'INSERT INTO "{schema}".schema_version (version) VALUES (%s)', (number,))
+            ran += 1
+        return ran
+
+
+# ------------------------------------------------------------------------ search encoding
+
+
+def _cap(text: str) -> str:
+    if len(text) <= INDEX_CHARS:
+        return text
+    half = INDEX_CHARS // 2
+    return text[:half] + "\n" + text[-half:]
+
+
+def _quote(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def encode_fields(fields: Mapping[str, str]) -> tuple[str, int]:
+    """A ``tsvector`` literal of the fields' tokens and the document's (weighted) length."""
+    counts: dict[str, list[int]] = {}
+    for name, text in fields.items():
+        heavy = 0 if name == "body" else 1
+        for token in tokenize(_cap(text)):
+            if len(token) > MAX_LEXEME_CHARS:
+                continue
+            slot = counts.get(token)
+            if slot is None:
+                slot = counts[token] = [0, 0]
+            slot[heavy] += 1
+    parts: list[str] = []
+    length = 0
+    for token, (light, heavy) in counts.items():
+        length += light + HINT_WEIGHT * heavy
+        light = min(light, MAX_POSITIONS)
+        heavy = min(heavy, MAX_POSITIONS - light)
+        positions = [str(i) for i in range(1, light + 1)]
+        positions.extend(f"{i}A" for i in range(light + 1, light + heavy + 1))
+        parts.append(f"{_quote(token)}:{','.join(positions)}")
+    return " ".join(parts), length
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct tokens of a query, stop words dropped (kept if nothing else is left)."""
+    tokens = [t for t in dict.fromkeys(tokenize(query)) if len(t) <= MAX_LEXEME_CHARS]
+    content = [t for t in tokens if t not in STOPWORDS]
+    return (content or tokens)[:MAX_QUERY_TERMS]
+
+
+def term_query(term: str) -> str:
+    """A ``tsquery`` literal matching exactly one lexeme."""
+    return _quote(term)
+
+
+def any_query(terms: Sequence[str]) -> str:
+    """A ``tsquery`` literal matching any of the lexemes."""
+    return " | ".join(_quote(t) for t in terms)
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "any_query",
+    "check_schema_name",
+    "encode_fields",
+    "migrate",
+    "query_terms",
+    "term_query",
+]
