@@ -1,0 +1,640 @@
+"""Embedded backend: one SQLite database in WAL mode plus blob files, under a workspace folder.
+
+Layout::
+
+    <workspace>/store.sqlite   events, sessions, documents, search index (FTS5, bm25())
+    <workspace>/blobs/ab/<sha256>   content-addressed bytes, written tmp + fsync + rename
+
+Every thread gets its own connection (closed by :meth:`SQLiteStore.close`). A transaction is
+``BEGIN IMMEDIATE`` (it takes the write lock at once, so the expected-sequence check and the
+append are one step for every process); a busy database is waited for (``busy_timeout``) and
+retried, so "database is locked" never reaches the caller. Without FTS5 the index falls back
+to a plain table scanned with LIKE and ranked by the same BM25 in Python.
+
+A workspace that cannot be written (read-only mount, permissions) opens read-only: reads and
+searches work, writes raise :class:`StorageError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import StorageError
+from .base import (
+    JSON,
+    BlobCorruptError,
+    BlobNotFoundError,
+    ConcurrentWriteError,
+    Event,
+    NewEvent,
+    SearchDoc,
+    SearchHit,
+    SessionInfo,
+)
+from .text import BODY_WEIGHT, HINT_WEIGHT, bm25_scores, query_terms, split_fields
+from .util import check_bytes, check_sha, sha256_hex, utc_now
+
+DB_NAME = "store.sqlite"
+SCHEMA_VERSION = 1
+BUSY_MS = 10_000
+#: BEGIN IMMEDIATE is retried this long (seconds) on a busy database before giving up.
+LOCK_PATIENCE = 120.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', events INTEGER NOT NULL,
+    messages INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id, updated_at);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
+    data TEXT NOT NULL, PRIMARY KEY (session_id, seq));
+CREATE INDEX IF NOT EXISTS events_kind ON events(session_id, kind, seq);
+CREATE TABLE IF NOT EXISTS docs (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (namespace, key));
+CREATE TABLE IF NOT EXISTS search_docs (
+    id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+    session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
+    UNIQUE (namespace, doc_id));
+CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
+CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(body, hints, content='', "
+    "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
+)
+
+
+def fts5_available() -> bool:
+    try:
+        con = sqlite3.connect(":memory:")
+        try:
+            con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _dump(value: Mapping[str, JSON], what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
+
+
+class FileBlobs:
+    """``<root>/blobs/ab/<sha256>``: written once, atomically; checked on every read."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "blobs"
+
+    def path(self, sha256: str) -> Path:
+        check_sha(sha256)
+        return self.dir / sha256[:2] / sha256
+
+    def put(self, data: bytes) -> str:
+        raw = check_bytes(data)
+        sha = sha256_hex(raw)
+        target = self.path(sha)
+        with contextlib.suppress(OSError):
+            if target.stat().st_size == len(raw):
+                return sha
+        tmp = target.with_name(f".{sha}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(raw)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+            dfd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise StorageError(f"cannot write blob {sha[:16]}… under {self.dir}: {exc}") from exc
+        return sha
+
+    def get(self, sha256: str) -> bytes:
+        path = self.path(sha256)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise BlobNotFoundError(f"no blob {sha256[:16]}… under {self.dir}") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read blob {path}: {exc}") from exc
+        if sha256_hex(data) != sha256:
+            raise BlobCorruptError(f"blob {path} does not match its sha256 (damaged file)")
+        return data
+
+    def has(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    def size(self, sha256: str) -> int | None:
+        try:
+            return self.path(sha256).stat().st_size
+        except OSError:
+            return None
+
+
+class _SQLiteTransaction:
+    def __init__(self, store: SQLiteStore, con: sqlite3.Connection) -> None:
+        self._store = store
+        self._con = con
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> list[Event]:
+        if not isinstance(session_id, str) or not session_id:
+            raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
+        if not isinstance(agent_id, str) or not agent_id:
+            raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
+        con = self._con
+        row = con.execute(
+            "SELECT agent_id, events, title FROM sessions WHERE session_id=?", (session_id,)
+        ).fetchone()
+        actual = int(row[1]) if row else 0
+        if actual != expected_seq:
+            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        now = utc_now()
+        if row is not None and row[0] != agent_id:
+            raise StorageError(
+                f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
+            )
+        out: list[Event] = []
+        rows: list[tuple[str, int, str, str, str]] = []
+        for i, ev in enumerate(events):
+            text = _dump(ev.data, f"event {ev.kind!r} of session {session_id!r}")
+            rows.append((session_id, actual + i, ev.kind, now, text))
+            out.append(
+                Event(
+                    session_id=session_id,
+                    seq=actual + i,
+                    kind=ev.kind,
+                    ts=now,
+                    data=json.loads(text),
+                )
+            )
+        con.executemany("INSERT INTO events VALUES (?,?,?,?,?)", rows)
+        n_msg = sum(1 for e in out if e.kind == "message")
+        if row is None:
+            con.execute(
+                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?)",
+                (session_id, agent_id, now, now, title or "", len(out), n_msg),
+            )
+        else:
+            con.execute(
+                "UPDATE sessions SET events=events+?, messages=messages+?, updated_at=?, "
+                "title=CASE WHEN title='' THEN ? ELSE title END WHERE session_id=?",
+                (len(out), n_msg, now, title or "", session_id),
+            )
+        return out
+
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        text = _dump(value, f"document {namespace}/{key}")
+        self._con.execute("INSERT OR REPLACE INTO docs VALUES (?,?,?)", (namespace, key, text))
+
+    def delete_doc(self, namespace: str, key: str) -> None:
+        self._con.execute("DELETE FROM docs WHERE namespace=? AND key=?", (namespace, key))
+
+    def index(self, docs: Sequence[SearchDoc]) -> None:
+        con = self._con
+        fts = self._store.fts5
+        for d in docs:
+            meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
+            body, hints = split_fields(d.fields)
+            old = con.execute(
+                "SELECT id, body, hints FROM search_docs WHERE namespace=? AND doc_id=?",
+                (d.namespace, d.doc_id),
+            ).fetchone()
+            if old is not None:
+                if fts:
+                    con.execute(
+                        "INSERT INTO search_fts(search_fts, rowid, body, hints) "
+                        "VALUES('delete', ?, ?, ?)",
+                        old,
+                    )
+                con.execute("DELETE FROM search_docs WHERE id=?", (old[0],))
+            cur = con.execute(
+                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints),
+            )
+            if fts:
+                con.execute(
+                    "INSERT INTO search_fts(rowid, body, hints) VALUES (?,?,?)",
+                    (cur.lastrowid, body, hints),
+                )
+
+    def unindex(self, namespace: str, *, session_id: str) -> None:
+        self._store._unindex(self._con, "namespace=? AND session_id=?", (namespace, session_id))
+
+
+class SQLiteStore:
+    """SQLite (WAL) + blob files under ``root``. See the module docstring."""
+
+    def __init__(self, root: str | Path, *, fts5: bool | None = None) -> None:
+        self.root = Path(root)
+        self.path = self.root / DB_NAME
+        self.fts5 = fts5_available() if fts5 is None else fts5
+        self.read_only = False
+        self._blobs = FileBlobs(self.root)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._init()
+
+    # ------------------------------------------------------------------ connections
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    @property
+    def blobs(self) -> FileBlobs:
+        return self._blobs
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            # a WAL database on a read-only mount may not be able to create its -shm file:
+            # then read it as immutable (nobody can be writing to a read-only mount)
+            for mode in ("mode=ro", "immutable=1"):
+                con = sqlite3.connect(f"file:{self.path}?{mode}", uri=True, check_same_thread=False)
+                try:
+                    con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                    break
+                except sqlite3.Error:
+                    con.close()
+                    if mode == "immutable=1":
+                        raise
+        else:
+            con = sqlite3.connect(
+                self.path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+        con.isolation_level = None
+        con.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+        if not self.read_only:
+            con.execute("PRAGMA synchronous=NORMAL")
+        return con
+
+    def _init(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            con = self._connect()
+            try:
+                self._retry(lambda: con.execute("PRAGMA journal_mode=WAL"))
+                self._retry(lambda: con.executescript(_SCHEMA))
+                if self.fts5:
+                    self._retry(lambda: con.execute(_FTS))
+                self._retry(
+                    lambda: con.execute(
+                        "INSERT OR IGNORE INTO store_meta VALUES ('schema', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                )
+            finally:
+                con.close()
+        except (OSError, sqlite3.Error) as exc:
+            if not self.path.is_file():
+                raise StorageError(f"cannot create the store {self.path}: {exc}") from exc
+            self.read_only = True  # an existing database we cannot write: serve reads
+        try:
+            version = (
+                self._con().execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
+            )
+            if self.read_only:
+                self.fts5 = bool(
+                    self._con()
+                    .execute("SELECT 1 FROM sqlite_master WHERE name='search_fts'")
+                    .fetchone()
+                )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the store {self.path}: {exc}") from exc
+        if version is None or int(version[0]) > SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.path} has schema {version[0] if version else 'unknown'}; this contextfold "
+                f"reads schema {SCHEMA_VERSION} (upgrade contextfold)"
+            )
+
+    def _con(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StorageError(f"the store {self.path} is closed")
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            try:
+                con = self._connect()
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot open {self.path}: {exc}") from exc
+            self._local.con = con
+            with self._lock:
+                self._all.append(con)
+        return con
+
+    @staticmethod
+    def _retry(fn: Any) -> Any:
+        deadline = time.monotonic() + LOCK_PATIENCE
+        delay = 0.005
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[sqlite3.Connection]:
+        try:
+            yield self._con()
+        except sqlite3.Error as exc:
+            raise StorageError(f"{what} failed in {self.path}: {exc}") from exc
+
+    # ------------------------------------------------------------------ transactions
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_SQLiteTransaction]:
+        con = self._con()
+        outer: _SQLiteTransaction | None = getattr(self._local, "txn", None)
+        if outer is not None:  # nested: part of the enclosing unit
+            yield outer
+            return
+        if self.read_only:
+            raise StorageError(f"the workspace {self.root} is read-only; nothing can be written")
+        try:
+            self._retry(lambda: con.execute("BEGIN IMMEDIATE"))
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot start a write in {self.path}: {exc}") from exc
+        txn = _SQLiteTransaction(self, con)
+        self._local.txn = txn
+        try:
+            yield txn
+            self._retry(lambda: con.execute("COMMIT"))
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"writing to {self.path} failed: {exc}") from exc
+            raise
+        finally:
+            self._local.txn = None
+
+    # ------------------------------------------------------------------ events
+    def head(self, session_id: str) -> int:
+        with self._reading("reading the head of a session") as con:
+            row = con.execute(
+                "SELECT events FROM sessions WHERE session_id=?", (session_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def _event(row: Sequence[Any], session_id: str) -> Event:
+        return Event(
+            session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
+        )
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Iterator[Event]:
+        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=? AND seq>=?"
+        args: list[Any] = [session_id, start]
+        if stop is not None:
+            sql += " AND seq<?"
+            args.append(stop)
+        if kinds is not None:
+            if not kinds:
+                return iter(())
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        sql += " ORDER BY seq"
+        try:
+            with self._reading(f"reading session {session_id!r}") as con:
+                rows = con.execute(sql, args).fetchall()
+            return iter([self._event(r, session_id) for r in rows])
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
+
+    def read_last(
+        self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
+    ) -> list[Event]:
+        if n <= 0:
+            return []
+        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=?"
+        args: list[Any] = [session_id]
+        if kinds is not None:
+            if not kinds:
+                return []
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        args.append(n)
+        try:
+            with self._reading(f"reading session {session_id!r}") as con:
+                rows = con.execute(sql, args).fetchall()
+            return [self._event(r, session_id) for r in reversed(rows)]
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
+
+    @staticmethod
+    def _info(row: Sequence[Any]) -> SessionInfo:
+        return SessionInfo(
+            session_id=row[0],
+            agent_id=row[1],
+            created_at=row[2],
+            updated_at=row[3],
+            title=row[4],
+            events=int(row[5]),
+            messages=int(row[6]),
+        )
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        with self._reading("reading a session") as con:
+            row = con.execute("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        return self._info(row) if row else None
+
+    def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
+        sql = "SELECT * FROM sessions"
+        args: list[Any] = []
+        if agent_ids is not None:
+            if not agent_ids:
+                return []
+            sql += f" WHERE agent_id IN ({','.join('?' * len(agent_ids))})"
+            args.extend(agent_ids)
+        sql += " ORDER BY updated_at DESC, session_id DESC"
+        with self._reading("listing sessions") as con:
+            return [self._info(r) for r in con.execute(sql, args).fetchall()]
+
+    def _unindex(self, con: sqlite3.Connection, where: str, args: Sequence[Any]) -> None:
+        if self.fts5:
+            con.execute(
+                "INSERT INTO search_fts(search_fts, rowid, body, hints) "
+                f"SELECT 'delete', id, body, hints FROM search_docs WHERE {where}",
+                args,
+            )
+        con.execute(f"DELETE FROM search_docs WHERE {where}", args)
+
+    def delete_session(self, session_id: str) -> None:
+        with self.transaction() as txn:
+            con = txn._con
+            con.execute("DELETE FROM events WHERE session_id=?", (session_id,))
+            con.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+            con.execute(
+                "DELETE FROM docs WHERE substr(key, 1, ?)=?",
+                (len(session_id) + 1, session_id + "/"),
+            )
+            self._unindex(con, "session_id=?", (session_id,))
+
+    # ------------------------------------------------------------------ documents
+    def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
+        with self._reading(f"reading document {namespace}/{key}") as con:
+            row = con.execute(
+                "SELECT value FROM docs WHERE namespace=? AND key=?", (namespace, key)
+            ).fetchone()
+        if row is None:
+            return None
+        try:
+            value = json.loads(row[0])
+        except ValueError as exc:
+            raise StorageError(f"document {namespace}/{key} is damaged: {exc}") from exc
+        return value if isinstance(value, dict) else None
+
+    def docs(self, namespace: str, *, prefix: str = "") -> dict[str, dict[str, JSON]]:
+        with self._reading(f"reading documents {namespace}/{prefix}*") as con:
+            rows = con.execute(
+                "SELECT key, value FROM docs WHERE namespace=? AND substr(key, 1, ?)=? "
+                "ORDER BY key",
+                (namespace, len(prefix), prefix),
+            ).fetchall()
+        out: dict[str, dict[str, JSON]] = {}
+        for key, text in rows:
+            with contextlib.suppress(ValueError):
+                value = json.loads(text)
+                if isinstance(value, dict):
+                    out[key] = value
+        return out
+
+    # ------------------------------------------------------------------ search
+    def search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        terms = query_terms(query)
+        if not terms or limit <= 0 or (scopes is not None and not scopes):
+            return []
+        where = "d.namespace=?"
+        args: list[Any] = [namespace]
+        if scopes is not None:
+            where += f" AND d.scope IN ({','.join('?' * len(scopes))})"
+            args.extend(scopes)
+        if session_id is not None:
+            where += " AND d.session_id=?"
+            args.append(session_id)
+        with self._reading(f"searching {namespace}") as con:
+            if self.fts5:
+                match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+                rows = con.execute(
+                    f"SELECT d.doc_id, d.session_id, d.meta, "
+                    f"-bm25(search_fts, {BODY_WEIGHT}, {HINT_WEIGHT}) AS s FROM search_fts "
+                    f"JOIN search_docs d ON d.id=search_fts.rowid WHERE search_fts MATCH ? "
+                    f"AND {where} ORDER BY s DESC, d.doc_id LIMIT ?",
+                    [match, *args, limit],
+                ).fetchall()
+                return [
+                    SearchHit(
+                        doc_id=r[0], session_id=r[1], score=float(r[3]), meta=json.loads(r[2])
+                    )
+                    for r in rows
+                ]
+            return self._search_scan(con, terms, where, args, limit)
+
+    def _search_scan(
+        self,
+        con: sqlite3.Connection,
+        terms: list[str],
+        where: str,
+        args: list[Any],
+        limit: int,
+    ) -> list[SearchHit]:
+        """Without FTS5: LIKE finds candidates, the shared BM25 ranks them."""
+        like = " OR ".join("(' ' || d.body || ' ' || d.hints || ' ') LIKE ?" for _ in terms)
+        rows = con.execute(
+            f"SELECT d.doc_id, d.session_id, d.meta, d.body, d.hints FROM search_docs d "
+            f"WHERE {where} AND ({like})",
+            [*args, *(f"% {t} %" for t in terms)],
+        ).fetchall()
+        total, length = con.execute(
+            "SELECT count(*), coalesce(sum(length(body) + length(hints)), 0) FROM search_docs"
+        ).fetchone()
+        docs: dict[int, tuple[Counter[str], Counter[str], int]] = {}
+        df: Counter[str] = Counter()
+        for i, r in enumerate(rows):
+            body, hints = Counter(r[3].split()), Counter(r[4].split())
+            docs[i] = (body, hints, sum(body.values()) + sum(hints.values()))
+            df.update(set(terms) & (body.keys() | hints.keys()))
+        avg_tokens = (length / 6.0 / total) if total else 1.0  # about 6 characters a token
+        scores = bm25_scores(terms, docs, total_docs=total, avg_len=avg_tokens, doc_freq=df)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], rows[kv[0]][0]))[:limit]
+        return [
+            SearchHit(
+                doc_id=rows[i][0], session_id=rows[i][1], score=s, meta=json.loads(rows[i][2])
+            )
+            for i, s in ranked
+        ]
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for con in conns:
+            with contextlib.suppress(sqlite3.Error):
+                con.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["FileBlobs", "SQLiteStore", "fts5_available"]
