@@ -6,12 +6,13 @@ a transaction-level advisory lock keyed by the schema name, so many workers open
 database for the first time at once apply each migration exactly once (the others wait, then
 find nothing to do). A store whose database is newer than this release refuses to open.
 
-Search encoding. Text is tokenized by :func:`contextfold.evidence.search.tokenize` (the same
-tokenizer as the embedded BM25: identifiers split on ``_./:-`` and camelCase, CJK bigrams) and
+Search encoding. Text is tokenized by :func:`contextfold.storage.text.tokenize` (the tokenizer
+every backend shares: identifiers whole and split on ``_./:-`` and camelCase, CJK bigrams) and
 written as a ``tsvector`` literal, so PostgreSQL stores exactly those tokens (no stemming, no
-stop words of its own). Positions carry no meaning: a token seen ``n`` times gets positions
-``1..n`` (capped at 256, PostgreSQL's limit), so the term frequency survives; tokens of fields
-other than ``body`` carry weight ``A`` and count double.
+stop words of its own; the ``simple`` configuration's parser never runs). Positions carry no
+meaning: a token seen ``n`` times gets positions ``1..n`` (capped at 256, PostgreSQL's limit),
+so the term frequency survives; tokens of fields other than ``body`` carry weight ``A`` and
+count double, as in the SQLite index.
 """
 
 from __future__ import annotations
@@ -23,20 +24,16 @@ from typing import Any
 import psycopg
 
 from ..errors import StorageError
-from ..evidence.search import STOPWORDS, tokenize
+from .text import HINT_WEIGHT, clip, query_terms, tokenize
 
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = 1
 
-#: Characters of one field that are indexed (head and tail of very large texts).
-INDEX_CHARS = 200_000
 #: PostgreSQL keeps at most 256 positions per lexeme; lexemes are limited to 2 KB.
 MAX_POSITIONS = 256
 MAX_LEXEME_CHARS = 200
-#: Weight of a token found in a field other than ``body`` (hints, titles, commands).
-HINT_WEIGHT = 2
-#: Query terms kept (rarest are not known before asking; the first ones win).
-MAX_QUERY_TERMS = 32
+#: Query terms kept (the first ones win).
+MAX_QUERY_TERMS = 64
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -145,23 +142,19 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
 # ------------------------------------------------------------------------ search encoding
 
 
-def _cap(text: str) -> str:
-    if len(text) <= INDEX_CHARS:
-        return text
-    half = INDEX_CHARS // 2
-    return text[:half] + "\n" + text[-half:]
-
-
 def _quote(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def encode_fields(fields: Mapping[str, str]) -> tuple[str, int]:
-    """A ``tsvector`` literal of the fields' tokens and the document's (weighted) length."""
+    """A ``tsvector`` literal of the fields' tokens and the document's length in tokens
+    (unweighted, as FTS5 counts it)."""
     counts: dict[str, list[int]] = {}
-    for name, text in fields.items():
+    length = 0
+    for name, text in sorted(fields.items()):
         heavy = 0 if name == "body" else 1
-        for token in tokenize(_cap(text)):
+        for token in tokenize(clip(text)):
+            length += 1
             if len(token) > MAX_LEXEME_CHARS:
                 continue
             slot = counts.get(token)
@@ -169,9 +162,7 @@ def encode_fields(fields: Mapping[str, str]) -> tuple[str, int]:
                 slot = counts[token] = [0, 0]
             slot[heavy] += 1
     parts: list[str] = []
-    length = 0
     for token, (light, heavy) in counts.items():
-        length += light + HINT_WEIGHT * heavy
         light = min(light, MAX_POSITIONS)
         heavy = min(heavy, MAX_POSITIONS - light)
         positions = [str(i) for i in range(1, light + 1)]
@@ -180,11 +171,9 @@ def encode_fields(fields: Mapping[str, str]) -> tuple[str, int]:
     return " ".join(parts), length
 
 
-def query_terms(query: str) -> list[str]:
-    """The distinct tokens of a query, stop words dropped (kept if nothing else is left)."""
-    tokens = [t for t in dict.fromkeys(tokenize(query)) if len(t) <= MAX_LEXEME_CHARS]
-    content = [t for t in tokens if t not in STOPWORDS]
-    return (content or tokens)[:MAX_QUERY_TERMS]
+def search_terms(query: str) -> list[str]:
+    """The distinct tokens of a query (as every backend takes them), at most 64."""
+    return [t for t in query_terms(query) if len(t) <= MAX_LEXEME_CHARS][:MAX_QUERY_TERMS]
 
 
 def term_query(term: str) -> str:
@@ -198,11 +187,12 @@ def any_query(terms: Sequence[str]) -> str:
 
 
 __all__ = [
+    "HINT_WEIGHT",
     "SCHEMA_VERSION",
     "any_query",
     "check_schema_name",
     "encode_fields",
     "migrate",
-    "query_terms",
+    "search_terms",
     "term_query",
 ]

@@ -12,19 +12,19 @@ transaction; a writer that is behind finds a different head and gets
 this up: a duplicate position is refused, never stored. The session row (with its owner agent)
 is inserted in the transaction of the session's first event.
 
-Search ranks with BM25 (k1=1.2, b=0.75) computed in SQL over the GIN-indexed ``tsvector`` of
-pre-tokenized text (see :mod:`.pg_schema`), with document frequencies and the average length
-taken over the namespace, as the embedded engines do.
+Search ranks with BM25 computed in SQL over the GIN-indexed ``tsvector`` of pre-tokenized text
+(see :mod:`.pg_schema`), with SQLite FTS5's ``bm25()`` formula and statistics (k1=1.2, b=0.75,
+idf ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, hint fields weighing double, the
+document count, lengths and frequencies taken over the whole index), so a query ranks the same
+documents the same way on both backends.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -50,9 +50,10 @@ from .pg_schema import (
     check_schema_name,
     encode_fields,
     migrate,
-    query_terms,
+    search_terms,
     term_query,
 )
+from .util import check_bytes, check_sha, sha256_hex, utc_now
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 T = TypeVar("T")
@@ -62,10 +63,6 @@ PAGE = 500
 K1 = 1.2
 B = 0.75
 _EVENT_COLS = "session_id, seq, kind, ts, data"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
 def _dumps(value: Mapping[str, JSON], what: str) -> str:
@@ -347,7 +344,7 @@ class PostgresStore:
         session_id: str | None = None,
         limit: int = 10,
     ) -> list[SearchHit]:
-        terms = query_terms(query)
+        terms = search_terms(query)
         if not terms or limit <= 0 or (scopes is not None and not scopes):
             return []
         filters = ""
@@ -372,14 +369,13 @@ class PostgresStore:
         WITH stats AS (
             SELECT greatest(count(*), 1)::float8 AS n,
                    greatest(coalesce(avg(doc_len), 1), 1)::float8 AS avgdl
-            FROM {s}.search_docs WHERE namespace = %(ns)s),
+            FROM {s}.search_docs),
         idf AS (
-            SELECT t.term, ln(1 + (stats.n - df.n + 0.5) / (df.n + 0.5)) AS idf
+            SELECT t.term, greatest(ln((stats.n - df.n + 0.5) / (df.n + 0.5)), 1e-6) AS idf
             FROM unnest(%(terms)s::text[], %(tqs)s::tsquery[]) AS t(term, q)
             CROSS JOIN stats
             CROSS JOIN LATERAL (
-                SELECT count(*)::float8 AS n FROM {s}.search_docs d
-                WHERE d.namespace = %(ns)s AND d.tsv @@ t.q) AS df),
+                SELECT count(*)::float8 AS n FROM {s}.search_docs d WHERE d.tsv @@ t.q) AS df),
         cand AS (
             SELECT doc_id, doc_len, tsv FROM {s}.search_docs
             WHERE namespace = %(ns)s AND tsv @@ %(q)s::tsquery{filters}),
@@ -438,7 +434,7 @@ class PgTransaction:
         self._use(f"append to session {session_id!r}")
         if expected_seq < 0:
             raise StorageError(f"expected_seq must be >= 0, got {expected_seq}")
-        s, conn, now = self._s, self._conn, _now()
+        s, conn, now = self._s, self._conn, utc_now()
         created = False
         if expected_seq == 0:
             row = conn.execute(
@@ -480,10 +476,9 @@ class PgTransaction:
                 raise ConcurrentWriteError(session_id, expected_seq, None) from exc
         messages = sum(1 for e in events if e.kind == "message")
         conn.execute(
-            f"UPDATE {s}.sessions SET head = %s, messages = messages + %s, updated_at = %s, "
-            "title = CASE WHEN %s::text IS NULL THEN title ELSE %s::text END "
+            f"UPDATE {s}.sessions SET head = %s, messages = messages + %s, updated_at = %s "
             "WHERE session_id = %s",
-            (expected_seq + len(out), messages, now, title, title, session_id),
+            (expected_seq + len(out), messages, now, session_id),
         )
         return out
 
@@ -538,7 +533,8 @@ class PgBlobStore:
         self._s = store.s
 
     def put(self, data: bytes) -> str:
-        digest = hashlib.sha256(data).hexdigest()
+        data = check_bytes(data)
+        digest = sha256_hex(data)
 
         def put(conn: Conn) -> None:
             conn.execute(
@@ -551,6 +547,7 @@ class PgBlobStore:
         return digest
 
     def get(self, sha256: str) -> bytes:
+        check_sha(sha256)
         rows = self._store._rows(
             f"read blob {sha256[:12]}",
             f"SELECT data FROM {self._s}.blobs WHERE sha256 = %s",
@@ -559,7 +556,7 @@ class PgBlobStore:
         if not rows:
             raise BlobNotFoundError(f"no blob {sha256} in {self._store.url}")
         data = bytes(rows[0][0])
-        if hashlib.sha256(data).hexdigest() != sha256:
+        if sha256_hex(data) != sha256:
             raise BlobCorruptError(f"blob {sha256} in {self._store.url} does not match its hash")
         return data
 
@@ -567,6 +564,7 @@ class PgBlobStore:
         return self.size(sha256) is not None
 
     def size(self, sha256: str) -> int | None:
+        check_sha(sha256)
         rows = self._store._rows(
             f"read the size of blob {sha256[:12]}",
             f"SELECT size FROM {self._s}.blobs WHERE sha256 = %s",
