@@ -307,3 +307,71 @@ def test_two_store_instances_alternate_on_one_session_with_resync(pg: SchemaFact
         assert [e.seq for e in events] == list(range(80))
         assert [e.data["i"] for e in events] == [t * 10 + k for t in range(40) for k in (0, 1)]
         assert store.session("s").messages == 40
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    calls = " ".join(
+        str(c.get("function", {}).get("arguments", "")) for c in message.get("tool_calls") or []
+    )
+    return f"{content or ''} {calls}".strip()
+
+
+def test_ranking_matches_the_sqlite_index(pg: SchemaFactory, tmp_path: Any) -> None:
+    """The same documents and queries rank the same on PostgreSQL and SQLite (FTS5 bm25)."""
+    from contextfold.storage import SearchDoc, SQLiteStore
+    from tests.conftest import load_trace, trace_files
+
+    sqlite = SQLiteStore(tmp_path / "ws")
+    assert sqlite.fts5
+    store = pg.open()
+    docs = []
+    for t, path in enumerate(trace_files()[:3]):
+        for i, message in enumerate(load_trace(path)):
+            body = _text(message)
+            hints = (
+                {"command": body.split("\n", 1)[0][:80]} if message.get("role") == "tool" else {}
+            )
+            docs.append(
+                SearchDoc(
+                    namespace="session" if i % 4 else "evidence",
+                    doc_id=f"t{t}:{i}",
+                    scope=f"agent{t % 2}",
+                    session_id=f"t{t}",
+                    fields={"body": body, **hints},
+                    meta={"i": i},
+                )
+            )
+    for target in (sqlite, store):
+        with target.transaction() as tx:
+            tx.index(docs)
+    queries = [
+        "pytest failed",
+        "def test_",
+        "import os sys",
+        "error traceback KeyError",
+        "src/contextfold",
+        "git diff HEAD",
+        "README.md installation",
+        "ValueError: invalid literal",
+    ]
+    compared = 0
+    try:
+        for q in queries:
+            for kwargs in ({}, {"scopes": ["agent0"]}, {"session_id": "t1"}):
+                want = sqlite.search("session", q, limit=10, **kwargs)
+                got = store.search("session", q, limit=10, **kwargs)
+                assert len(got) == len(want), (q, kwargs)
+                for g, w in zip(got, want):
+                    assert g.score == pytest.approx(w.score, rel=1e-6, abs=1e-9), (q, kwargs)
+                    if g.doc_id != w.doc_id:  # only a tie may order differently
+                        assert abs(g.score - w.score) < 1e-9 and g.score == pytest.approx(
+                            next(x.score for x in want if x.doc_id == g.doc_id), rel=1e-6
+                        )
+                    assert g.session_id == w.session_id or g.doc_id != w.doc_id
+                compared += len(got)
+    finally:
+        sqlite.close()
+    assert compared > 100
