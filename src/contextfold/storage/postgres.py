@@ -45,7 +45,9 @@ from .base import (
     SessionInfo,
 )
 from .pg_schema import (
-    HINT_WEIGHT,
+    SEARCH_SQL,
+    STAT_SHARDS,
+    TF_WEIGHTS,
     any_query,
     check_schema_name,
     encode_fields,
@@ -193,6 +195,7 @@ class PostgresStore:
             with self._pool.connection() as conn, conn.transaction():
                 tx = PgTransaction(self, conn)
                 yield tx
+                tx.flush_stats()
                 tx.done = True
         except StorageError:
             raise
@@ -302,9 +305,12 @@ class PostgresStore:
                     (session_id,),
                 )
                 conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
-                conn.execute(
-                    f"DELETE FROM {self.s}.search_docs WHERE session_id = %s", (session_id,)
-                )
+                gone = conn.execute(
+                    f"DELETE FROM {self.s}.search_docs WHERE session_id = %s RETURNING doc_len",
+                    (session_id,),
+                ).fetchall()
+                if gone:
+                    _add_stats(conn, self.s, -len(gone), -sum(int(r[0]) for r in gone))
                 conn.execute(
                     f"DELETE FROM {self.s}.documents WHERE key = %s OR "
                     "(left(key, length(%s) + 1) = %s || '/')",
@@ -356,7 +362,6 @@ class PostgresStore:
             "limit": limit,
             "k1": K1,
             "b": B,
-            "hint": float(HINT_WEIGHT),
         }
         if scopes is not None:
             filters += " AND scope = ANY(%(scopes)s)"
@@ -364,37 +369,19 @@ class PostgresStore:
         if session_id is not None:
             filters += " AND session_id = %(sid)s"
             params["sid"] = session_id
-        s = self.s
-        sql = f"""
-        WITH stats AS (
-            SELECT greatest(count(*), 1)::float8 AS n,
-                   greatest(coalesce(avg(doc_len), 1), 1)::float8 AS avgdl
-            FROM {s}.search_docs),
-        idf AS (
-            SELECT t.term, greatest(ln((stats.n - df.n + 0.5) / (df.n + 0.5)), 1e-6) AS idf
-            FROM unnest(%(terms)s::text[], %(tqs)s::tsquery[]) AS t(term, q)
-            CROSS JOIN stats
-            CROSS JOIN LATERAL (
-                SELECT count(*)::float8 AS n FROM {s}.search_docs d WHERE d.tsv @@ t.q) AS df),
-        cand AS (
-            SELECT doc_id, doc_len, tsv FROM {s}.search_docs
-            WHERE namespace = %(ns)s AND tsv @@ %(q)s::tsquery{filters}),
-        scored AS (
-            SELECT c.doc_id, sum(idf.idf * x.tf * (%(k1)s + 1)
-                   / (x.tf + %(k1)s * (1 - %(b)s + %(b)s * c.doc_len / stats.avgdl))) AS score
-            FROM cand c CROSS JOIN stats
-            CROSS JOIN LATERAL (
-                SELECT u.lexeme, (SELECT sum(CASE w WHEN 'A' THEN %(hint)s ELSE 1.0 END)
-                                  FROM unnest(u.weights) AS w) AS tf
-                FROM unnest(c.tsv) AS u WHERE u.lexeme = ANY(%(terms)s)) AS x
-            JOIN idf ON idf.term = x.lexeme
-            GROUP BY c.doc_id
-            ORDER BY score DESC, c.doc_id LIMIT %(limit)s)
-        SELECT d.doc_id, d.session_id, scored.score, d.meta
-        FROM scored JOIN {s}.search_docs d ON d.namespace = %(ns)s AND d.doc_id = scored.doc_id
-        ORDER BY scored.score DESC, d.doc_id
-        """
-        rows = self._rows(f"search {namespace!r} for {query[:60]!r}", sql, params)
+        sql = (
+            SEARCH_SQL.replace("{s}", self.s)
+            .replace("{filters}", filters)
+            .replace("{w}", TF_WEIGHTS)
+        )
+
+        def run(conn: Conn) -> list[Any]:
+            with conn.transaction():
+                # the GIN index finds the candidates (a scan would decode every row's tsvector)
+                conn.execute("SET LOCAL enable_seqscan = off")
+                return conn.execute(sql, params).fetchall()
+
+        rows: list[Any] = self._run(f"search {namespace!r} for {query[:60]!r}", run)
         return [
             SearchHit(doc_id=str(r[0]), session_id=str(r[1]), score=float(r[2]), meta=r[3])
             for r in rows
@@ -411,11 +398,25 @@ class PgTransaction:
         self.done = False
         #: what the transaction was doing last (named in errors)
         self.last = "begin"
+        self._docs = 0
+        self._tokens = 0
 
     @property
     def backend_pid(self) -> int:
         """The server process running this transaction (for diagnostics and fault tests)."""
         return int(self._conn.info.backend_pid)
+
+    def flush_stats(self) -> None:
+        """Add this transaction's index changes to the index statistics. Done last, just
+        before the commit, so the stats row is locked only while committing (no deadlock)."""
+        if self._docs or self._tokens:
+            self._use("update the search statistics")
+            _add_stats(self._conn, self._s, self._docs, self._tokens)
+            self._docs = self._tokens = 0
+
+    def _removed(self, rows: Sequence[Any]) -> None:
+        self._docs -= len(rows)
+        self._tokens -= sum(int(r[0]) for r in rows)
 
     def _use(self, what: str) -> None:
         if self.done:
@@ -502,9 +503,23 @@ class PgTransaction:
         self._use(f"index {len(docs)} search documents")
         if not docs:
             return
+        docs = list({(d.namespace, d.doc_id): d for d in docs}.values())  # last one wins
         rows = []
+        by_ns: dict[str, list[str]] = {}
+        for d in docs:
+            by_ns.setdefault(d.namespace, []).append(d.doc_id)
+        for ns, ids in by_ns.items():  # replaced documents leave the statistics
+            self._removed(
+                self._conn.execute(
+                    f"DELETE FROM {self._s}.search_docs WHERE namespace = %s "
+                    "AND doc_id = ANY(%s) RETURNING doc_len",
+                    (ns, ids),
+                ).fetchall()
+            )
         for d in docs:
             tsv, length = encode_fields(d.fields)
+            self._docs += 1
+            self._tokens += length
             meta = _dumps(d.meta, f"search document {d.namespace}/{d.doc_id} meta")
             rows.append((d.namespace, d.doc_id, d.scope, d.session_id, meta, length, tsv))
         with self._conn.cursor() as cur:
@@ -519,9 +534,12 @@ class PgTransaction:
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._use(f"unindex {namespace!r} of session {session_id!r}")
-        self._conn.execute(
-            f"DELETE FROM {self._s}.search_docs WHERE namespace = %s AND session_id = %s",
-            (namespace, session_id),
+        self._removed(
+            self._conn.execute(
+                f"DELETE FROM {self._s}.search_docs WHERE namespace = %s AND session_id = %s "
+                "RETURNING doc_len",
+                (namespace, session_id),
+            ).fetchall()
         )
 
 
@@ -571,6 +589,14 @@ class PgBlobStore:
             (sha256,),
         )
         return int(rows[0][0]) if rows else None
+
+
+def _add_stats(conn: Conn, s: str, docs: int, tokens: int) -> None:
+    conn.execute(
+        f"UPDATE {s}.search_stats SET docs = docs + %s, tokens = tokens + %s "
+        "WHERE shard = pg_backend_pid() %% %s",
+        (docs, tokens, STAT_SHARDS),
+    )
 
 
 _SESSION_COLS = "session_id, agent_id, created_at, updated_at, title, head, messages"
