@@ -119,11 +119,13 @@ def _records_table(records: Sequence[CompactionRecord]) -> str:
 
 
 def cmd_records(args: argparse.Namespace, out: TextIO) -> int:
-    from .paths import Workspace
-    from .records import read_records
+    from .export import open_cli_store, records_of
 
-    ws = Workspace.at(args.workspace)
-    records = read_records(ws.records_path(args.session))
+    store = open_cli_store(args.workspace, None)
+    try:
+        records = records_of(store, args.session)
+    finally:
+        store.close()
     if not records:
         print(f"no compaction records for session {args.session!r} in {args.workspace}", file=out)
         return 1
@@ -246,12 +248,13 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
-    from .evidence.store import EvidenceStore
-    from .paths import Workspace
+    from .export import blocks_of, open_cli_store
 
-    ws = Workspace.at(args.workspace)
-    store = EvidenceStore(ws.session_dir(args.session))
-    blocks = store.blocks()
+    store = open_cli_store(args.workspace, None)
+    try:
+        blocks = blocks_of(store, args.session)
+    finally:
+        store.close()
     if not blocks:
         print(f"no compaction blocks for session {args.session!r}", file=out)
         return 1
@@ -315,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, session=False)
     p.set_defaults(fn=cmd_blocks)
 
+    from .export import register
+
+    register(sub)
     sub.add_parser("bench", help="replay benchmark (see contextfold bench --help)", add_help=False)
     return parser
 

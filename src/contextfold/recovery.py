@@ -92,7 +92,9 @@ class Recovery:
     def store(self) -> EvidenceStore:
         if self._store is None:
             self._store = EvidenceStore(
-                self.cm.ws.session_dir(self.cm.session_id), transcript_lookup=self._transcript
+                self.cm.session,
+                transcript_lookup=self._transcript,
+                offload_lookup=self._offloaded_bytes,
             )
         return self._store
 
@@ -100,29 +102,33 @@ class Recovery:
     def search(self) -> EvidenceSearch:
         if self._search is None:
             self._search = EvidenceSearch(self.store)
-        self._search.sync()
         return self._search
 
     @property
     def memory(self) -> MemoryStore:
         if self._memory is None:
-            self._memory = MemoryStore(self.cm.ws)
+            self._memory = MemoryStore(
+                self.cm.session,
+                read_agents=self.cm.config.allow_agents,
+                share=self.cm.share_memory,
+            )
         return self._memory
 
     @property
     def index(self) -> SessionIndex:
         if self._index is None:
-            self._index = SessionIndex(self.cm.ws)
+            self._index = SessionIndex(self.cm.store)
         return self._index
 
-    def on_logged(self, entries: Sequence[Any]) -> None:
-        """Keep an open session index current (incremental, only this session's new lines)."""
-        if self._index is None or not entries:
-            return
-        try:
-            self._index.add(self.cm.session_id, self.cm.agent_id, entries)
-        except ContextFoldError as exc:
-            self.note_problem(f"session index update failed: {exc}")
+    def _offloaded_bytes(self, path: str) -> bytes | None:
+        for store in (self.cm.offload, self.cm.eviction_store):
+            entry = store.find(path)
+            if entry is not None:
+                try:
+                    return self.cm.store.blobs.get(entry.sha256)
+                except StorageError:
+                    return None
+        return None
 
     def _transcript(self, message_uuid: str) -> str | None:
         idx = self.cm.view.uuids.get(message_uuid)
@@ -362,7 +368,6 @@ class Recovery:
             box = ToolBox([self._read_offloaded_tool()])
             for tool in session_tools(
                 self.index,
-                self.cm.ws,
                 agent_id=self.cm.agent_id,
                 allow_agents=self.cm.config.allow_agents,
             ):
@@ -411,10 +416,6 @@ class Recovery:
         )
 
     def forget_session(self) -> None:
-        try:
-            self.index.remove_session(self.cm.session_id)
-        except ContextFoldError as exc:
-            self.note_problem(str(exc))
         self._store = None
         self._search = None
         self._injection_key = None

@@ -6,35 +6,32 @@ rank higher, and so does recent evidence. A command named in the query (in backt
 verbatim) is the strongest signal: "show me the full error output of `pytest -x`" ranks the
 output of ``pytest -x`` first.
 
-The index keeps term frequencies only, not texts: bodies are read from disk for the top hits.
-It grows incrementally: :meth:`EvidenceSearch.sync` indexes blocks appended since the last call.
+Retrieval is the store's persisted BM25 index (one row per pointer, written with the block
+that made it): nothing is rebuilt when a session is reopened. Bodies are read for the top hits.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import re
-from array import array
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .classify import normalize_command
-from .model import CompactBlock, EvidencePointer
-from .store import EvidenceStore
+from .model import EvidencePointer
+from .store import NAMESPACE, EvidenceStore, command_key
 
 #: Characters of a body that are indexed (head and tail of very large outputs).
 INDEX_CHARS = 200_000
-K1 = 1.2
-B = 0.75
 #: Runs of a command named in the query score above this; BM25 scores stay far below.
 COMMAND_EXACT_BONUS = 1_000.0
 COMMAND_PARTIAL_BONUS = 12.0
 ANCHOR_BONUS = 4.0
 SNIPPET_CHARS = 400
-#: A query term in more documents than this only re-scores documents already matched.
-COMMON_DF = 1_000
+#: Candidates taken from the index before re-ranking.
+CANDIDATES = 200
+#: Runs of one command fetched at most.
+RUNS_LIMIT = 500
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
 _SPLIT = re.compile(r"[_./:\-]+")
@@ -136,209 +133,116 @@ class Hit:
 
 
 class EvidenceSearch:
-    """An in-memory BM25 index over a store's evidence, grown incrementally."""
+    """Ranked evidence of one session: the store's persisted BM25 index finds candidates, the
+    seed's preferences re-rank them (nothing is held in memory or rebuilt on open)."""
 
     def __init__(self, store: EvidenceStore) -> None:
         self.store = store
-        self._pointers: list[EvidencePointer] = []
-        self._by_id: dict[str, int] = {}
-        self._postings: dict[str, tuple[array[int], array[int]]] = {}
-        self._lengths: array[int] = array("i")
-        self._total_len = 0
-        self._commands: dict[str, list[int]] = {}
-        self._anchors: dict[str, list[int]] = {}
-        self._blocks_seen = 0
-        self._max_created = 1
-        self._created: array[int] = array("q")
-        self._failed: list[bool] = []
-        self._pref: array[float] = array("d")
-        self._pref_error: array[float] = array("d")
-        self._anchor_keys: dict[str, set[str]] = {}
-        self._dicts: dict[str, dict[int, int]] = {}
-        self._cmd_by_token: dict[str, set[str]] = {}
-        self._cmd_by_key: dict[str, set[str]] = {}
 
     def __len__(self) -> int:
-        return len(self._pointers)
-
-    # ----------------------------------------------------------------- building
+        return self.store._evidence_count()
 
     def sync(self) -> int:
-        """Index blocks appended to the store since the last call; returns how many."""
-        blocks = self.store.blocks()
-        new = blocks[self._blocks_seen :]
-        for block in new:
-            self.add_block(block)
-        self._blocks_seen = len(blocks)
-        return len(new)
-
-    def add_block(self, block: CompactBlock) -> None:
-        for pointer in block.evidence:
-            self.add(pointer)
-
-    def add(self, pointer: EvidencePointer, text: str | None = None) -> None:
-        """Index one pointer (its body is read from the store unless given)."""
-        if pointer.id in self._by_id:  # same evidence indexed again: keep the first, no dupes
-            return
-        if text is None:
-            text = self.store.restore(pointer).text
-        doc = len(self._pointers)
-        self._pointers.append(pointer)
-        self._by_id[pointer.id] = doc
-        hints = " ".join((pointer.command or "", *pointer.anchors, *pointer.content_types))
-        counts = Counter(tokenize(_index_text(text)))
-        # hints count double: they are what a question names
-        for tok in tokenize(hints):
-            counts[tok] += 2
-        length = sum(counts.values())
-        self._lengths.append(length)
-        self._total_len += length
-        for term, tf in counts.items():
-            posting = self._postings.get(term)
-            if posting is None:
-                posting = (array("i"), array("i"))
-                self._postings[term] = posting
-            posting[0].append(doc)
-            posting[1].append(tf)
-        if pointer.command:
-            norm = normalize_command(pointer.command)
-            if norm:
-                if norm not in self._commands:
-                    toks = set(tokenize(norm))
-                    for tok in toks:
-                        self._cmd_by_token.setdefault(tok, set()).add(norm)
-                    if toks:
-                        key = max(sorted(toks), key=len)
-                        self._cmd_by_key.setdefault(key, set()).add(norm)
-                self._commands.setdefault(norm, []).append(doc)
-        for anchor in pointer.anchors:
-            if not anchor.startswith(("command:", "exit_code:")):
-                key = anchor.split(":", 1)[1].lower()
-                if len(key) < 4:
-                    continue
-                docs = self._anchors.setdefault(key, [])
-                if not docs:  # findable from any of its words
-                    for tok in set(tokenize(key)):
-                        self._anchor_keys.setdefault(tok, set()).add(key)
-                docs.append(doc)
-        self._max_created = max(self._max_created, pointer.created_at)
-        self._created.append(pointer.created_at)
-        self._failed.append(_failed(pointer))
-        self._pref.append(_preference(pointer, False))
-        self._pref_error.append(_preference(pointer, True))
+        """Kept for callers of the in-memory index: the persisted index is always current."""
+        return 0
 
     def get(self, evidence_id: str) -> EvidencePointer | None:
-        self.sync()
-        doc = self._by_id.get(evidence_id)
-        return self._pointers[doc] if doc is not None else None
+        return self.store.find(evidence_id)
 
     def pointers(self) -> list[EvidencePointer]:
-        self.sync()
-        return list(self._pointers)
+        return self.store.pointers()
 
     # ----------------------------------------------------------------- querying
 
-    def _command_matches(self, query: str) -> tuple[set[int], set[int]]:
-        exact: set[int] = set()
-        partial: set[int] = set()
+    def _query(self, text: str, limit: int) -> list[tuple[EvidencePointer, float]]:
+        session = self.store.session
+        hits = session.store.search(NAMESPACE, text, session_id=session.session_id, limit=limit)
+        out: list[tuple[EvidencePointer, float]] = []
+        for h in hits:
+            try:
+                out.append((EvidencePointer.from_dict(h.meta["pointer"]), h.score))
+            except (KeyError, ValueError, TypeError):
+                continue
+        return out
+
+    def _runs(self, command: str) -> list[EvidencePointer]:
+        key = command_key(command)
+        if not key:
+            return []
+        return [
+            p
+            for p, _ in self._query(key, RUNS_LIMIT)
+            if normalize_command(p.command or "") == command
+        ]
+
+    def search(self, query: str, k: int = 5) -> list[Hit]:
+        """The ``k`` best pieces of evidence for ``query``, best first."""
+        if k <= 0:
+            return []
+        terms = [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
+        found = self._query(" ".join(terms), CANDIDATES) if terms else []
+        pointers: dict[str, EvidencePointer] = {p.id: p for p, _ in found}
+        scores: dict[str, float] = {p.id: s for p, s in found}
         quoted = [
             normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
         ]
         quoted = [q for q in quoted if q]
-        for q in quoted:
-            exact.update(self._commands.get(q, ()))
         named = set(quoted)
         flat_query = " ".join(query.split())
-        # a command that appears verbatim in the query has its longest word in the query
-        candidates: set[str] = set()
-        for tok in set(tokenize(query)):
-            candidates.update(self._cmd_by_key.get(tok, ()))
-        for cmd in candidates:
-            if cmd not in named and len(cmd) >= 6 and cmd in flat_query:
-                (exact if not quoted else partial).update(self._commands[cmd])
-        # a quoted fragment of a longer command: every word of it is a word of the command
+        exact: set[str] = set()
+        partial: set[str] = set()
+        commands = {normalize_command(p.command) for p in pointers.values() if p.command}
         for q in quoted:
-            if len(q) < 4:
+            for p in self._runs(q):
+                pointers.setdefault(p.id, p)
+                exact.add(p.id)
+        for cmd in commands:
+            if not cmd:
                 continue
-            sets = sorted((self._cmd_by_token.get(t, set()) for t in set(tokenize(q))), key=len)
-            if not sets:
-                continue
-            for cmd in sets[0].intersection(*sets[1:]):
-                if cmd != q and q in cmd:
-                    partial.update(self._commands[cmd])
-        return exact, partial - exact
-
-    def _bm25(self, terms: Iterable[str]) -> dict[int, float]:
-        """BM25 scores. Terms are taken rarest first; once some documents are scored, a term
-        found in more than :data:`COMMON_DF` documents only adds to those candidates instead
-        of walking its whole posting list (it could not lift an unmatched document far)."""
-        n = len(self._pointers)
-        avgdl = self._total_len / n if n else 1.0
-        scores: dict[int, float] = {}
-        lengths = self._lengths
-        norm = K1 * (1.0 - B)
-        per_len = K1 * B / avgdl
-        present = [(len(self._postings[t][0]), t) for t in terms if t in self._postings]
-        for df, term in sorted(present):
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            if idf < 0.05:  # in nearly every document: no signal, only cost
-                continue
-            docs, tfs = self._postings[term]
-            get = scores.get
-            if df > COMMON_DF and scores and len(scores) < df:
-                lookup = self._term_dict(term)
-                for doc in list(scores):
-                    tf = lookup.get(doc)
-                    if tf is not None:
-                        scores[doc] += idf * tf * (K1 + 1.0) / (tf + norm + per_len * lengths[doc])
-                continue
-            for doc, tf in zip(docs, tfs, strict=True):
-                scores[doc] = get(doc, 0.0) + idf * tf * (K1 + 1.0) / (
-                    tf + norm + per_len * lengths[doc]
-                )
-        return scores
-
-    def _term_dict(self, term: str) -> dict[int, int]:
-        docs, tfs = self._postings[term]
-        cached = self._dicts.get(term)
-        if cached is None or len(cached) != len(docs):
-            cached = dict(zip(docs, tfs, strict=True))
-            self._dicts[term] = cached
-        return cached
-
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        """The ``k`` best pieces of evidence for ``query``, best first."""
-        self.sync()
-        if not self._pointers or k <= 0:
-            return []
-        terms = [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
-        scores = self._bm25(terms)
-        exact, partial = self._command_matches(query)
-        wants_error = bool(_ERRORISH.search(query))
-        created = self._created
-        top = self._max_created
-        for doc in partial:
-            scores[doc] = scores.get(doc, 0.0) + COMMAND_PARTIAL_BONUS
+            if cmd not in named and len(cmd) >= 6 and cmd in flat_query:
+                for p in self._runs(cmd):
+                    pointers.setdefault(p.id, p)
+                    (exact if not quoted else partial).add(p.id)
+            for q in quoted:
+                if len(q) >= 4 and cmd != q and q in cmd:
+                    for p in self._runs(cmd):
+                        pointers.setdefault(p.id, p)
+                        partial.add(p.id)
+        partial -= exact
+        for pid in partial:
+            scores[pid] = scores.get(pid, 0.0) + COMMAND_PARTIAL_BONUS
         low_query = query.lower()
-        for term in terms:
-            for anchor in self._anchor_keys.get(term, ()):
-                if anchor in low_query:
-                    for doc in self._anchors[anchor]:
-                        scores[doc] = scores.get(doc, 0.0) + ANCHOR_BONUS
-        pref = self._pref_error if wants_error else self._pref
+        for pid, p in list(pointers.items()):
+            for anchor in p.anchors:
+                if anchor.startswith(("command:", "exit_code:")):
+                    continue
+                key = anchor.split(":", 1)[-1].lower()
+                if len(key) >= 4 and key in low_query:
+                    scores[pid] = scores.get(pid, 0.0) + ANCHOR_BONUS
+        if not pointers:
+            return []
+        wants_error = bool(_ERRORISH.search(query))
+        top = max(1, *(p.created_at for p in pointers.values()))
         ranked = heapq.nlargest(
             k,
             (
-                (base * pref[doc] * (1.0 + 0.1 * created[doc] / top), created[doc], doc)
-                for doc, base in scores.items()
-                if doc not in exact
+                (
+                    base
+                    * _preference(pointers[pid], wants_error)
+                    * (1.0 + 0.1 * pointers[pid].created_at / top),
+                    pointers[pid].created_at,
+                    pid,
+                )
+                for pid, base in scores.items()
+                if pid not in exact
             ),
         )
         if exact:
-            ranked = sorted(self._rank_runs(exact, terms, wants_error) + ranked, reverse=True)[:k]
+            runs = self._rank_runs([pointers[i] for i in exact], terms, wants_error)
+            ranked = sorted(runs + ranked, reverse=True)[:k]
         hits: list[Hit] = []
-        for score, _, doc in ranked:
-            pointer = self._pointers[doc]
+        for score, _, pid in ranked:
+            pointer = pointers[pid]
             body = self.store.restore(pointer).text
             hits.append(
                 Hit(pointer=pointer, score=round(score, 4), text_preview=snippet(body, terms))
@@ -346,21 +250,22 @@ class EvidenceSearch:
         return hits
 
     def _rank_runs(
-        self, exact: set[int], terms: list[str], wants_error: bool
-    ) -> list[tuple[float, int, int]]:
+        self, exact: list[EvidencePointer], terms: list[str], wants_error: bool
+    ) -> list[tuple[float, int, str]]:
         """Runs of a command named in the query rank above everything else. Generic words
         ("error", "output") cannot tell them apart: a failing run wins when the query asks for
         an error, then specific extra words ("the ImportError one"), then the latest run."""
-        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact)))
-        extra = self._bm25([t for t in terms if t not in named and t not in GENERIC])
-        order = sorted(exact, key=lambda d: self._created[d])
-        out: list[tuple[float, int, int]] = []
-        for rank, doc in enumerate(order):
+        named = set(tokenize(" ".join(p.command or "" for p in exact)))
+        rest = [t for t in terms if t not in named and t not in GENERIC]
+        extra = {p.id: s for p, s in self._query(" ".join(rest), CANDIDATES)} if rest else {}
+        order = sorted(exact, key=lambda p: p.created_at)
+        out: list[tuple[float, int, str]] = []
+        for rank, p in enumerate(order):
             score = COMMAND_EXACT_BONUS + 2.0 * rank / max(1, len(order) - 1)
-            if wants_error and self._failed[doc]:
+            if wants_error and _failed(p):
                 score += 15.0
-            score += min(10.0, 4.0 * extra.get(doc, 0.0))
-            out.append((score, self._created[doc], doc))
+            score += min(10.0, 4.0 * extra.get(p.id, 0.0))
+            out.append((score, p.created_at, p.id))
         return out
 
 
