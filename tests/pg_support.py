@@ -172,3 +172,54 @@ def worker_open(url: str, schema: str, start_at: float) -> int:
     with PostgresStore(url, schema=schema, max_size=1) as store:
         rows = store._rows("version", f"SELECT max(version) FROM {store.s}.schema_version", ())
         return int(rows[0][0])
+
+
+# ----------------------------------------------------------------- ContextManager workers
+
+
+def trace_messages(n: int) -> list[dict[str, Any]]:
+    """The first ``n`` messages of the bundled trajectories (several traces joined as needed,
+    each trace whole so tool calls keep their results)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks" / "traces"
+    out: list[dict[str, Any]] = []
+    for path in sorted(root.glob("*.json")):
+        trace = json.loads(path.read_text(encoding="utf-8"))
+        body = [m for m in trace if m.get("role") != "system"]
+        if not out:
+            out.extend(trace[:1] if trace and trace[0].get("role") == "system" else [])
+        out.extend(body)
+        if len(out) >= n:
+            break
+    # cut after a complete turn: never leave an assistant tool call without its results
+    cut = n
+    while cut < len(out) and out[cut].get("role") == "tool":
+        cut += 1
+    return out[:cut]
+
+
+def worker_manager_session(
+    store_url: str, session_id: str, start: int, stop: int, window: int, workdir: str
+) -> dict[str, Any]:
+    """In a fresh working folder: open the session through ContextManager(store=URL), add the
+    trace messages ``start:stop`` with a prepare after each, and return what it saw."""
+    os.chdir(workdir)
+    from contextfold import ContextManager
+
+    messages = trace_messages(stop)
+    with ContextManager(store=store_url, session_id=session_id, context_window=window) as cm:
+        resumed = [(m.role, m.text, m.uuid) for m in cm.history]
+        first_view = cm.prepare(copy=True)
+        for m in messages[start:stop]:
+            cm.add(m)
+            cm.prepare()
+        return {
+            "resumed": resumed,
+            "first_view": first_view,
+            "history": [(m.role, m.text, m.uuid) for m in cm.history],
+            "records": len(cm.records()),
+            "view": cm.prepare(copy=True),
+            "files": sorted(os.listdir(workdir)),
+        }

@@ -40,36 +40,6 @@ STAT_SHARDS = 16
 #: weighted term frequency: the sum over its positions of 0.5 (body) or 1.0 (hint fields).
 TF_WEIGHTS = "{0.5,0.5,0.5,1.0}"
 
-#: BM25 as FTS5's bm25() computes it, over the whole index (all namespaces). ``%(terms)s`` /
-#: ``%(tqs)s``: the query's lexemes and one-lexeme tsqueries; ``%(q)s``: any of them.
-SEARCH_SQL = """
-WITH stats AS (
-    SELECT greatest(sum(docs), 1)::float8 AS n,
-           greatest(sum(tokens)::float8 / greatest(sum(docs), 1), 1)::float8 AS avgdl
-    FROM {s}.search_stats),
-idf AS (
-    SELECT t.q, greatest(ln((stats.n - df.n + 0.5) / (df.n + 0.5)), 1e-6) AS idf
-    FROM unnest(%(terms)s::text[], %(tqs)s::tsquery[]) AS t(term, q)
-    CROSS JOIN stats
-    CROSS JOIN LATERAL (
-        SELECT count(*)::float8 AS n FROM {s}.search_docs d WHERE d.tsv @@ t.q) AS df),
-cand AS MATERIALIZED (
-    SELECT doc_id, doc_len, tsv FROM {s}.search_docs
-    WHERE tsv @@ %(q)s::tsquery AND namespace = %(ns)s{filters}),
-tf AS (
-    SELECT c.doc_id, c.doc_len, idf.idf,
-           2 * ts_rank_cd('{w}', c.tsv, idf.q, 0)::float8 AS tf
-    FROM cand c CROSS JOIN idf),
-scored AS (
-    SELECT tf.doc_id, sum(tf.idf * tf.tf * (%(k1)s + 1)
-           / (tf.tf + %(k1)s * (1 - %(b)s + %(b)s * tf.doc_len / stats.avgdl))) AS score
-    FROM tf CROSS JOIN stats WHERE tf.tf > 0
-    GROUP BY tf.doc_id
-    ORDER BY score DESC, tf.doc_id LIMIT %(limit)s)
-SELECT d.doc_id, d.session_id, scored.score, d.meta
-FROM scored JOIN {s}.search_docs d ON d.namespace = %(ns)s AND d.doc_id = scored.doc_id
-ORDER BY scored.score DESC, d.doc_id
-"""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -233,8 +203,8 @@ def any_query(terms: Sequence[str]) -> str:
 __all__ = [
     "HINT_WEIGHT",
     "SCHEMA_VERSION",
-    "SEARCH_SQL",
     "STAT_SHARDS",
+    "TF_WEIGHTS",
     "any_query",
     "check_schema_name",
     "encode_fields",

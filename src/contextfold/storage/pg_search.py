@@ -1,0 +1,113 @@
+"""Search on the PostgreSQL store: FTS5's BM25, computed from the GIN-indexed tsvectors.
+
+Three statements in one read-only transaction: the index statistics (document count, total
+length, document frequency of each query term; the counts use the GIN index), the candidates
+with the weighted frequency of every query term (``ts_rank_cd`` with :data:`TF_WEIGHTS` and a
+one-lexeme query is exactly half the weighted count, in C), then the metadata of the winners.
+Scores are computed here with the formula of :func:`contextfold.storage.text.bm25_scores`, so
+a query ranks the same documents the same way as on SQLite.
+
+One bound keeps a query over a huge index fast: when some query terms are rarer than
+:data:`COMMON_DF` documents, only documents containing a rare term are candidates (the common
+terms still add to their scores), as the embedded evidence search does; a document matching
+only very common terms could rank lower than on SQLite then. When every term is common, every
+match is scored.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .base import SearchHit
+from .pg_schema import TF_WEIGHTS, any_query, search_terms, term_query
+from .text import K1, B
+
+if TYPE_CHECKING:
+    from .pg_write import Conn
+
+#: A term found in more documents than this does not by itself make a document a candidate
+#: (when the query has rarer terms).
+COMMON_DF = 2_000
+
+_STATS = """
+SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_stats),
+       (SELECT coalesce(sum(tokens), 0) FROM {s}.search_stats),
+       ARRAY(SELECT (SELECT count(*) FROM {s}.search_docs d WHERE d.tsv @@ u.q)
+             FROM unnest(%s::tsquery[]) WITH ORDINALITY AS u(q, i) ORDER BY u.i)
+"""
+
+
+def search(
+    conn: Conn,
+    s: str,
+    namespace: str,
+    query: str,
+    *,
+    scopes: Sequence[str] | None,
+    session_id: str | None,
+    limit: int,
+) -> list[SearchHit]:
+    terms = search_terms(query)
+    if not terms or limit <= 0 or (scopes is not None and not scopes):
+        return []
+    with conn.transaction():
+        conn.execute("SET LOCAL jit = off")  # short queries: compiling costs more than it saves
+        row = conn.execute(_STATS.replace("{s}", s), ([term_query(t) for t in terms],)).fetchone()
+        assert row is not None
+        total, tokens, dfs = int(row[0]), int(row[1]), [int(x) for x in row[2]]
+        present = [(t, df) for t, df in zip(terms, dfs) if df > 0]
+        if not present:
+            return []
+        rare = [t for t, df in present if df <= COMMON_DF]
+        match = any_query(rare or [t for t, _ in present])
+        # the GIN index finds the candidates: the other conditions are kept out of the
+        # planner's reach (a scan of the session's rows would decode every tsvector)
+        where = "tsv @@ %s::tsquery AND (namespace || '') = %s"
+        params: list[Any] = [match, namespace]
+        if scopes is not None:
+            where += " AND (scope || '') = ANY(%s)"
+            params.append(list(scopes))
+        if session_id is not None:
+            where += " AND (session_id || '') = %s"
+            params.append(session_id)
+        tfs = ", ".join(f"ts_rank_cd('{TF_WEIGHTS}', tsv, %s::tsquery, 0)" for _ in present)
+        conn.execute("SET LOCAL enable_seqscan = off")
+        rows = conn.execute(
+            f"SELECT doc_id, doc_len, ARRAY[{tfs}] FROM {s}.search_docs WHERE {where}",
+            [*(term_query(t) for t, _ in present), *params],
+        ).fetchall()
+        n = max(total, 1)
+        avg = max(tokens / n, 1.0) if total else 1.0
+        idfs = [max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6) for _, df in present]
+        scored: list[tuple[float, str]] = []
+        for doc_id, length, halves in rows:
+            norm = K1 * (1 - B + B * length / avg)
+            score = 0.0
+            for idf, half in zip(idfs, halves):
+                if half:
+                    tf = 2.0 * half
+                    score += idf * tf * (K1 + 1) / (tf + norm)
+            if score > 0:
+                scored.append((score, str(doc_id)))
+        best = heapq.nsmallest(limit, scored, key=lambda x: (-x[0], x[1]))
+        if not best:
+            return []
+        meta = {
+            str(r[0]): r
+            for r in conn.execute(
+                f"SELECT doc_id, session_id, meta FROM {s}.search_docs "
+                "WHERE namespace = %s AND doc_id = ANY(%s)",
+                (namespace, [d for _, d in best]),
+            )
+        }
+    return [
+        SearchHit(doc_id=d, session_id=str(meta[d][1]), score=score, meta=meta[d][2])
+        for score, d in best
+        if d in meta
+    ]
+
+
+__all__ = ["COMMON_DF", "search"]
