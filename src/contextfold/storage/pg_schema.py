@@ -34,6 +34,8 @@ MAX_POSITIONS = 256
 MAX_LEXEME_CHARS = 200
 #: Query terms kept (the first ones win).
 MAX_QUERY_TERMS = 64
+#: Changed rows below which a table's planner statistics are left alone.
+ANALYZE_MIN_ROWS = 1_000
 #: Rows of ``search_stats`` (a writer updates the one of its server process, at commit).
 STAT_SHARDS = 16
 #: ``ts_rank_cd`` with these weights ({D, C, B, A}) and a one-lexeme query returns half the
@@ -153,6 +155,21 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
         return ran
 
 
+def analyze_stale(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> list[str]:
+    """ANALYZE the schema's tables whose planner statistics are missing or stale (a fifth of
+    the rows changed since); returns their names. Autovacuum normally does this, but plans of
+    the log and search queries depend on it, and some servers run without autovacuum."""
+    rows = conn.execute(
+        "SELECT relname FROM pg_stat_user_tables WHERE schemaname = %s "
+        "AND n_mod_since_analyze > greatest(%s, n_live_tup / 5) ORDER BY relname",
+        (schema, ANALYZE_MIN_ROWS),
+    ).fetchall()
+    names = [str(r[0]) for r in rows]
+    for name in names:
+        conn.execute(f'ANALYZE "{schema}"."{name}"')
+    return names
+
+
 # ------------------------------------------------------------------------ search encoding
 
 
@@ -205,6 +222,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "STAT_SHARDS",
     "TF_WEIGHTS",
+    "analyze_stale",
     "any_query",
     "check_schema_name",
     "encode_fields",

@@ -53,6 +53,8 @@ class PgTransaction:
         self.last = "begin"
         self._docs = 0
         self._tokens = 0
+        #: events and index rows written (the store re-checks planner statistics now and then)
+        self.rows = 0
 
     @property
     def backend_pid(self) -> int:
@@ -111,6 +113,7 @@ class PgTransaction:
                     f"session {session_id!r} belongs to agent {found[1]!r}, "
                     f"not {agent_id!r}; refusing to append"
                 )
+        self.rows += len(events)
         out = [
             Event(session_id=session_id, seq=expected_seq + i, kind=e.kind, ts=now, data=e.data)
             for i, e in enumerate(events)
@@ -157,6 +160,7 @@ class PgTransaction:
         if not docs:
             return
         docs = list({(d.namespace, d.doc_id): d for d in docs}.values())  # last one wins
+        self.rows += len(docs)
         rows = []
         by_ns: dict[str, list[str]] = {}
         for d in docs:

@@ -21,6 +21,7 @@ documents the same way on both backends.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from .base import (
     SessionInfo,
 )
 from .pg_schema import (
+    analyze_stale,
     check_schema_name,
     migrate,
 )
@@ -47,6 +49,8 @@ from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, add_stats
 Conn = psycopg.Connection[tuple[Any, ...]]
 T = TypeVar("T")
 
+#: Rows a store writes between two checks of the tables' planner statistics.
+ANALYZE_EVERY = 20_000
 #: Events fetched per round trip when reading a log.
 PAGE = 500
 K1 = 1.2
@@ -96,6 +100,8 @@ class PostgresStore:
         self._url = public_url(url)
         self._closed = False
         self._lock = threading.Lock()
+        #: rows written since the planner statistics were last checked
+        self._written = 0
         try:
             self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
                 conninfo,
@@ -112,6 +118,7 @@ class PostgresStore:
             raise StorageError(f"cannot connect to PostgreSQL at {self._url}: {exc}") from exc
         try:
             self._run("migrate the schema", lambda conn: migrate(conn, self.schema))
+            self._run("refresh planner statistics", self._analyze)
         except BaseException:
             self._pool.close()
             raise
@@ -181,6 +188,15 @@ class PostgresStore:
         finally:
             if tx is not None:
                 tx.done = True
+        self._written += tx.rows if tx is not None else 0
+        if self._written >= ANALYZE_EVERY:
+            self._written = 0
+            # committed already: a failure here must not look like a failed transaction
+            with contextlib.suppress(StorageError):
+                self._run("refresh planner statistics", self._analyze)
+
+    def _analyze(self, conn: Conn) -> None:
+        analyze_stale(conn, self.schema)
 
     def close(self) -> None:
         with self._lock:
