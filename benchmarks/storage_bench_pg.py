@@ -7,11 +7,15 @@
    reopen (open the store, read the session's info, head, state document and newest event),
    first restore (search the evidence, read the best hit's blob), the last 20 messages, and the
    head round trip p50. Targets: reopen <= 300 ms, restore <= 100 ms, last 20 <= 20 ms.
+   ``--level manager`` does the same through ContextManager(store="postgresql://..."):
+   the session is written by add_many + prepare, then a new manager reopens it, restores,
+   runs the session_history tool for the last 20 messages, and prepares (p50, target 1 ms).
 2. **Concurrency.** ``--procs`` processes (default 16) x ``--sessions`` sessions each (default
    50) replay trace messages, sessions interleaved, one transaction per message (the message
-   event with its expected sequence + its search row). Reports messages/s, p50/p95 of the add,
-   ConcurrentWriteErrors (must be 0: one writer per session), and checks that every message is
-   stored exactly once, in order.
+   event with its expected sequence + its search row; with ``--level manager``, one
+   ContextManager per session on a store shared by the process, ``add`` then ``prepare``).
+   Reports messages/s, p50/p95 of the add (and prepare), ConcurrentWriteErrors (must be 0: one
+   writer per session), and checks that every message is stored exactly once, in order.
 
 The server is ``$CONTEXTFOLD_TEST_POSTGRES_URL`` (default the local test server); the
 benchmark works in a fresh schema and drops it at the end. Without a server it says so and
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -119,7 +124,9 @@ def build_session(store: Any, sid: str, messages: list[dict[str, Any]]) -> dict[
             if m.get("role") == "tool" and len(text) > OFFLOAD_BYTES:
                 sha = store.blobs.put(text.encode())
                 blobs += 1
-                offloaded = offloaded or text.split("\n", 1)[0][:60]
+                named = re.search(r"[\w/.-]+\.py\b", text)
+                if not offloaded and named:
+                    offloaded = f"show me the full output that mentions {named.group(0)}"
                 docs.append(
                     SearchDoc(
                         namespace="evidence",
@@ -182,6 +189,50 @@ def cold_start(url: str, schema: str, n: int, megabytes: float) -> dict[str, Any
     }
 
 
+def manager_cold_start(url: str, schema: str, n: int, megabytes: float) -> dict[str, Any]:
+    """The same session written through ContextManager (add_many of 250 + prepare), then
+    reopened by a new manager on a new store: the library's own cold start."""
+    from contextfold import ContextManager
+
+    messages = _big_session(n, megabytes)
+    store_url = f"{url}?schema={schema}"
+    sid = "big-managed"
+    t0 = time.perf_counter()
+    with ContextManager(store=store_url, session_id=sid, context_window=128_000) as cm:
+        for start in range(0, n, 250):
+            cm.add_many(messages[start : start + 250])
+            cm.prepare()
+        records = len(cm.records())
+    build = time.perf_counter() - t0
+    query = "show me the full output of the failing pytest run"
+    runs: dict[str, list[float]] = {"reopen": [], "restore": [], "last20": [], "prepare": []}
+    for _ in range(3):
+        t0 = time.perf_counter()
+        cm = ContextManager(store=store_url, session_id=sid, context_window=128_000)
+        t1 = time.perf_counter()
+        found = cm.restore(query)
+        t2 = time.perf_counter()
+        text, failed = cm.toolbox.run("session_history", {"sessionId": sid, "lastN": 20})
+        t3 = time.perf_counter()
+        prep = []
+        for _ in range(200):
+            p0 = time.perf_counter()
+            cm.prepare()
+            prep.append(time.perf_counter() - p0)
+        assert len(cm.history) == n and found and not failed and text
+        cm.close()
+        runs["reopen"].append(t1 - t0)
+        runs["restore"].append(t2 - t1)
+        runs["last20"].append(t3 - t2)
+        runs["prepare"].append(statistics.median(prep))
+    return {
+        "messages": n,
+        "compactions": records,
+        "build_s": build,
+        **{k: statistics.median(v) for k, v in runs.items()},
+    }
+
+
 # --------------------------------------------------------------------------- concurrency
 
 
@@ -239,8 +290,75 @@ def replay_worker(
     return {"adds": adds, "conflicts": conflicts, "elapsed": elapsed, "expected": expected}
 
 
+def manager_worker(
+    url: str, schema: str, proc: int, sessions: int, per_session: int, start_at: float
+) -> dict[str, Any]:
+    """One process: ``sessions`` ContextManagers on one shared PostgresStore, interleaved,
+    ``add`` then ``prepare`` for every message (window 32,000: compactions happen)."""
+    from contextfold import ContextManager
+    from contextfold.storage.postgres import PostgresStore
+
+    traces = _traces()
+    adds: list[float] = []
+    prepares: list[float] = []
+    expected = {}
+    with PostgresStore(url, schema=schema, max_size=2) as store:
+        managers = []
+        for k in range(sessions):
+            sid = f"p{proc}-s{k}"
+            trace = traces[(proc * sessions + k) % len(traces)][:per_session]
+            managers.append(
+                (
+                    ContextManager(
+                        store=store, session_id=sid, context_window=32_000, agent_id=f"agent{proc}"
+                    ),
+                    trace,
+                )
+            )
+            expected[sid] = len(trace)
+        delay = start_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        t0 = time.perf_counter()
+        for i in range(max(len(t) for _, t in managers)):
+            for cm, trace in managers:
+                if i >= len(trace):
+                    continue
+                a0 = time.perf_counter()
+                cm.add(trace[i])
+                a1 = time.perf_counter()
+                cm.prepare()
+                prepares.append(time.perf_counter() - a1)
+                adds.append(a1 - a0)
+        elapsed = time.perf_counter() - t0
+        for cm, _ in managers:
+            cm.close()
+    return {
+        "adds": adds,
+        "prepares": prepares,
+        "conflicts": 0,
+        "elapsed": elapsed,
+        "expected": expected,
+    }
+
+
+def _stored_ok(store: Any, sid: str, trace: list[dict[str, Any]], level: str) -> bool:
+    import uuid as uuidlib
+
+    events = list(store.read(sid, kinds=["message"]))
+    if level == "store":
+        return [e.seq for e in events] == list(range(len(trace))) and all(
+            e.data["i"] == e.seq and e.data["message"] == trace[e.seq] for e in events
+        )
+    want = [
+        str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{sid}:{i}"))
+        for i in range(len(trace))
+    ]
+    return [e.data.get("uuid") for e in events] == want
+
+
 def concurrency(
-    url: str, schema: str, procs: int, sessions: int, per_session: int
+    url: str, schema: str, procs: int, sessions: int, per_session: int, level: str = "store"
 ) -> dict[str, Any]:
     from contextfold.storage.postgres import PostgresStore
 
@@ -248,12 +366,21 @@ def concurrency(
     t0 = time.time()
     with ProcessPoolExecutor(procs, mp_context=get_context("spawn")) as pool:
         futures = [
-            pool.submit(replay_worker, url, schema, p, sessions, per_session, start_at)
+            pool.submit(
+                replay_worker if level == "store" else manager_worker,
+                url,
+                schema,
+                p,
+                sessions,
+                per_session,
+                start_at,
+            )
             for p in range(procs)
         ]
         results = [f.result() for f in futures]
     wall = time.time() - max(t0, start_at)
     adds = [a for r in results for a in r["adds"]]
+    prepares = [a for r in results for a in r.get("prepares", [])]
     expected: dict[str, int] = {}
     for r in results:
         expected.update(r["expected"])
@@ -264,11 +391,7 @@ def concurrency(
             for k in range(sessions):
                 sid = f"p{p}-s{k}"
                 trace = traces[(p * sessions + k) % len(traces)][:per_session]
-                events = list(store.read(sid))
-                ok = [e.seq for e in events] == list(range(len(trace))) and all(
-                    e.data["i"] == e.seq and e.data["message"] == trace[e.seq] for e in events
-                )
-                bad += 0 if ok else 1
+                bad += 0 if _stored_ok(store, sid, trace, level) else 1
         indexed = store._rows(
             "count", f"SELECT count(*) FROM {store.s}.search_docs WHERE namespace='session'", ()
         )[0][0]
@@ -277,17 +400,24 @@ def concurrency(
         "processes": procs,
         "sessions": procs * sessions,
         "messages": total,
-        "stored_ok": bad == 0 and len(adds) == total and indexed == total,
+        "level": level,
+        "stored_ok": bad == 0 and len(adds) == total and (level != "store" or indexed == total),
         "bad_sessions": bad,
         "conflicts": sum(r["conflicts"] for r in results),
         "per_s": len(adds) / wall if wall > 0 else float("nan"),
         "add_p50": _pct(adds, 0.5),
         "add_p95": _pct(adds, 0.95),
+        "prepare_p50": _pct(prepares, 0.5),
+        "prepare_p95": _pct(prepares, 0.95),
         "wall_s": wall,
     }
 
 
 # --------------------------------------------------------------------------- main
+
+
+def _mark(value: float, target: float) -> str:
+    return f"{_ms(value)} ({'ok' if value <= target else 'MISSED'}: <= {target * 1000:g} ms)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=16)
     p.add_argument("--sessions", type=int, default=50, help="sessions per process")
     p.add_argument("--per-session", type=int, default=40, help="messages per session")
+    p.add_argument(
+        "--level",
+        choices=["store", "manager", "both"],
+        default="both",
+        help="measure the Store API, ContextManager on the store, or both",
+    )
     p.add_argument("--skip-cold", action="store_true")
     p.add_argument("--skip-concurrency", action="store_true")
     p.add_argument("--json", help="also write the figures to this file")
@@ -310,36 +446,56 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         print(f"PostgreSQL benchmark skipped: no server at {url} ({exc})")
         return 1 if os.environ.get("CONTEXTFOLD_REQUIRE_ALL") == "1" else 0
-    schema = f"cf_bench_{uuid.uuid4().hex[:8]}"
-    figures: dict[str, Any] = {"url": url.split("@")[-1], "schema": schema}
+    base = f"cf_bench_{uuid.uuid4().hex[:8]}"
+    levels = ["store", "manager"] if args.level == "both" else [args.level]
+    figures: dict[str, Any] = {"server": url.split("@")[-1]}
+    schemas: list[str] = []
     ok = True
     try:
-        if not args.skip_cold:
-            cold = cold_start(url, schema, args.messages, args.megabytes)
-            figures["cold_start"] = cold
-            print(
-                f"cold start, {cold['messages']:,} messages / {cold['megabytes']:.1f} MB "
-                f"({cold['blobs']} offloaded blobs; written in {cold['build_s']:.1f} s):\n"
-                f"  reopen {_ms(cold['reopen'])} (target <= 300 ms), first restore "
-                f"{_ms(cold['restore'])} (<= 100 ms), last 20 messages {_ms(cold['last20'])} "
-                f"(<= 20 ms), head round trip p50 {_ms(cold['head'])}"
-            )
-            ok &= cold["reopen"] <= 0.3 and cold["restore"] <= 0.1 and cold["last20"] <= 0.02
-        if not args.skip_concurrency:
-            conc = concurrency(url, f"{schema}_c", args.procs, args.sessions, args.per_session)
-            figures["concurrency"] = conc
-            print(
-                f"{conc['processes']} processes x {args.sessions} sessions "
-                f"({conc['messages']:,} messages): {conc['per_s']:,.0f} messages/s, add p50 "
-                f"{_ms(conc['add_p50'])} p95 {_ms(conc['add_p95'])}, conflicts "
-                f"{conc['conflicts']}, every message exactly once: {conc['stored_ok']}"
-            )
-            ok &= bool(conc["stored_ok"]) and conc["conflicts"] == 0
+        for level in levels:
+            if not args.skip_cold:
+                schemas.append(f"{base}_{level}")
+                if level == "store":
+                    cold = cold_start(url, schemas[-1], args.messages, args.megabytes)
+                    extra = f"head round trip p50 {_ms(cold['head'])}"
+                    size = f" / {cold['megabytes']:.1f} MB, {cold['blobs']} offloaded blobs"
+                else:
+                    cold = manager_cold_start(url, schemas[-1], args.messages, args.megabytes)
+                    extra = f"prepare p50 {_mark(cold['prepare'], 0.001)}"
+                    size = f", {cold['compactions']} compactions"
+                figures[f"cold_start_{level}"] = cold
+                print(
+                    f"[{level}] cold start, {cold['messages']:,} messages{size} (written in "
+                    f"{cold['build_s']:.1f} s):\n  reopen {_mark(cold['reopen'], 0.3)}, first "
+                    f"restore {_mark(cold['restore'], 0.1)}, last 20 messages "
+                    f"{_mark(cold['last20'], 0.02)}, {extra}",
+                    flush=True,
+                )
+            if not args.skip_concurrency:
+                schemas.append(f"{base}_{level}_c")
+                conc = concurrency(
+                    url, schemas[-1], args.procs, args.sessions, args.per_session, level
+                )
+                figures[f"concurrency_{level}"] = conc
+                prep = (
+                    f", prepare p50 {_ms(conc['prepare_p50'])} p95 {_ms(conc['prepare_p95'])}"
+                    if level == "manager"
+                    else ""
+                )
+                print(
+                    f"[{level}] {conc['processes']} processes x {args.sessions} sessions "
+                    f"({conc['messages']:,} messages): {conc['per_s']:,.0f} messages/s, "
+                    f"{'add' if level == 'manager' else 'append'} p50 {_ms(conc['add_p50'])} "
+                    f"p95 {_ms(conc['add_p95'])}{prep}, conflicts {conc['conflicts']}, every "
+                    f"message stored exactly once: {conc['stored_ok']}",
+                    flush=True,
+                )
+                ok &= bool(conc["stored_ok"]) and conc["conflicts"] == 0
     finally:
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as conn:
-            for name in (schema, f"{schema}_c"):
+            for name in schemas:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2), encoding="utf-8")

@@ -7,11 +7,12 @@ one-lexeme query is exactly half the weighted count, in C), then the metadata of
 Scores are computed here with the formula of :func:`contextfold.storage.text.bm25_scores`, so
 a query ranks the same documents the same way as on SQLite.
 
-One bound keeps a query over a huge index fast: when some query terms are rarer than
-:data:`COMMON_DF` documents, only documents containing a rare term are candidates (the common
-terms still add to their scores), as the embedded evidence search does; a document matching
-only very common terms could rank lower than on SQLite then. When every term is common, every
-match is scored.
+One bound keeps a query over a big index fast: a term found in more than 5% of the documents
+(and in more than 200) is common; when the query also has rarer terms, only documents containing
+one of those are candidates (the common terms still add to their scores), as the embedded
+evidence search does. A document matching only common terms could then be missing from the
+results where SQLite would rank it low; when fewer than ``limit`` documents contain a rare term,
+or every term is common, every match is scored.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from .text import K1, B
 if TYPE_CHECKING:
     from .pg_write import Conn
 
-#: A term found in more documents than this does not by itself make a document a candidate
-#: (when the query has rarer terms).
-COMMON_DF = 2_000
+#: A term in more than this share of the index's documents (and more than COMMON_MIN of
+#: them) does not by itself make a document a candidate when the query has rarer terms.
+COMMON_SHARE = 0.05
+COMMON_MIN = 200
 
 _STATS = """
 SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_stats),
@@ -61,12 +63,12 @@ def search(
         present = [(t, df) for t, df in zip(terms, dfs) if df > 0]
         if not present:
             return []
-        rare = [t for t, df in present if df <= COMMON_DF]
-        match = any_query(rare or [t for t, _ in present])
+        common = max(COMMON_MIN, COMMON_SHARE * total)
+        rare = [t for t, df in present if df <= common]
         # the GIN index finds the candidates: the other conditions are kept out of the
         # planner's reach (a scan of the session's rows would decode every tsvector)
         where = "tsv @@ %s::tsquery AND (namespace || '') = %s"
-        params: list[Any] = [match, namespace]
+        params: list[Any] = [namespace]
         if scopes is not None:
             where += " AND (scope || '') = ANY(%s)"
             params.append(list(scopes))
@@ -75,10 +77,13 @@ def search(
             params.append(session_id)
         tfs = ", ".join(f"ts_rank_cd('{TF_WEIGHTS}', tsv, %s::tsquery, 0)" for _ in present)
         conn.execute("SET LOCAL enable_seqscan = off")
-        rows = conn.execute(
-            f"SELECT doc_id, doc_len, ARRAY[{tfs}] FROM {s}.search_docs WHERE {where}",
-            [*(term_query(t) for t, _ in present), *params],
-        ).fetchall()
+        sql = f"SELECT doc_id, doc_len, ARRAY[{tfs}] FROM {s}.search_docs WHERE {where}"
+        tqs = [term_query(t) for t, _ in present]
+        rows = []
+        if rare and len(rare) < len(present):
+            rows = conn.execute(sql, [*tqs, any_query(rare), *params]).fetchall()
+        if len(rows) < limit:  # no rare term, or too few documents with one: score them all
+            rows = conn.execute(sql, [*tqs, any_query([t for t, _ in present]), *params]).fetchall()
         n = max(total, 1)
         avg = max(tokens / n, 1.0) if total else 1.0
         idfs = [max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6) for _, df in present]
@@ -110,4 +115,4 @@ def search(
     ]
 
 
-__all__ = ["COMMON_DF", "search"]
+__all__ = ["COMMON_MIN", "COMMON_SHARE", "search"]
