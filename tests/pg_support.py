@@ -223,3 +223,26 @@ def worker_manager_session(
             "view": cm.prepare(copy=True),
             "files": sorted(os.listdir(workdir)),
         }
+
+
+def worker_manager_writer(
+    store_url: str, session_id: str, name: str, count: int, start_at: float
+) -> int:
+    """Add ``count`` user messages ``name i`` through a ContextManager on a session another
+    process writes too; on ConcurrentWriteError (the manager reloaded) retry. Returns how many
+    conflicts it met."""
+    from contextfold import ContextManager
+    from contextfold.storage import ConcurrentWriteError
+
+    conflicts = 0
+    with ContextManager(store=store_url, session_id=session_id, context_window=32_000) as cm:
+        _wait_until(start_at)
+        for i in range(count):
+            while True:
+                try:
+                    cm.add({"role": "user", "content": f"{name} {i}"})
+                    cm.prepare()
+                    break
+                except ConcurrentWriteError:
+                    conflicts += 1
+    return conflicts

@@ -136,3 +136,25 @@ def test_a_connection_killed_mid_compaction_leaves_the_session_as_before(
     assert len(reopened.history) == failed_at + 1
     reopened.close()
     cm.close()
+
+
+def test_two_managers_in_two_processes_on_one_session(pg: SchemaFactory) -> None:
+    schema = pg.schema()
+    store = pg.open(schema)
+    url = f"{pg.url}?schema={schema}"
+    n = 60
+    start = time.time() + 5
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        futures = [
+            pool.submit(pg_support.worker_manager_writer, url, "s", w, n, start) for w in "pq"
+        ]
+        conflicts = [f.result(timeout=240) for f in futures]
+    texts = [e.data["message"]["content"] for e in store.read("s", kinds=["message"])]
+    assert sorted(texts) == sorted(f"{w} {i}" for w in "pq" for i in range(n))  # exactly once
+    for w in "pq":  # each writer's messages in its order
+        assert [t for t in texts if t.startswith(f"{w} ")] == [f"{w} {i}" for i in range(n)]
+    from contextfold import ContextManager
+
+    with ContextManager(store=store, session_id="s", context_window=32_000) as cm:
+        assert [m.text for m in cm.history] == texts
+    print(f"conflicts met and retried: {conflicts}")
