@@ -89,8 +89,19 @@ def _ms(seconds: float) -> str:
 
 
 def _big_session(n: int, megabytes: float) -> list[dict[str, Any]]:
+    """``n`` trace messages (the traces cycled; tool call ids made unique per cycle), tool
+    outputs repeated until the whole is about ``megabytes``."""
     flat = [m for trace in _traces() for m in trace]
-    messages = [dict(flat[i % len(flat)]) for i in range(n)]
+    messages = []
+    for i in range(n):
+        m = json.loads(json.dumps(flat[i % len(flat)]))
+        cycle = i // len(flat)
+        if cycle:
+            for call in m.get("tool_calls") or []:
+                call["id"] = f"{call['id']}~{cycle}"
+            if m.get("tool_call_id"):
+                m["tool_call_id"] = f"{m['tool_call_id']}~{cycle}"
+        messages.append(m)
     size = sum(len(json.dumps(m)) for m in messages)
     tool = [m for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), str)]
     tool_bytes = sum(len(m["content"]) for m in tool) or 1

@@ -38,7 +38,10 @@ _STATS = """
 SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_stats),
        (SELECT coalesce(sum(tokens), 0) FROM {s}.search_stats),
        ARRAY(SELECT (SELECT count(*) FROM {s}.search_docs d WHERE d.tsv @@ u.q)
-             FROM unnest(%s::tsquery[]) WITH ORDINALITY AS u(q, i) ORDER BY u.i)
+             FROM unnest(%s::tsquery[]) WITH ORDINALITY AS u(q, i) ORDER BY u.i),
+       -- for the candidates query that follows in this transaction: the GIN index finds
+       -- them (a scan would decode every row's tsvector)
+       set_config('enable_seqscan', 'off', true)
 """
 
 
@@ -56,7 +59,6 @@ def search(
     if not terms or limit <= 0 or (scopes is not None and not scopes):
         return []
     with conn.transaction():
-        conn.execute("SET LOCAL jit = off")  # short queries: compiling costs more than it saves
         row = conn.execute(_STATS.replace("{s}", s), ([term_query(t) for t in terms],)).fetchone()
         assert row is not None
         total, tokens, dfs = int(row[0]), int(row[1]), [int(x) for x in row[2]]
@@ -76,7 +78,6 @@ def search(
             where += " AND (session_id || '') = %s"
             params.append(session_id)
         tfs = ", ".join(f"ts_rank_cd('{TF_WEIGHTS}', tsv, %s::tsquery, 0)" for _ in present)
-        conn.execute("SET LOCAL enable_seqscan = off")
         sql = f"SELECT doc_id, doc_len, ARRAY[{tfs}] FROM {s}.search_docs WHERE {where}"
         tqs = [term_query(t) for t, _ in present]
         rows = []

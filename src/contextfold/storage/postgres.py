@@ -109,7 +109,12 @@ class PostgresStore:
                 max_size=max(max_size, min_size),
                 open=False,
                 timeout=timeout,
-                kwargs={"autocommit": True, "application_name": "contextfold"},
+                # JIT compiling costs more than it saves on these short statements
+                kwargs={
+                    "autocommit": True,
+                    "application_name": "contextfold",
+                    "options": "-c jit=off",
+                },
                 check=psycopg_pool.ConnectionPool.check_connection,
                 name=f"contextfold:{self._url}",
             )
