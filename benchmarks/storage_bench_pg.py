@@ -91,16 +91,16 @@ def _ms(seconds: float) -> str:
 def _big_session(n: int, megabytes: float) -> list[dict[str, Any]]:
     """``n`` trace messages (the traces cycled; tool call ids made unique per cycle), tool
     outputs repeated until the whole is about ``megabytes``."""
-    flat = [m for trace in _traces() for m in trace]
+    flat = [(t, m) for t, trace in enumerate(_traces()) for m in trace]
     messages = []
     for i in range(n):
-        m = json.loads(json.dumps(flat[i % len(flat)]))
-        cycle = i // len(flat)
-        if cycle:
-            for call in m.get("tool_calls") or []:
-                call["id"] = f"{call['id']}~{cycle}"
-            if m.get("tool_call_id"):
-                m["tool_call_id"] = f"{m['tool_call_id']}~{cycle}"
+        t, m = flat[i % len(flat)]
+        m = json.loads(json.dumps(m))
+        tag = f"~{t}.{i // len(flat)}"  # traces reuse ids (call_1, call_2, ...)
+        for call in m.get("tool_calls") or []:
+            call["id"] = f"{call['id']}{tag}"
+        if m.get("tool_call_id"):
+            m["tool_call_id"] = f"{m['tool_call_id']}{tag}"
         messages.append(m)
     size = sum(len(json.dumps(m)) for m in messages)
     tool = [m for m in messages if m.get("role") == "tool" and isinstance(m.get("content"), str)]

@@ -78,7 +78,12 @@ def search(
             where += " AND (session_id || '') = %s"
             params.append(session_id)
         tfs = ", ".join(f"ts_rank_cd('{TF_WEIGHTS}', tsv, %s::tsquery, 0)" for _ in present)
-        sql = f"SELECT doc_id, doc_len, ARRAY[{tfs}] FROM {s}.search_docs WHERE {where}"
+        # the inner query decodes each candidate's tsvector once (the concatenation makes a
+        # plain copy); the frequencies are then read from that copy, not re-fetched per term
+        sql = (
+            f"SELECT doc_id, doc_len, ARRAY[{tfs}] FROM (SELECT doc_id, doc_len, "
+            f"tsv || ''::tsvector AS tsv FROM {s}.search_docs WHERE {where} OFFSET 0) AS c"
+        )
         tqs = [term_query(t) for t, _ in present]
         rows = []
         if rare and len(rare) < len(present):
