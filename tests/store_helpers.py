@@ -8,6 +8,7 @@ from typing import Any
 
 from contextfold.records import CompactionRecord, OffloadEntry
 from contextfold.storage import SQLiteStore
+from contextfold.storage.session import SessionStore
 
 
 def _store(ws: Path) -> SQLiteStore:
@@ -48,3 +49,8 @@ def blob(ws: Path, sha: str) -> bytes:
 
 def blob_path(ws: Path, sha: str) -> Path:
     return ws / "blobs" / sha[:2] / sha
+
+
+def session_store(root: Path, sid: str = "s", agent: str = "a") -> SessionStore:
+    """A writer on session ``sid`` of a SQLite store at ``root``."""
+    return SessionStore(SQLiteStore(root), sid, agent)

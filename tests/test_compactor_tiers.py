@@ -14,10 +14,10 @@ from contextfold.anchors import ALL_ANCHOR_TYPES
 from contextfold.errors import ConfigError, InvalidMessageError
 from contextfold.messages import check_view
 from contextfold.records import CompactionRecord, Tier
-from tests.store_helpers import records
 from contextfold.summarizers.llm import LLMSummarizer
 from contextfold.testing import ScriptedLLM
 from contextfold.wire import from_openai
+from tests.store_helpers import records
 
 WINDOW = 10_000
 

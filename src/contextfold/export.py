@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from .errors import ConfigError, StorageError
 from .evidence.model import CompactBlock, EvidenceFormatError
+from .paths import check_session_id
 from .records import CompactionRecord, OffloadEntry
 from .sessions.log import entry_of
 from .storage import SQLiteStore, Store, open_store
@@ -43,6 +44,7 @@ def open_cli_store(workspace: str | None, store: str | None) -> Store:
 
 
 def records_of(store: Store, session_id: str) -> list[CompactionRecord]:
+    check_session_id(session_id)
     out = []
     for ev in store.read(session_id, kinds=["compaction"]):
         try:
@@ -53,6 +55,7 @@ def records_of(store: Store, session_id: str) -> list[CompactionRecord]:
 
 
 def blocks_of(store: Store, session_id: str) -> list[CompactBlock]:
+    check_session_id(session_id)
     out = []
     for ev in store.read(session_id, kinds=["evidence"]):
         try:
@@ -78,6 +81,7 @@ def _jsonl(rows: Iterable[Any]) -> bytes:
 
 def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
     """Write the session's human-readable files under ``out``; returns counts."""
+    check_session_id(session_id)
     info = store.session(session_id)
     if info is None:
         raise ConfigError(f"no session {session_id!r} in {store.url}")

@@ -224,10 +224,8 @@ class ContextManager:
         self.offload.load(offloads)
         if self.eviction_store is not self.offload:
             self.eviction_store.load(offloads)
-        try:
-            self.session_state = load_state(self.session)
-        except StorageError as exc:
-            self.recovery.note_problem(f"{exc}; starting from an empty session state")
+        # user data, not derived: a damaged snapshot is an error naming it, never dropped
+        self.session_state = load_state(self.session)
         last = self.session.read_last(1, ["state"])
         calibration = self.store.get_doc("calibration", f"{self.session_id}/calibration")
         if not last:

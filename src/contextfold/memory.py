@@ -214,7 +214,7 @@ class MemoryStore:
         if raw in ("", INDEX_NAME, "MEMORY", "index"):
             name = INDEX_NAME
         elif "/" in raw or "\\" in raw or ".." in raw or "\x00" in raw:
-            raise UnsafeIdError(f"memory path {raw!r} must name a topic, not a path")
+            raise UnsafeIdError(f"memory path {raw!r} escapes the memory topics: name a topic")
         elif raw.endswith(".md"):
             name = raw if safe_name(raw, what="memory file") == raw else self.topic_file(raw[:-3])
         else:

@@ -140,7 +140,7 @@ class EvidenceSearch:
         self.store = store
 
     def __len__(self) -> int:
-        return self.store._evidence_count()
+        return len({p.id for p in self.store.pointers()})
 
     def sync(self) -> int:
         """Kept for callers of the in-memory index: the persisted index is always current."""
@@ -264,7 +264,8 @@ class EvidenceSearch:
             score = COMMAND_EXACT_BONUS + 2.0 * rank / max(1, len(order) - 1)
             if wants_error and _failed(p):
                 score += 15.0
-            score += min(10.0, 4.0 * extra.get(p.id, 0.0))
+            if p.id in extra:  # names a specific word of this run
+                score += min(10.0, 4.0 + 4.0 * extra[p.id])
             out.append((score, p.created_at, p.id))
         return out
 

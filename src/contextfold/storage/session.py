@@ -158,6 +158,12 @@ class SessionStore:
             return []
         return [e for e in self._unit.events if e.kind in kinds]
 
+    def pending_docs(self, namespace: str) -> list[str]:
+        """Keys of documents of that namespace put in the open unit (not committed yet)."""
+        if self._unit is None:
+            return []
+        return [key for ns, key, value in self._unit.docs if ns == namespace and value is not None]
+
     def read(self, *, start: int = 0, kinds: Sequence[str] | None = None) -> Iterator[Event]:
         return self.store.read(self.session_id, start=start, stop=self.head, kinds=kinds)
 

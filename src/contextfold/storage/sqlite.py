@@ -94,7 +94,12 @@ def _busy(exc: sqlite3.Error) -> bool:
 
 def _dump(value: Mapping[str, JSON], what: str) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable bytes): keep them escaped
+            text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+        return text
     except (TypeError, ValueError) as exc:
         raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
 
