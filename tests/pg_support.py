@@ -26,6 +26,17 @@ def postgres_url() -> str:
     return os.environ.get(URL_ENV) or DEFAULT_URL
 
 
+def _shown(url: str) -> str:
+    """The URL without its password (skip reasons end up in CI logs)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def require_postgres() -> str:
     """The server URL, or skip (fail under CONTEXTFOLD_REQUIRE_ALL=1) naming why."""
     url = postgres_url()
@@ -42,7 +53,7 @@ def require_postgres() -> str:
                 conn.execute("SELECT 1")
             return url
         except psycopg.Error as exc:
-            reason = f"no PostgreSQL server at {url} (set ${URL_ENV}): {exc}"
+            reason = f"no PostgreSQL server at {_shown(url)} (set ${URL_ENV}): {exc}"
     if os.environ.get("CONTEXTFOLD_REQUIRE_ALL") == "1":
         pytest.fail(f"CONTEXTFOLD_REQUIRE_ALL=1 but {reason}")
     pytest.skip(reason)
