@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -80,10 +81,30 @@ def test_url_has_no_credentials_and_bad_urls_are_refused(pg: SchemaFactory) -> N
     assert "postgres@" not in store.url and store.url.startswith("postgresql://127.0.0.1")
     with pytest.raises(StorageError, match="not a plain identifier"):
         PostgresStore(pg.url, schema='x"; DROP TABLE y; --')
-    with pytest.raises(
-        StorageError, match=re.escape("cannot connect to PostgreSQL at postgresql://127.0.0.1:1/")
-    ):
+    # a wrong port, role or parameter fails at once with the reason, password never shown
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=re.escape("PostgreSQL at postgresql://127.0.0.1:1/")):
         PostgresStore("postgresql://postgres:pw@127.0.0.1:1/test", timeout=2)
+    parts = urlsplit(pg.url)
+    host = f"{parts.hostname}:{parts.port or 5432}"
+    nobody = urlunsplit(parts._replace(netloc=f"nobody:hunter2@{host}", query=""))
+    with pytest.raises(StorageError, match='"nobody"') as err:
+        PostgresStore(nobody)
+    assert "hunter2" not in str(err.value)
+    with pytest.raises(StorageError, match="bogus"):
+        PostgresStore(urlunsplit(parts._replace(query="bogus=1")))
+    assert time.monotonic() - started < 10
+    # libpq options in the URL are kept (spaces and all), next to the store's own
+    timed = PostgresStore(
+        urlunsplit(parts._replace(query="options=-c%20statement_timeout%3D5000")),
+        schema=pg.schema(),
+    )
+    pg.stores.append(timed)
+    shown = timed._run(
+        "show",
+        lambda c: [c.execute(f"SHOW {n}").fetchone()[0] for n in ("statement_timeout", "jit")],
+    )
+    assert shown == ["5s", "off"]
 
 
 def test_migrations_are_idempotent_and_versioned(pg: SchemaFactory) -> None:

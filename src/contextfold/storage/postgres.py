@@ -12,11 +12,11 @@ transaction; a writer that is behind finds a different head and gets
 this up: a duplicate position is refused, never stored. The session row (with its owner agent)
 is inserted in the transaction of the session's first event.
 
-Search ranks with BM25 computed in SQL over the GIN-indexed ``tsvector`` of pre-tokenized text
-(see :mod:`.pg_schema`), with SQLite FTS5's ``bm25()`` formula and statistics (k1=1.2, b=0.75,
-idf ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, hint fields weighing double, the
-document count, lengths and frequencies taken over the whole index), so a query ranks the same
-documents the same way on both backends.
+Search ranks with SQLite FTS5's ``bm25()`` formula and statistics (k1=1.2, b=0.75, idf
+``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, hint fields weighing double, the document
+count, lengths and frequencies taken over the whole index) over GIN-indexed ``tsvector`` s of
+pre-tokenized text, so a query ranks the same documents the same way on both backends (see
+:mod:`.pg_schema` for the encoding and :mod:`.pg_search` for the query).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
+import psycopg.conninfo
 import psycopg_pool
 
 from ..errors import StorageError
@@ -47,14 +48,11 @@ from .pg_schema import (
 from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, add_stats
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-T = TypeVar("T")
 
 #: Rows a store writes between two checks of the tables' planner statistics.
 ANALYZE_EVERY = 20_000
 #: Events fetched per round trip when reading a log.
 PAGE = 500
-K1 = 1.2
-B = 0.75
 
 
 def public_url(url: str) -> str:
@@ -72,7 +70,7 @@ def _split_schema(url: str) -> tuple[str, str | None]:
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
 
 
@@ -96,12 +94,34 @@ class PostgresStore:
         if not url.startswith(("postgresql://", "postgres://")):
             raise StorageError(f"not a PostgreSQL URL: {public_url(url)!r}")
         conninfo, url_schema = _split_schema(url)
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise StorageError(f"bad PostgreSQL URL {public_url(url)!r}: {exc}") from None
+        # JIT compiling costs more than it saves on these short statements
+        options = " ".join(filter(None, [str(given.get("options") or ""), "-c jit=off"]))
         self.schema = check_schema_name(schema or url_schema or "contextfold")
         self._url = public_url(url)
         self._closed = False
         self._lock = threading.Lock()
         #: rows written since the planner statistics were last checked
         self._written = 0
+        connect_args: dict[str, Any] = {
+            "autocommit": True,
+            "application_name": "contextfold",
+            "options": options,
+        }
+        # one direct connection first: a wrong host, password or parameter fails here at
+        # once with the server's reason (the pool would retry until its timeout); it also
+        # brings the schema up to date before any pooled connection is used
+        try:
+            with psycopg.connect(
+                conninfo, connect_timeout=max(1, int(min(timeout, 15))), **connect_args
+            ) as conn:
+                migrate(conn, self.schema)
+                analyze_stale(conn, self.schema)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot open PostgreSQL at {self._url}: {exc}") from exc
         try:
             self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
                 conninfo,
@@ -109,24 +129,13 @@ class PostgresStore:
                 max_size=max(max_size, min_size),
                 open=False,
                 timeout=timeout,
-                # JIT compiling costs more than it saves on these short statements
-                kwargs={
-                    "autocommit": True,
-                    "application_name": "contextfold",
-                    "options": "-c jit=off",
-                },
+                kwargs=connect_args,
                 check=psycopg_pool.ConnectionPool.check_connection,
                 name=f"contextfold:{self._url}",
             )
             self._pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise StorageError(f"cannot connect to PostgreSQL at {self._url}: {exc}") from exc
-        try:
-            self._run("migrate the schema", lambda conn: migrate(conn, self.schema))
-            self._run("refresh planner statistics", self._analyze)
-        except BaseException:
-            self._pool.close()
-            raise
         self.s = f'"{self.schema}"'
         self._blobs = PgBlobStore(self)
 
