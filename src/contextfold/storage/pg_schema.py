@@ -36,8 +36,8 @@ MAX_LEXEME_CHARS = 200
 MAX_QUERY_TERMS = 64
 #: Changed rows below which a table's planner statistics are left alone.
 ANALYZE_MIN_ROWS = 1_000
-#: Rows of ``search_stats`` (a writer updates the one of its server process, at commit).
-STAT_SHARDS = 16
+#: Delta rows of the index statistics above which a search folds them into one.
+FOLD_DELTAS = 1_000
 #: ``ts_rank_cd`` with these weights ({D, C, B, A}) and a one-lexeme query returns half the
 #: weighted term frequency: the sum over its positions of 0.5 (body) or 1.0 (hint fields).
 TF_WEIGHTS = "{0.5,0.5,0.5,1.0}"
@@ -86,14 +86,9 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
             PRIMARY KEY (namespace, doc_id)
         )""",
         "CREATE INDEX search_docs_tsv ON {s}.search_docs USING gin (tsv)",
-        # document count and total length of the index (BM25's N and average length), as
-        # STAT_SHARDS counters so concurrent writers rarely wait on one another
-        """CREATE TABLE {s}.search_stats (
-            shard integer PRIMARY KEY,
-            docs bigint NOT NULL DEFAULT 0,
-            tokens bigint NOT NULL DEFAULT 0
-        )""",
-        "INSERT INTO {s}.search_stats (shard) SELECT generate_series(0, 15)",
+        # document count and total length of the index (BM25's N and average length) as
+        # appended deltas, summed by readers and folded now and then: writers never wait
+        "CREATE TABLE {s}.search_deltas (docs bigint NOT NULL, tokens bigint NOT NULL)",
         "CREATE INDEX search_docs_session ON {s}.search_docs (namespace, session_id)",
         """CREATE TABLE {s}.blobs (
             sha256 text PRIMARY KEY,
@@ -222,9 +217,9 @@ def any_query(terms: Sequence[str]) -> str:
 
 
 __all__ = [
+    "FOLD_DELTAS",
     "HINT_WEIGHT",
     "SCHEMA_VERSION",
-    "STAT_SHARDS",
     "TF_WEIGHTS",
     "analyze_stale",
     "any_query",

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .base import SearchHit
-from .pg_schema import TF_WEIGHTS, any_query, search_terms, term_query
+from .pg_schema import FOLD_DELTAS, TF_WEIGHTS, any_query, search_terms, term_query
 from .text import K1, B
 
 if TYPE_CHECKING:
@@ -35,8 +35,9 @@ COMMON_SHARE = 0.05
 COMMON_MIN = 200
 
 _STATS = """
-SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_stats),
-       (SELECT coalesce(sum(tokens), 0) FROM {s}.search_stats),
+SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_deltas),
+       (SELECT coalesce(sum(tokens), 0) FROM {s}.search_deltas),
+       (SELECT count(*) FROM {s}.search_deltas),
        ARRAY(SELECT (SELECT count(*) FROM {s}.search_docs d WHERE d.tsv @@ u.q)
              FROM unnest(%s::tsquery[]) WITH ORDINALITY AS u(q, i) ORDER BY u.i),
        -- for the candidates query that follows in this transaction: the GIN index finds
@@ -55,16 +56,42 @@ def search(
     session_id: str | None,
     limit: int,
 ) -> list[SearchHit]:
+    """The best ``limit`` documents; folds the statistics' delta rows when they pile up."""
+    hits, deltas = _search(
+        conn, s, namespace, query, scopes=scopes, session_id=session_id, limit=limit
+    )
+    if deltas > FOLD_DELTAS:
+        # one statement: the rows it sums are the rows it deletes (a concurrent fold finds
+        # them gone and adds a zero row); rows committed meanwhile stay for the next fold
+        conn.execute(
+            f"WITH gone AS (DELETE FROM {s}.search_deltas RETURNING docs, tokens) "
+            f"INSERT INTO {s}.search_deltas (docs, tokens) "
+            "SELECT coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM gone"
+        )
+    return hits
+
+
+def _search(
+    conn: Conn,
+    s: str,
+    namespace: str,
+    query: str,
+    *,
+    scopes: Sequence[str] | None,
+    session_id: str | None,
+    limit: int,
+) -> tuple[list[SearchHit], int]:
     terms = search_terms(query)
     if not terms or limit <= 0 or (scopes is not None and not scopes):
-        return []
+        return [], 0
     with conn.transaction():
         row = conn.execute(_STATS.replace("{s}", s), ([term_query(t) for t in terms],)).fetchone()
         assert row is not None
-        total, tokens, dfs = int(row[0]), int(row[1]), [int(x) for x in row[2]]
+        total, tokens, deltas = int(row[0]), int(row[1]), int(row[2])
+        dfs = [int(x) for x in row[3]]
         present = [(t, df) for t, df in zip(terms, dfs) if df > 0]
         if not present:
-            return []
+            return [], deltas
         common = max(COMMON_MIN, COMMON_SHARE * total)
         rare = [t for t, df in present if df <= common]
         # the GIN index finds the candidates: the other conditions are kept out of the
@@ -105,7 +132,7 @@ def search(
                 scored.append((score, str(doc_id)))
         best = heapq.nsmallest(limit, scored, key=lambda x: (-x[0], x[1]))
         if not best:
-            return []
+            return [], deltas
         meta = {
             str(r[0]): r
             for r in conn.execute(
@@ -114,11 +141,12 @@ def search(
                 (namespace, [d for _, d in best]),
             )
         }
-    return [
+    hits = [
         SearchHit(doc_id=d, session_id=str(meta[d][1]), score=score, meta=meta[d][2])
         for score, d in best
         if d in meta
     ]
+    return hits, deltas
 
 
 __all__ = ["COMMON_MIN", "COMMON_SHARE", "search"]

@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import errors as pg_errors
 
 from ..errors import StorageError
 from .base import (
@@ -19,7 +18,7 @@ from .base import (
     NewEvent,
     SearchDoc,
 )
-from .pg_schema import STAT_SHARDS, encode_fields
+from .pg_schema import encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 
 if TYPE_CHECKING:
@@ -42,17 +41,21 @@ def dumps(value: Mapping[str, JSON], what: str) -> str:
 
 
 class PgTransaction:
-    """The writes of one :meth:`PostgresStore.transaction` (one database transaction)."""
+    """The writes of one :meth:`PostgresStore.transaction` (one database transaction).
+
+    The connection is in pipeline mode: an append waits for its own result (it must refuse a
+    stale writer at once), documents and index rows are only queued and go to the server with
+    the commit. A queued write that fails makes the commit fail (everything rolls back);
+    :attr:`pending` names what was queued since the last round trip.
+    """
 
     def __init__(self, store: PostgresStore, conn: Conn) -> None:
         self._store = store
         self._conn = conn
         self._s = store.s
         self.done = False
-        #: what the transaction was doing last (named in errors)
-        self.last = "begin"
-        self._docs = 0
-        self._tokens = 0
+        #: writes queued since the server last answered (named when the commit fails)
+        self.pending: list[str] = []
         #: events and index rows written (the store re-checks planner statistics now and then)
         self.rows = 0
 
@@ -61,22 +64,10 @@ class PgTransaction:
         """The server process running this transaction (for diagnostics and fault tests)."""
         return int(self._conn.info.backend_pid)
 
-    def flush_stats(self) -> None:
-        """Add this transaction's index changes to the index statistics. Done last, just
-        before the commit, so the stats row is locked only while committing (no deadlock)."""
-        if self._docs or self._tokens:
-            self._use("update the search statistics")
-            add_stats(self._conn, self._s, self._docs, self._tokens)
-            self._docs = self._tokens = 0
-
-    def _removed(self, rows: Sequence[Any]) -> None:
-        self._docs -= len(rows)
-        self._tokens -= sum(int(r[0]) for r in rows)
-
     def _use(self, what: str) -> None:
         if self.done:
             raise StorageError(f"{what}: the transaction has already ended")
-        self.last = what
+        self.pending.append(what)
 
     def append(
         self,
@@ -91,61 +82,71 @@ class PgTransaction:
         if expected_seq < 0:
             raise StorageError(f"expected_seq must be >= 0, got {expected_seq}")
         s, conn, now = self._s, self._conn, utc_now()
-        created = False
-        if expected_seq == 0:
-            row = conn.execute(
-                f"INSERT INTO {s}.sessions (session_id, agent_id, title, created_at, "
-                "updated_at) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (session_id) DO NOTHING "
-                "RETURNING session_id",
-                (session_id, agent_id, title or "", now, now),
-            ).fetchone()
-            created = row is not None
-        if not created:
-            found = conn.execute(
-                f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
-                (session_id,),
-            ).fetchone()
-            head = int(found[0]) if found is not None else 0
-            if found is None or head != expected_seq:
-                raise ConcurrentWriteError(session_id, expected_seq, head)
-            if found[1] != agent_id:
-                raise StorageError(
-                    f"session {session_id!r} belongs to agent {found[1]!r}, "
-                    f"not {agent_id!r}; refusing to append"
-                )
-        self.rows += len(events)
         out = [
             Event(session_id=session_id, seq=expected_seq + i, kind=e.kind, ts=now, data=e.data)
             for i, e in enumerate(events)
         ]
-        if out:
-            params = [
-                (session_id, ev.seq, ev.kind, now, dumps(ev.data, f"event {ev.seq} ({ev.kind})"))
-                for ev in out
-            ]
-            try:
-                with conn.cursor() as cur:
-                    cur.executemany(
-                        f"INSERT INTO {s}.events ({EVENT_COLS}) VALUES (%s, %s, %s, %s, %s::json)",
-                        params,
-                    )
-            except pg_errors.UniqueViolation as exc:  # the primary key caught a stale writer
-                raise ConcurrentWriteError(session_id, expected_seq, None) from exc
+        data = [dumps(ev.data, f"event {ev.seq} ({ev.kind})") for ev in out]
+        head = expected_seq + len(out)
         messages = sum(1 for e in events if e.kind == "message")
-        conn.execute(
-            f"UPDATE {s}.sessions SET head = %s, messages = messages + %s, updated_at = %s "
-            "WHERE session_id = %s",
-            (expected_seq + len(out), messages, now, session_id),
-        )
+        if expected_seq == 0:  # a new session, its owner in the same statement
+            claim = (
+                f"INSERT INTO {s}.sessions AS t (session_id, agent_id, title, created_at, "
+                "updated_at, head, messages) VALUES (%(sid)s, %(agent)s, %(title)s, %(now)s, "
+                "%(now)s, %(head)s, %(messages)s) ON CONFLICT (session_id) DO UPDATE SET "
+                "head = excluded.head, messages = excluded.messages, updated_at = excluded.updated_at "
+                "WHERE t.head = 0 AND t.agent_id = excluded.agent_id RETURNING 1"
+            )
+        else:  # compare and set: the row lock serializes writers, the head check refuses
+            claim = (
+                f"UPDATE {s}.sessions SET head = %(head)s, messages = messages + %(messages)s, "
+                "updated_at = %(now)s WHERE session_id = %(sid)s AND head = %(expected)s "
+                "AND agent_id = %(agent)s RETURNING 1"
+            )
+        # the events are inserted only if the claim succeeded (no stale row is ever written)
+        row = conn.execute(
+            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}) "
+            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json "
+            "FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(data)s::text[]) "
+            "AS e(seq, kind, data) WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
+            "SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM ins)",
+            {
+                "sid": session_id,
+                "agent": agent_id,
+                "title": title or "",
+                "now": now,
+                "head": head,
+                "messages": messages,
+                "expected": expected_seq,
+                "seqs": [ev.seq for ev in out],
+                "kinds": [ev.kind for ev in out],
+                "data": data,
+            },
+        ).fetchone()  # the one round trip: the server answers for everything queued
+        self.pending.clear()
+        if row is None or int(row[0]) != 1:
+            found = conn.execute(
+                f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s",
+                (session_id,),
+            ).fetchone()
+            actual = int(found[0]) if found is not None else 0
+            if found is not None and actual == expected_seq and found[1] != agent_id:
+                raise StorageError(
+                    f"session {session_id!r} belongs to agent {found[1]!r}, "
+                    f"not {agent_id!r}; refusing to append"
+                )
+            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        self.rows += len(out)
         return out
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        text = dumps(value, f"document {namespace}/{key}")
         self._use(f"write document {namespace}/{key}")
         self._conn.execute(
             f"INSERT INTO {self._s}.documents (namespace, key, value) VALUES (%s, %s, %s::json) "
             "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
             "updated_at = now()",
-            (namespace, key, dumps(value, f"document {namespace}/{key}")),
+            (namespace, key, text),
         )
 
     def delete_doc(self, namespace: str, key: str) -> None:
@@ -156,48 +157,59 @@ class PgTransaction:
         )
 
     def index(self, docs: Sequence[SearchDoc]) -> None:
-        self._use(f"index {len(docs)} search documents")
-        if not docs:
-            return
         docs = list({(d.namespace, d.doc_id): d for d in docs}.values())  # last one wins
-        self.rows += len(docs)
-        rows = []
-        by_ns: dict[str, list[str]] = {}
+        by_ns: dict[str, list[SearchDoc]] = {}
         for d in docs:
-            by_ns.setdefault(d.namespace, []).append(d.doc_id)
-        for ns, ids in by_ns.items():  # replaced documents leave the statistics
-            self._removed(
-                self._conn.execute(
-                    f"DELETE FROM {self._s}.search_docs WHERE namespace = %s "
-                    "AND doc_id = ANY(%s) RETURNING doc_len",
-                    (ns, ids),
-                ).fetchall()
-            )
-        for d in docs:
-            tsv, length = encode_fields(d.fields)
-            self._docs += 1
-            self._tokens += length
-            meta = dumps(d.meta, f"search document {d.namespace}/{d.doc_id} meta")
-            rows.append((d.namespace, d.doc_id, d.scope, d.session_id, meta, length, tsv))
-        with self._conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {self._s}.search_docs (namespace, doc_id, scope, session_id, meta, "
-                "doc_len, tsv) VALUES (%s, %s, %s, %s, %s::json, %s, %s::tsvector) "
-                "ON CONFLICT (namespace, doc_id) DO UPDATE SET scope = excluded.scope, "
-                "session_id = excluded.session_id, meta = excluded.meta, "
-                "doc_len = excluded.doc_len, tsv = excluded.tsv",
-                rows,
-            )
+            by_ns.setdefault(d.namespace, []).append(d)
+        for ns, group in by_ns.items():
+            cols: dict[str, list[Any]] = {k: [] for k in ("ids", "scopes", "sids", "metas")}
+            cols.update(lens=[], tsvs=[])
+            for d in group:
+                tsv, length = encode_fields(d.fields)
+                cols["ids"].append(d.doc_id)
+                cols["scopes"].append(d.scope)
+                cols["sids"].append(d.session_id)
+                cols["metas"].append(dumps(d.meta, f"search document {ns}/{d.doc_id} meta"))
+                cols["lens"].append(length)
+                cols["tsvs"].append(tsv)
+            self._use(f"index {len(group)} {ns!r} search documents")
+            self._conn.execute(_INDEX_SQL.replace("{s}", self._s), {"ns": ns, **cols})
+            self.rows += len(group)
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._use(f"unindex {namespace!r} of session {session_id!r}")
-        self._removed(
-            self._conn.execute(
-                f"DELETE FROM {self._s}.search_docs WHERE namespace = %s AND session_id = %s "
-                "RETURNING doc_len",
-                (namespace, session_id),
-            ).fetchall()
+        self._conn.execute(
+            f"WITH gone AS (DELETE FROM {self._s}.search_docs WHERE namespace = %s "
+            f"AND session_id = %s RETURNING doc_len) {_SUBTRACT.replace('{s}', self._s)}",
+            (namespace, session_id),
         )
+
+
+#: Upsert a namespace's documents and record what they change in the index statistics
+#: (an appended delta row: writers never wait on one another for the statistics).
+_INDEX_SQL = """
+WITH old AS (
+    SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS len FROM {s}.search_docs
+    WHERE namespace = %(ns)s AND doc_id = ANY(%(ids)s::text[])),
+up AS (
+    INSERT INTO {s}.search_docs (namespace, doc_id, scope, session_id, meta, doc_len, tsv)
+    SELECT %(ns)s, d.id, d.scope, d.sid, d.meta::json, d.len, d.tsv::tsvector
+    FROM unnest(%(ids)s::text[], %(scopes)s::text[], %(sids)s::text[], %(metas)s::text[],
+                %(lens)s::integer[], %(tsvs)s::text[]) AS d(id, scope, sid, meta, len, tsv)
+    ON CONFLICT (namespace, doc_id) DO UPDATE SET scope = excluded.scope,
+        session_id = excluded.session_id, meta = excluded.meta, doc_len = excluded.doc_len,
+        tsv = excluded.tsv
+    RETURNING doc_len)
+INSERT INTO {s}.search_deltas (docs, tokens)
+SELECT (SELECT count(*) FROM up) - old.n, (SELECT coalesce(sum(doc_len), 0) FROM up) - old.len
+FROM old
+"""
+
+#: After ``WITH gone AS (DELETE ... RETURNING doc_len)``: subtract them from the statistics.
+_SUBTRACT = (
+    "INSERT INTO {s}.search_deltas (docs, tokens) "
+    "SELECT -count(*), -coalesce(sum(doc_len), 0) FROM gone HAVING count(*) > 0"
+)
 
 
 class PgBlobStore:
@@ -248,12 +260,9 @@ class PgBlobStore:
         return int(rows[0][0]) if rows else None
 
 
-def add_stats(conn: Conn, s: str, docs: int, tokens: int) -> None:
-    conn.execute(
-        f"UPDATE {s}.search_stats SET docs = docs + %s, tokens = tokens + %s "
-        "WHERE shard = pg_backend_pid() %% %s",
-        (docs, tokens, STAT_SHARDS),
-    )
+def subtract_sql(s: str) -> str:
+    """SQL that follows ``WITH gone AS (DELETE FROM search_docs ... RETURNING doc_len)``."""
+    return _SUBTRACT.replace("{s}", s)
 
 
-__all__ = ["EVENT_COLS", "PgBlobStore", "PgTransaction", "add_stats", "dumps"]
+__all__ = ["EVENT_COLS", "PgBlobStore", "PgTransaction", "dumps", "subtract_sql"]

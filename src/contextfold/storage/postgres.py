@@ -45,7 +45,7 @@ from .pg_schema import (
     check_schema_name,
     migrate,
 )
-from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, add_stats
+from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, subtract_sql
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -187,17 +187,20 @@ class PostgresStore:
         self._check_open()
         tx: PgTransaction | None = None
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            # pipeline mode: queued writes travel with the next statement that needs an
+            # answer (an append) or with the commit; the transaction ends before the pipeline
+            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
                 tx = PgTransaction(self, conn)
                 yield tx
-                tx.flush_stats()
                 tx.done = True
+                tx.pending.append("commit")
         except StorageError:
             raise
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            stage = "commit" if tx is not None and tx.done else tx.last if tx else "begin"
+            steps = ", ".join(tx.pending) if tx is not None and tx.pending else "begin"
             raise StorageError(
-                f"PostgreSQL transaction failed at {stage} and was rolled back ({self._url}): {exc}"
+                f"PostgreSQL transaction failed and was rolled back (at: {steps}) "
+                f"({self._url}): {exc}"
             ) from exc
         finally:
             if tx is not None:
@@ -309,12 +312,11 @@ class PostgresStore:
                     (session_id,),
                 )
                 conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
-                gone = conn.execute(
-                    f"DELETE FROM {self.s}.search_docs WHERE session_id = %s RETURNING doc_len",
+                conn.execute(
+                    f"WITH gone AS (DELETE FROM {self.s}.search_docs WHERE session_id = %s "
+                    f"RETURNING doc_len) {subtract_sql(self.s)}",
                     (session_id,),
-                ).fetchall()
-                if gone:
-                    add_stats(conn, self.s, -len(gone), -sum(int(r[0]) for r in gone))
+                )
                 conn.execute(
                     f"DELETE FROM {self.s}.documents WHERE key = %s OR "
                     "(left(key, length(%s) + 1) = %s || '/')",
