@@ -5,12 +5,14 @@ and (by default) blobs in tables of one schema, created by the versioned migrati
 :mod:`.pg_schema`. Connections come from a ``psycopg_pool.ConnectionPool`` (each checked before
 use, so a connection the server dropped is replaced instead of failing a call).
 
-Expected-sequence appends are race-free across processes and hosts: the session's row in
-``sessions`` holds its head and is locked (``SELECT ... FOR UPDATE``) by the appending
-transaction; a writer that is behind finds a different head and gets
-:class:`~.base.ConcurrentWriteError`. The ``(session_id, seq)`` primary key of ``events`` backs
-this up: a duplicate position is refused, never stored. The session row (with its owner agent)
-is inserted in the transaction of the session's first event.
+Expected-sequence appends are race-free across processes and hosts: an append is one
+statement that moves the session's head in ``sessions`` from the expected value to the new one
+(compare and set; the row lock serializes concurrent writers and a writer that is behind finds
+a different head) and inserts the events only if that succeeded, so a stale writer gets
+:class:`~.base.ConcurrentWriteError` and never writes a row. The ``(session_id, seq)`` primary
+key of ``events`` backs this up. The session row (with its owner agent) is inserted by the
+statement that appends the session's first events. Transactions run in pipeline mode: an
+append costs one round trip, documents and index rows travel with the commit.
 
 Search ranks with SQLite FTS5's ``bm25()`` formula and statistics (k1=1.2, b=0.75, idf
 ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, hint fields weighing double, the document
@@ -52,7 +54,7 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 #: Rows a store writes between two checks of the tables' planner statistics.
 ANALYZE_EVERY = 20_000
 #: Events fetched per round trip when reading a log.
-PAGE = 500
+PAGE = 2_000
 
 
 def public_url(url: str) -> str:
