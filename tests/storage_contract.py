@@ -168,6 +168,19 @@ def test_events_are_json_and_bad_data_writes_nothing(store_factory: StoreFactory
     assert store.head("s") == 1
 
 
+def test_lone_surrogates_round_trip(store_factory: StoreFactory) -> None:
+    """Undecodable bytes decoded with surrogateescape reach the store as lone surrogates."""
+    store = store_factory.new()
+    text = "bad byte \udcff here"
+    append(store, "s", [ev(text=text)], 0)
+    with store.transaction() as txn:
+        txn.put_doc("d", "s/k", {"text": text})
+        txn.index([doc("session", "s:0", text + " findable")])
+    assert next(iter(store.read("s"))).data == {"text": text}
+    assert store.get_doc("d", "s/k") == {"text": text}
+    assert [h.doc_id for h in store.search("session", "findable")] == ["s:0"]
+
+
 # --------------------------------------------------------------------------- transactions
 
 

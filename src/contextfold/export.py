@@ -213,13 +213,13 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
 def register(sub: Any) -> None:
     """Add the ``export`` and ``migrate`` subcommands to the CLI's subparsers."""
     p = sub.add_parser("export", help="write a session's log, records, blocks and memory files")
-    p.add_argument("session")
+    p.add_argument("session", help="session id")
     p.add_argument("-o", "--output", required=True, help="folder to write into")
     p.add_argument("--workspace", help="workspace folder (default ./.contextfold)")
     p.add_argument("--store", help="store URL instead (memory://, postgresql://...)")
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("migrate", help="move a workspace of an earlier release into its store")
-    p.add_argument("workspace")
+    p.add_argument("workspace", help="the workspace folder written by an earlier release")
     p.set_defaults(fn=cmd_migrate)
 
 

@@ -213,19 +213,31 @@ class ContextManager:
     # ------------------------------------------------------------------ persistence
     def _load(self) -> None:
         offloads = []
+        entries = []
         for event in self.session.read(kinds=["message", "offload"]):
             if event.kind == "offload":
                 offloads.append(event)
                 continue
-            entry = entry_of(event)
+            entries.append(entry_of(event))
+        answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
+        for entry in entries:
+            msg = entry.message
             if entry.tokens is not None:
-                self._cache.seed(entry.message, entry.tokens)
-            self.view.append(entry.message, entry.seq)
+                self._cache.seed(msg, entry.tokens)
+            if msg.tool_calls:
+                self.view.expect_answers(
+                    len(self.view), {c.id for c in msg.tool_calls if c.id in answered}
+                )
+            self.view.append(msg, entry.seq)
         self.offload.load(offloads)
         if self.eviction_store is not self.offload:
             self.eviction_store.load(offloads)
         # user data, not derived: a damaged snapshot is an error naming it, never dropped
         self.session_state = load_state(self.session)
+        with self.view.deferred_sums():
+            self._load_view_state()
+
+    def _load_view_state(self) -> None:
         last = self.session.read_last(1, ["state"])
         calibration = self.store.get_doc("calibration", f"{self.session_id}/calibration")
         if not last:

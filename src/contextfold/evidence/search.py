@@ -29,7 +29,7 @@ COMMAND_PARTIAL_BONUS = 12.0
 ANCHOR_BONUS = 4.0
 SNIPPET_CHARS = 400
 #: Candidates taken from the index before re-ranking.
-CANDIDATES = 200
+CANDIDATES = 60
 #: Runs of one command fetched at most.
 RUNS_LIMIT = 500
 

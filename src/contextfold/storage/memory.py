@@ -359,7 +359,8 @@ class MemoryStore:
             return []
         with self._lock:
             self._check_open()
-            everything = list(self._index.values())
+            # statistics per namespace, as the SQLite backend keeps one index per namespace
+            everything = [d for d in self._index.values() if d.doc.namespace == namespace]
         total = len(everything)
         avg = sum(d.length for d in everything) / total if total else 1.0
         df: Counter[str] = Counter()

@@ -18,6 +18,7 @@ searches work, writes raise :class:`StorageError`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -65,14 +66,30 @@ CREATE TABLE IF NOT EXISTS docs (
 CREATE TABLE IF NOT EXISTS search_docs (
     id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
     session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
-    UNIQUE (namespace, doc_id));
+    tags TEXT NOT NULL, UNIQUE (namespace, doc_id));
 CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
 CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+#: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
+#: weigh on evidence or memory queries, and BM25 statistics are per corpus.
 _FTS = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5(body, hints, content='', "
+    "CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(body, hints, tags, content='', "
     "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
 )
+
+
+def _tag(kind: str, value: str) -> str:
+    """One index token standing for a namespace or a session: MATCH narrows to it first, so a
+    common word is not ranked across every other session of the workspace."""
+    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _tags(namespace: str, session_id: str) -> str:
+    return _tag("ss", f"{namespace}/{session_id}")
+
+
+def _fts_table(namespace: str) -> str:
+    return "fts_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def fts5_available() -> bool:
@@ -238,27 +255,29 @@ class _SQLiteTransaction:
         for d in docs:
             meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
             body, hints = split_fields(d.fields)
+            tags = _tags(d.namespace, d.session_id)
             old = con.execute(
-                "SELECT id, body, hints FROM search_docs WHERE namespace=? AND doc_id=?",
+                "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id=?",
                 (d.namespace, d.doc_id),
             ).fetchone()
+            table = self._store._fts(con, d.namespace, create=True) if fts else ""
             if old is not None:
                 if fts:
                     con.execute(
-                        "INSERT INTO search_fts(search_fts, rowid, body, hints) "
-                        "VALUES('delete', ?, ?, ?)",
+                        f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
+                        "VALUES('delete', ?, ?, ?, ?)",
                         old,
                     )
                 con.execute("DELETE FROM search_docs WHERE id=?", (old[0],))
             cur = con.execute(
-                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints)"
-                " VALUES (?,?,?,?,?,?,?)",
-                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints),
+                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints, "
+                "tags) VALUES (?,?,?,?,?,?,?,?)",
+                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints, tags),
             )
             if fts:
                 con.execute(
-                    "INSERT INTO search_fts(rowid, body, hints) VALUES (?,?,?)",
-                    (cur.lastrowid, body, hints),
+                    f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
+                    (cur.lastrowid, body, hints, tags),
                 )
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
@@ -278,7 +297,22 @@ class SQLiteStore:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._fts_known: set[str] = set()
         self._init()
+
+    def _fts(self, con: sqlite3.Connection, namespace: str, *, create: bool) -> str | None:
+        """The FTS5 table of a namespace (created inside the caller's transaction)."""
+        table = _fts_table(namespace)
+        if table in self._fts_known:
+            return table
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone():
+            if not con.in_transaction:  # a table made by an open transaction may roll back
+                self._fts_known.add(table)
+            return table
+        if not create:
+            return None
+        con.execute(_FTS.format(table=table))
+        return table
 
     # ------------------------------------------------------------------ connections
     @property
@@ -319,8 +353,12 @@ class SQLiteStore:
             try:
                 self._retry(lambda: con.execute("PRAGMA journal_mode=WAL"))
                 self._retry(lambda: con.executescript(_SCHEMA))
-                if self.fts5:
-                    self._retry(lambda: con.execute(_FTS))
+                mode = "1" if self.fts5 else "0"
+                self._retry(
+                    lambda: con.execute(
+                        "INSERT OR IGNORE INTO store_meta VALUES ('fts5', ?)", (mode,)
+                    )
+                )
                 self._retry(
                     lambda: con.execute(
                         "INSERT OR IGNORE INTO store_meta VALUES ('schema', ?)",
@@ -337,12 +375,9 @@ class SQLiteStore:
             version = (
                 self._con().execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
             )
-            if self.read_only:
-                self.fts5 = bool(
-                    self._con()
-                    .execute("SELECT 1 FROM sqlite_master WHERE name='search_fts'")
-                    .fetchone()
-                )
+            mode = self._con().execute("SELECT value FROM store_meta WHERE key='fts5'").fetchone()
+            # the index is kept the way the database was created (FTS5 or the plain table)
+            self.fts5 = mode is not None and mode[0] == "1" and fts5_available()
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the store {self.path}: {exc}") from exc
         if version is None or int(version[0]) > SCHEMA_VERSION:
@@ -505,11 +540,19 @@ class SQLiteStore:
 
     def _unindex(self, con: sqlite3.Connection, where: str, args: Sequence[Any]) -> None:
         if self.fts5:
-            con.execute(
-                "INSERT INTO search_fts(search_fts, rowid, body, hints) "
-                f"SELECT 'delete', id, body, hints FROM search_docs WHERE {where}",
-                args,
-            )
+            namespaces = con.execute(
+                f"SELECT DISTINCT namespace FROM search_docs WHERE {where}", args
+            ).fetchall()
+            for (ns,) in namespaces:
+                table = self._fts(con, ns, create=False)
+                if table is None:
+                    continue
+                con.execute(
+                    f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
+                    f"SELECT 'delete', id, body, hints, tags FROM search_docs "
+                    f"WHERE namespace=? AND ({where})",
+                    [ns, *args],
+                )
         con.execute(f"DELETE FROM search_docs WHERE {where}", args)
 
     def delete_session(self, session_id: str) -> None:
@@ -575,11 +618,16 @@ class SQLiteStore:
             args.append(session_id)
         with self._reading(f"searching {namespace}") as con:
             if self.fts5:
+                table = self._fts(con, namespace, create=False)
+                if table is None:
+                    return []
                 match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+                if session_id is not None:
+                    match = f'({match}) AND tags:"{_tag("ss", f"{namespace}/{session_id}")}"'
                 rows = con.execute(
                     f"SELECT d.doc_id, d.session_id, d.meta, "
-                    f"-bm25(search_fts, {BODY_WEIGHT}, {HINT_WEIGHT}) AS s FROM search_fts "
-                    f"JOIN search_docs d ON d.id=search_fts.rowid WHERE search_fts MATCH ? "
+                    f"-bm25({table}, {BODY_WEIGHT}, {HINT_WEIGHT}, 0.0) AS s FROM {table} "
+                    f"JOIN search_docs d ON d.id={table}.rowid WHERE {table} MATCH ? "
                     f"AND {where} ORDER BY s DESC, d.doc_id LIMIT ?",
                     [match, *args, limit],
                 ).fetchall()
@@ -607,7 +655,9 @@ class SQLiteStore:
             [*args, *(f"% {t} %" for t in terms)],
         ).fetchall()
         total, length = con.execute(
-            "SELECT count(*), coalesce(sum(length(body) + length(hints)), 0) FROM search_docs"
+            "SELECT count(*), coalesce(sum(length(body) + length(hints)), 0) FROM search_docs "
+            "WHERE namespace=?",
+            (args[0],),
         ).fetchone()
         docs: dict[int, tuple[Counter[str], Counter[str], int]] = {}
         df: Counter[str] = Counter()
