@@ -12,11 +12,14 @@ written as a ``tsvector`` literal, so PostgreSQL stores exactly those tokens (no
 stop words of its own; the ``simple`` configuration's parser never runs). Positions carry no
 meaning: a token seen ``n`` times gets positions ``1..n`` (capped at 256, PostgreSQL's limit),
 so the term frequency survives; tokens of fields other than ``body`` carry weight ``A`` and
-count double, as in the SQLite index.
+count double, as in the SQLite index. Three tag lexemes (:func:`doc_tags`) stand for the
+document's namespace, session and scope, so the GIN index alone narrows a search (and counts a
+term's documents) within a namespace, a session or some scopes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -88,7 +91,10 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX search_docs_tsv ON {s}.search_docs USING gin (tsv)",
         # document count and total length of the index (BM25's N and average length) as
         # appended deltas, summed by readers and folded now and then: writers never wait
-        "CREATE TABLE {s}.search_deltas (docs bigint NOT NULL, tokens bigint NOT NULL)",
+        """CREATE TABLE {s}.search_deltas (
+            namespace text NOT NULL, docs bigint NOT NULL, tokens bigint NOT NULL
+        )""",
+        "CREATE INDEX search_deltas_namespace ON {s}.search_deltas (namespace)",
         "CREATE INDEX search_docs_session ON {s}.search_docs (namespace, session_id)",
         """CREATE TABLE {s}.blobs (
             sha256 text PRIMARY KEY,
@@ -176,11 +182,28 @@ def _quote(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def encode_fields(fields: Mapping[str, str]) -> tuple[str, int]:
-    """A ``tsvector`` literal of the fields' tokens and the document's length in tokens
-    (unweighted, as FTS5 counts it)."""
+def tag(kind: str, value: str) -> str:
+    """A lexeme standing for a namespace, a session or a scope. ``#`` never starts a token of
+    the tokenizer, so no word of a text can match it."""
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+    return f"#{kind}{digest}"
+
+
+def doc_tags(namespace: str, session_id: str, scope: str) -> list[str]:
+    """The tags stored with a document: its namespace, its session (within the namespace)
+    and its scope (within the namespace). Searches narrow to them in the GIN index."""
+    return [
+        tag("n", namespace),
+        tag("s", f"{namespace}/{session_id}"),
+        tag("c", f"{namespace}/{scope}"),
+    ]
+
+
+def encode_fields(fields: Mapping[str, str], tags: Sequence[str] = ()) -> tuple[str, int]:
+    """A ``tsvector`` literal of the fields' tokens (and ``tags``) and the document's length in
+    tokens (unweighted, as FTS5 counts it, plus one for the tags column of the SQLite index)."""
     counts: dict[str, list[int]] = {}
-    length = 0
+    length = 1
     for name, text in sorted(fields.items()):
         heavy = 0 if name == "body" else 1
         for token in tokenize(clip(text)):
@@ -198,6 +221,7 @@ def encode_fields(fields: Mapping[str, str]) -> tuple[str, int]:
         positions = [str(i) for i in range(1, light + 1)]
         positions.extend(f"{i}A" for i in range(light + 1, light + heavy + 1))
         parts.append(f"{_quote(token)}:{','.join(positions)}")
+    parts.extend(f"{_quote(t)}:1" for t in tags)
     return " ".join(parts), length
 
 
@@ -224,8 +248,10 @@ __all__ = [
     "analyze_stale",
     "any_query",
     "check_schema_name",
+    "doc_tags",
     "encode_fields",
     "migrate",
     "search_terms",
+    "tag",
     "term_query",
 ]

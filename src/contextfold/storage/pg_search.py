@@ -1,7 +1,9 @@
 """Search on the PostgreSQL store: FTS5's BM25, computed from the GIN-indexed tsvectors.
 
-Three statements in one read-only transaction: the index statistics (document count, total
-length, document frequency of each query term; the counts use the GIN index), the candidates
+Three statements in one read-only transaction: the namespace's statistics (document count,
+total length, document frequency of each query term, counted by the GIN index with the
+namespace's tag; SQLite keeps one FTS5 index per namespace, hence per-namespace statistics), the
+candidates
 with the weighted frequency of every query term (``ts_rank_cd`` with :data:`TF_WEIGHTS` and a
 one-lexeme query is exactly half the weighted count, in C), then the metadata of the winners.
 Scores are computed here with the formula of :func:`contextfold.storage.text.bm25_scores`, so
@@ -23,21 +25,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .base import SearchHit
-from .pg_schema import FOLD_DELTAS, TF_WEIGHTS, any_query, search_terms, term_query
+from .pg_schema import FOLD_DELTAS, TF_WEIGHTS, any_query, search_terms, tag, term_query
 from .text import K1, B
 
 if TYPE_CHECKING:
     from .pg_write import Conn
 
-#: A term in more than this share of the index's documents (and more than COMMON_MIN of
+#: A term in more than this share of the namespace's documents (and more than COMMON_MIN of
 #: them) does not by itself make a document a candidate when the query has rarer terms.
 COMMON_SHARE = 0.05
 COMMON_MIN = 200
 
 _STATS = """
-SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_deltas),
-       (SELECT coalesce(sum(tokens), 0) FROM {s}.search_deltas),
-       (SELECT count(*) FROM {s}.search_deltas),
+SELECT (SELECT coalesce(sum(docs), 0) FROM {s}.search_deltas WHERE namespace = %s),
+       (SELECT coalesce(sum(tokens), 0) FROM {s}.search_deltas WHERE namespace = %s),
+       (SELECT count(*) FROM {s}.search_deltas WHERE namespace = %s),
        ARRAY(SELECT (SELECT count(*) FROM {s}.search_docs d WHERE d.tsv @@ u.q)
              FROM unnest(%s::tsquery[]) WITH ORDINALITY AS u(q, i) ORDER BY u.i),
        -- for the candidates query that follows in this transaction: the GIN index finds
@@ -64,9 +66,10 @@ def search(
         # one statement: the rows it sums are the rows it deletes (a concurrent fold finds
         # them gone and adds a zero row); rows committed meanwhile stay for the next fold
         conn.execute(
-            f"WITH gone AS (DELETE FROM {s}.search_deltas RETURNING docs, tokens) "
-            f"INSERT INTO {s}.search_deltas (docs, tokens) "
-            "SELECT coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM gone"
+            f"WITH gone AS (DELETE FROM {s}.search_deltas WHERE namespace = %s "
+            f"RETURNING docs, tokens) INSERT INTO {s}.search_deltas (namespace, docs, tokens) "
+            "SELECT %s, coalesce(sum(docs), 0), coalesce(sum(tokens), 0) FROM gone",
+            (namespace, namespace),
         )
     return hits
 
@@ -85,7 +88,12 @@ def _search(
     if not terms or limit <= 0 or (scopes is not None and not scopes):
         return [], 0
     with conn.transaction():
-        row = conn.execute(_STATS.replace("{s}", s), ([term_query(t) for t in terms],)).fetchone()
+        ns_tag = tag("n", namespace)
+        # a term's documents in this namespace, counted by the GIN index alone
+        per_term = [f"{term_query(t)} & {term_query(ns_tag)}" for t in terms]
+        row = conn.execute(
+            _STATS.replace("{s}", s), (namespace, namespace, namespace, per_term)
+        ).fetchone()
         assert row is not None
         total, tokens, deltas = int(row[0]), int(row[1]), int(row[2])
         dfs = [int(x) for x in row[3]]
@@ -94,16 +102,24 @@ def _search(
             return [], deltas
         common = max(COMMON_MIN, COMMON_SHARE * total)
         rare = [t for t, df in present if df <= common]
-        # the GIN index finds the candidates: the other conditions are kept out of the
-        # planner's reach (a scan of the session's rows would decode every tsvector)
+        # the GIN index finds the candidates, tags included (namespace, session, scopes);
+        # the columns are checked again on them only (kept out of the planner's reach: a
+        # scan of the session's rows would decode every tsvector)
+        narrow = [term_query(ns_tag)]
         where = "tsv @@ %s::tsquery AND (namespace || '') = %s"
         params: list[Any] = [namespace]
         if scopes is not None:
+            narrow.append(any_query([tag("c", f"{namespace}/{c}") for c in scopes]))
             where += " AND (scope || '') = ANY(%s)"
             params.append(list(scopes))
         if session_id is not None:
+            narrow.append(term_query(tag("s", f"{namespace}/{session_id}")))
             where += " AND (session_id || '') = %s"
             params.append(session_id)
+
+        def match(words: list[str]) -> str:
+            return " & ".join([f"({any_query(words)})", *(f"({n})" for n in narrow)])
+
         tfs = ", ".join(f"ts_rank_cd('{TF_WEIGHTS}', tsv, %s::tsquery, 0)" for _ in present)
         # the inner query decodes each candidate's tsvector once (the concatenation makes a
         # plain copy); the frequencies are then read from that copy, not re-fetched per term
@@ -114,9 +130,9 @@ def _search(
         tqs = [term_query(t) for t, _ in present]
         rows = []
         if rare and len(rare) < len(present):
-            rows = conn.execute(sql, [*tqs, any_query(rare), *params]).fetchall()
+            rows = conn.execute(sql, [*tqs, match(rare), *params]).fetchall()
         if len(rows) < limit:  # no rare term, or too few documents with one: score them all
-            rows = conn.execute(sql, [*tqs, any_query([t for t, _ in present]), *params]).fetchall()
+            rows = conn.execute(sql, [*tqs, match([t for t, _ in present]), *params]).fetchall()
         n = max(total, 1)
         avg = max(tokens / n, 1.0) if total else 1.0
         idfs = [max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6) for _, df in present]

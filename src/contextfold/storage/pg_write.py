@@ -18,7 +18,7 @@ from .base import (
     NewEvent,
     SearchDoc,
 )
-from .pg_schema import encode_fields
+from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class PgTransaction:
             cols: dict[str, list[Any]] = {k: [] for k in ("ids", "scopes", "sids", "metas")}
             cols.update(lens=[], tsvs=[])
             for d in group:
-                tsv, length = encode_fields(d.fields)
+                tsv, length = encode_fields(d.fields, doc_tags(ns, d.session_id, d.scope))
                 cols["ids"].append(d.doc_id)
                 cols["scopes"].append(d.scope)
                 cols["sids"].append(d.session_id)
@@ -180,7 +180,7 @@ class PgTransaction:
         self._use(f"unindex {namespace!r} of session {session_id!r}")
         self._conn.execute(
             f"WITH gone AS (DELETE FROM {self._s}.search_docs WHERE namespace = %s "
-            f"AND session_id = %s RETURNING doc_len) {_SUBTRACT.replace('{s}', self._s)}",
+            f"AND session_id = %s RETURNING namespace, doc_len) {subtract_sql(self._s)}",
             (namespace, session_id),
         )
 
@@ -200,15 +200,17 @@ up AS (
         session_id = excluded.session_id, meta = excluded.meta, doc_len = excluded.doc_len,
         tsv = excluded.tsv
     RETURNING doc_len)
-INSERT INTO {s}.search_deltas (docs, tokens)
-SELECT (SELECT count(*) FROM up) - old.n, (SELECT coalesce(sum(doc_len), 0) FROM up) - old.len
+INSERT INTO {s}.search_deltas (namespace, docs, tokens)
+SELECT %(ns)s, (SELECT count(*) FROM up) - old.n,
+       (SELECT coalesce(sum(doc_len), 0) FROM up) - old.len
 FROM old
 """
 
-#: After ``WITH gone AS (DELETE ... RETURNING doc_len)``: subtract them from the statistics.
+#: After ``WITH gone AS (DELETE ... RETURNING namespace, doc_len)``: subtract them from the
+#: statistics of their namespaces.
 _SUBTRACT = (
-    "INSERT INTO {s}.search_deltas (docs, tokens) "
-    "SELECT -count(*), -coalesce(sum(doc_len), 0) FROM gone HAVING count(*) > 0"
+    "INSERT INTO {s}.search_deltas (namespace, docs, tokens) "
+    "SELECT namespace, -count(*), -sum(doc_len) FROM gone GROUP BY namespace"
 )
 
 
@@ -261,7 +263,8 @@ class PgBlobStore:
 
 
 def subtract_sql(s: str) -> str:
-    """SQL that follows ``WITH gone AS (DELETE FROM search_docs ... RETURNING doc_len)``."""
+    """SQL that follows ``WITH gone AS (DELETE FROM search_docs ... RETURNING namespace,
+    doc_len)``."""
     return _SUBTRACT.replace("{s}", s)
 
 

@@ -316,7 +316,7 @@ class PostgresStore:
                 conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
                 conn.execute(
                     f"WITH gone AS (DELETE FROM {self.s}.search_docs WHERE session_id = %s "
-                    f"RETURNING doc_len) {subtract_sql(self.s)}",
+                    f"RETURNING namespace, doc_len) {subtract_sql(self.s)}",
                     (session_id,),
                 )
                 conn.execute(
