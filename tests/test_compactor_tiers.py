@@ -84,8 +84,8 @@ def test_tier_none_returns_history_unchanged(tmp_path: Path) -> None:
     base(cm)
     cm.add_many(turn(0, 500))
     view = cm.prepare()
-    assert cm.last_record is not None and cm.last_record.tier is Tier.NONE
-    assert not cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.tier is Tier.NONE
+    assert not cm.last_prepare.changed
     assert len(view) == 4
     assert records(tmp_path, "t") == []
 
@@ -118,7 +118,7 @@ def test_warn_offloads_large_head_results_only(tmp_path: Path) -> None:
     grow(cm, i + 1, 0.62, out_chars=1_000)
     before = len(cm.history)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.WARN, rec
     assert [e.tool_call_id for e in rec.offloaded] == [f"call_{i}"]
     assert rec.summarized == 0
@@ -134,7 +134,7 @@ def test_soft_summarizes_oldest_half_and_leaves_room(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.72)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.SOFT
     assert rec.summarized > 0
     assert len(rec.anchors) == 5 and [a.type for a in rec.anchors] == list(ALL_ANCHOR_TYPES)
@@ -142,7 +142,7 @@ def test_soft_summarizes_oldest_half_and_leaves_room(tmp_path: Path) -> None:
     assert rec.tokens_after <= 0.60 * WINDOW  # well under the Warn line
     assert_valid(cm, view)
     # the next prepare with nothing new does not compact again
-    assert cm.prepare() == view and not cm.last_record.changed
+    assert cm.prepare() == view and not cm.last_prepare.changed
 
 
 def test_full_summarizes_whole_head_keeps_min_tail(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_full_summarizes_whole_head_keeps_min_tail(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.FULL
     assert rec.preserved_tail >= 6
     tail = view[-6:]
@@ -166,7 +166,7 @@ def test_emergency_never_calls_the_llm(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.97)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.EMERGENCY
     assert rec.error.startswith("emergency fallback: forced truncation")
     assert llm.calls == []
@@ -185,7 +185,7 @@ def test_llm_summary_is_used_for_full_and_parsed(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.FULL and rec.error == ""
     assert len(llm.calls) == 1
     assert rec.summary_text == "Working in src/dates.py."
@@ -202,7 +202,7 @@ def test_llm_error_falls_back_and_is_recorded(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and "LLM summary failed in TierFull" in rec.error
     assert rec.summarized > 0 and "fallback" in rec.summarizer
     assert_valid(cm, view)
@@ -214,7 +214,7 @@ def test_malformed_llm_output_still_gives_five_anchors(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None
     assert len(rec.anchors) == 5
     assert "summary parse" in rec.error
@@ -230,7 +230,7 @@ def test_offload_write_error_keeps_text_and_is_recorded(tmp_path: Path) -> None:
     assert not blobs.exists()
     blobs.write_text("not a folder")  # makes every blob write fail
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.WARN
     assert "offload failed" in rec.error
     original = next(m for m in cm.history if m.tool_call_id == f"call_{i}")
@@ -242,11 +242,11 @@ def test_incremental_second_compaction_merges(tmp_path: Path) -> None:
     base(cm)
     i = grow(cm, 0, 0.85)
     cm.prepare()
-    first = cm.last_record
+    first = cm.last_prepare
     assert first is not None and first.tier is Tier.FULL
     grow(cm, i, 0.85)
     cm.prepare()
-    second = cm.last_record
+    second = cm.last_prepare
     assert second is not None and second.changed and second.tier in (Tier.SOFT, Tier.FULL)
     # progress items of the first round survive the second (union merge); the compaction
     # message is budgeted, so the oldest may be folded into "(+N earlier items ...)" (they stay

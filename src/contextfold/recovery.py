@@ -60,12 +60,13 @@ class Recovery:
         self._intent_cache: tuple[str, Any] | None = None
 
     def _fact_extractor(self, choice: Any) -> Any:
-        """None/"auto": LLM facts when the summarizer is LLM-backed, else extractive;
-        "extractive", "llm" or "off"; or any object with ``extract(messages)``."""
+        """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
+        call to the summarizer's model per compaction); "off"; or any object with
+        ``extract(messages)``."""
         model = getattr(self.cm.summarizer, "model", None)
         has_llm = model is not None and callable(getattr(model, "complete", None))
         if choice in (None, "auto"):
-            choice = "llm" if has_llm else "extractive"
+            choice = "extractive"
         if choice == "off":
             return None
         if choice == "extractive":

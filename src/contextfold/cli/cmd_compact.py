@@ -264,7 +264,7 @@ def _print_summary(
         f"  compactions:           {len(records)} "
         f"({', '.join(f'{k} {v}' for k, v in tiers.items()) or 'none'})",
         *_offload_summary(cm),
-        f"  final view:            {len(cm.view_messages())} messages, {cm.view_tokens} tokens",
+        f"  final view:            {len(cm.view_messages)} messages, {cm.view_tokens} tokens",
     ]
     print("\n".join(lines), file=out)
 

@@ -592,9 +592,11 @@ class ProgressiveCompactor:
     def _kept_tail(self, trig: SummaryTriggerConfig) -> int:
         return kept_tail(self, trig)
 
-    def recover_overflow(self, *, extra_tokens: int = 0) -> CompactionRecord:
+    def recover_overflow(
+        self, *, extra_tokens: int = 0, note: str | None = None
+    ) -> CompactionRecord:
         """Seed 002 2.4 overflow recovery; see :func:`harness.recover_overflow`."""
-        return recover_overflow(self, extra_tokens=extra_tokens)
+        return recover_overflow(self, extra_tokens=extra_tokens, note=note)
 
     # ------------------------------------------------------------------ records
     def _record(self, run: _Run, after: int, extra: int, *, persist: bool) -> CompactionRecord:

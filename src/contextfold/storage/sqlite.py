@@ -20,11 +20,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,8 +30,6 @@ from typing import Any
 from ..errors import StorageError
 from .base import (
     JSON,
-    BlobCorruptError,
-    BlobNotFoundError,
     ConcurrentWriteError,
     Event,
     NewEvent,
@@ -41,8 +37,10 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
-from .text import BODY_WEIGHT, HINT_WEIGHT, bm25_scores, query_terms, split_fields
-from .util import check_bytes, check_sha, sha256_hex, utc_now
+from .files import FileBlobs
+from .sqlite_search import fts_search, scan_search
+from .text import query_terms, split_fields
+from .util import utc_now
 
 DB_NAME = "store.sqlite"
 SCHEMA_VERSION = 1
@@ -119,68 +117,6 @@ def _dump(value: Mapping[str, JSON], what: str) -> str:
         return text
     except (TypeError, ValueError) as exc:
         raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
-
-
-class FileBlobs:
-    """``<root>/blobs/ab/<sha256>``: written once, atomically; checked on every read."""
-
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "blobs"
-
-    def path(self, sha256: str) -> Path:
-        check_sha(sha256)
-        return self.dir / sha256[:2] / sha256
-
-    def put(self, data: bytes) -> str:
-        raw = check_bytes(data)
-        sha = sha256_hex(raw)
-        target = self.path(sha)
-        with contextlib.suppress(OSError):
-            if target.stat().st_size == len(raw):
-                return sha
-        tmp = target.with_name(f".{sha}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-            dfd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise StorageError(f"cannot write blob {sha[:16]}… under {self.dir}: {exc}") from exc
-        return sha
-
-    def get(self, sha256: str) -> bytes:
-        path = self.path(sha256)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise BlobNotFoundError(f"no blob {sha256[:16]}… under {self.dir}") from None
-        except OSError as exc:
-            raise StorageError(f"cannot read blob {path}: {exc}") from exc
-        if sha256_hex(data) != sha256:
-            raise BlobCorruptError(f"blob {path} does not match its sha256 (damaged file)")
-        return data
-
-    def has(self, sha256: str) -> bool:
-        return self.path(sha256).is_file()
-
-    def size(self, sha256: str) -> int | None:
-        try:
-            return self.path(sha256).stat().st_size
-        except OSError:
-            return None
 
 
 class _SQLiteTransaction:
@@ -617,63 +553,13 @@ class SQLiteStore:
             where += " AND d.session_id=?"
             args.append(session_id)
         with self._reading(f"searching {namespace}") as con:
-            if self.fts5:
-                table = self._fts(con, namespace, create=False)
-                if table is None:
-                    return []
-                match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-                if session_id is not None:
-                    match = f'({match}) AND tags:"{_tag("ss", f"{namespace}/{session_id}")}"'
-                rows = con.execute(
-                    f"SELECT d.doc_id, d.session_id, d.meta, "
-                    f"-bm25({table}, {BODY_WEIGHT}, {HINT_WEIGHT}, 0.0) AS s FROM {table} "
-                    f"JOIN search_docs d ON d.id={table}.rowid WHERE {table} MATCH ? "
-                    f"AND {where} ORDER BY s DESC, d.doc_id LIMIT ?",
-                    [match, *args, limit],
-                ).fetchall()
-                return [
-                    SearchHit(
-                        doc_id=r[0], session_id=r[1], score=float(r[3]), meta=json.loads(r[2])
-                    )
-                    for r in rows
-                ]
-            return self._search_scan(con, terms, where, args, limit)
-
-    def _search_scan(
-        self,
-        con: sqlite3.Connection,
-        terms: list[str],
-        where: str,
-        args: list[Any],
-        limit: int,
-    ) -> list[SearchHit]:
-        """Without FTS5: LIKE finds candidates, the shared BM25 ranks them."""
-        like = " OR ".join("(' ' || d.body || ' ' || d.hints || ' ') LIKE ?" for _ in terms)
-        rows = con.execute(
-            f"SELECT d.doc_id, d.session_id, d.meta, d.body, d.hints FROM search_docs d "
-            f"WHERE {where} AND ({like})",
-            [*args, *(f"% {t} %" for t in terms)],
-        ).fetchall()
-        total, length = con.execute(
-            "SELECT count(*), coalesce(sum(length(body) + length(hints)), 0) FROM search_docs "
-            "WHERE namespace=?",
-            (args[0],),
-        ).fetchone()
-        docs: dict[int, tuple[Counter[str], Counter[str], int]] = {}
-        df: Counter[str] = Counter()
-        for i, r in enumerate(rows):
-            body, hints = Counter(r[3].split()), Counter(r[4].split())
-            docs[i] = (body, hints, sum(body.values()) + sum(hints.values()))
-            df.update(set(terms) & (body.keys() | hints.keys()))
-        avg_tokens = (length / 6.0 / total) if total else 1.0  # about 6 characters a token
-        scores = bm25_scores(terms, docs, total_docs=total, avg_len=avg_tokens, doc_freq=df)
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], rows[kv[0]][0]))[:limit]
-        return [
-            SearchHit(
-                doc_id=rows[i][0], session_id=rows[i][1], score=s, meta=json.loads(rows[i][2])
-            )
-            for i, s in ranked
-        ]
+            if not self.fts5:
+                return scan_search(con, terms, where, args, limit)
+            table = self._fts(con, namespace, create=False)
+            if table is None:
+                return []
+            tag = _tag("ss", f"{namespace}/{session_id}") if session_id is not None else None
+            return fts_search(con, table, terms, tag, where, args, limit)
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
