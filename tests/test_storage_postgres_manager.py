@@ -158,3 +158,27 @@ def test_two_managers_in_two_processes_on_one_session(pg: SchemaFactory) -> None
     with ContextManager(store=store, session_id="s", context_window=32_000) as cm:
         assert [m.text for m in cm.history] == texts
     print(f"conflicts met and retried: {conflicts}")
+
+
+def test_the_store_url_can_come_from_the_environment(
+    pg: SchemaFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from contextfold import ContextManager
+    from contextfold.storage import open_store
+    from contextfold.storage.postgres import PostgresStore
+
+    schema = pg.schema()
+    url = f"{pg.url}?schema={schema}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CONTEXTFOLD_STORE", url)
+    with ContextManager(session_id="env", agent_id="alice") as cm:
+        assert isinstance(cm.store, PostgresStore) and cm.store.schema == schema
+        assert cm.ws is None and "postgres@" not in cm.store.url
+        cm.add({"role": "user", "content": "stored in PostgreSQL"})
+    assert list(tmp_path.iterdir()) == []  # nothing written next to the process
+    store = open_store(url)
+    try:
+        info = store.session("env")
+        assert info is not None and (info.agent_id, info.messages) == ("alice", 1)
+    finally:
+        store.close()
