@@ -1,27 +1,20 @@
-"""Benchmark: the PostgreSQL store (issue 8): cold start of a big session, many writers at once.
+"""Benchmark: the PostgreSQL store with a big session and with many writers at once.
 
-1. **Cold start.** One session of ``--messages`` trace messages (default 20,000, about 50 MB:
-   tool outputs are repeated to reach ``--megabytes``), written as message events with their
-   search rows; outputs over 8 KB are offloaded to blobs with an evidence row pointing at them.
-   Then, on a fresh store (new pool, new connections), median of 5 runs:
-   reopen (open the store, read the session's info, head, state document and newest event),
-   first restore (search the evidence, read the best hit's blob), the last 20 messages, and the
-   head round trip p50. Targets: reopen <= 300 ms, restore <= 100 ms, last 20 <= 20 ms.
-   ``--level manager`` does the same through ContextManager(store="postgresql://..."):
-   the session is written by add_many + prepare, then a new manager reopens it, restores,
-   runs the session_history tool for the last 20 messages, and prepares (p50, target 1 ms).
-2. **Concurrency.** ``--procs`` processes (default 16) x ``--sessions`` sessions each (default
-   50) replay trace messages, sessions interleaved, one transaction per message (the message
-   event with its expected sequence + its search row; with ``--level manager``, one
-   ContextManager per session on a store shared by the process, ``add`` then ``prepare``).
-   Reports messages/s, p50/p95 of the add (and prepare), ConcurrentWriteErrors (must be 0: one
-   writer per session), and checks that every message is stored exactly once, in order.
+1. **Cold start.** One session of ``--messages`` trace messages (default 20,000; tool outputs
+   repeated to about ``--megabytes``, default 50), outputs over 8 KB offloaded to blobs with an
+   evidence row. On a fresh store, median of 5 runs: reopen (open, session info, head, state
+   document, newest event; target 300 ms), first restore (evidence search + blob; 100 ms), the
+   last 20 messages (20 ms), head round trip. ``--level manager``: the same through
+   ``ContextManager(store="postgresql://...")`` (add_many + prepare to write; reopen, restore,
+   the session_history tool, prepare p50 with a 1 ms target).
+2. **Concurrency.** ``--procs`` processes (16) x ``--sessions`` sessions each (50) replay trace
+   messages, interleaved, one transaction per message (``--level manager``: one ContextManager
+   per session, ``add`` then ``prepare``). Messages/s, p50/p95 of add (and prepare), conflicts
+   (must be 0), and a check that every message is stored exactly once, in order.
 
-The server is ``$CONTEXTFOLD_TEST_POSTGRES_URL`` (default the local test server); the
-benchmark works in a fresh schema and drops it at the end. Without a server it says so and
-exits 0 (1 under ``CONTEXTFOLD_REQUIRE_ALL=1``).
-
-Run: ``python -m benchmarks.storage_bench_pg [--messages N] [--procs P] [--sessions S]``
+Server: ``$CONTEXTFOLD_TEST_POSTGRES_URL`` (default the local test server); fresh schemas,
+dropped at the end. Without a server it says so and exits 0 (1 under CONTEXTFOLD_REQUIRE_ALL=1).
+Run: ``python -m benchmarks.storage_bench_pg [--level store|manager|both] [--messages N] ...``
 """
 
 from __future__ import annotations
