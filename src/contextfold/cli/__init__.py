@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     cmd_evidence,
     cmd_sessions,
     cmd_mcp,
+    export,
     cmd_serve,
     export,
 )
