@@ -34,7 +34,9 @@ class HistoryView:
         self.forms: list[Message] = []
         self._tokens: list[int] = []
         self._cum: list[int] = [0]
-        self._dicts: list[dict[str, Any]] = []
+        #: OpenAI dicts of the forms, made on first use (None: not made yet); a reopened
+        #: session never converts the messages before its boundary
+        self._dicts: list[dict[str, Any] | None] = []
         self.prefix_len = 0
         self.first_user: int | None = None
         self.newest_user: int | None = None
@@ -158,7 +160,7 @@ class HistoryView:
         self.forms.append(form)
         self._tokens.append(tokens)
         self._cum.append(self._cum[-1] + tokens)
-        self._dicts.append(to_openai(form))
+        self._dicts.append(None)
 
     def _assistant_form(self, msg: Message, index: int) -> Message:
         answered = self._answered.get(index, set())
@@ -187,7 +189,7 @@ class HistoryView:
         old = self._tokens[index]
         new = self._count(form)
         self._tokens[index] = new
-        self._dicts[index] = to_openai(form)
+        self._dicts[index] = None
         delta = new - old
         if delta and self._deferred:
             self._stale = True
@@ -285,21 +287,27 @@ class HistoryView:
         out.extend(self.forms[b:])
         return out
 
+    def _dict(self, index: int) -> dict[str, Any]:
+        d = self._dicts[index]
+        if d is None:
+            d = self._dicts[index] = to_openai(self.forms[index])
+        return d
+
     def view_dicts(self, *, copy: bool = False) -> list[dict[str, Any]]:
         """The view as OpenAI dicts. The dicts are cached per message and shared between calls
         (building the list is O(view) pointer copies); pass ``copy=True`` for private copies."""
         b = self.boundary
-        dicts = self._dicts
-        out = dicts[: self.prefix_len]
+        get = self._dict
+        out = [get(i) for i in range(self.prefix_len)]
         pinned = self.pinned_before(b)
         if self.first_user is not None and self.first_user in pinned:
-            out.append(dicts[self.first_user])
+            out.append(get(self.first_user))
         if self._compaction_dict is not None and b > self.prefix_len:
             out.append(self._compaction_dict)
         for i in pinned:
             if i != self.first_user:
-                out.append(dicts[i])
-        out.extend(dicts[b:])
+                out.append(get(i))
+        out.extend([d if d is not None else get(b + j) for j, d in enumerate(self._dicts[b:])])
         if copy:
             return deepcopy(out)
         return out
