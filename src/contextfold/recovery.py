@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
-from .evidence.fields import call_fields, describe, is_own_tool
+from .evidence.fields import CallFields, call_fields, describe, is_own_tool
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
@@ -62,12 +62,23 @@ class Recovery:
         self._intent_cache: tuple[str, Any] | None = None
         self._calls = CallLog()
         self._calls_seen = 0
+        #: history index -> the fields of its calls as stored with the message (reopened log)
+        self.stored_calls: dict[int, list[tuple[str, CallFields]]] = {}
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
         also the runs still in view); grown from the history on demand."""
         history = self.cm.view.history
-        for msg in history[self._calls_seen :]:
+        stored = self.stored_calls
+        for i in range(self._calls_seen, len(history)):
+            msg = history[i]
+            if not msg.tool_calls:
+                continue
+            known = stored.pop(i, None)
+            if known is not None and [c for c, _ in known] == [c.id for c in msg.tool_calls]:
+                for call_id, fields in known:
+                    self._calls.add(call_id, fields)
+                continue
             for call in msg.tool_calls:
                 self._calls.add(call.id, call_fields(call.name, call.arguments))
         self._calls_seen = len(history)
@@ -416,6 +427,7 @@ class Recovery:
         self._search = None
         self._calls = CallLog()
         self._calls_seen = 0
+        self.stored_calls = {}
         self._injection_key = None
         self._injection = None
         self._intent_cache = None

@@ -75,9 +75,11 @@ class HistoryView:
         open_calls: dict[str, int],
         new_calls: set[str],
         new_uuids: set[str],
+        checked: bool = False,
     ) -> None:
         """Pairing rules; mutates only the scratch structures passed in."""
-        check_message(msg, where)
+        if not checked:
+            check_message(msg, where)
         if msg.uuid in self.uuids or msg.uuid in new_uuids:
             raise InvalidMessageError(f"message uuid {msg.uuid!r} already in history", index=where)
         new_uuids.add(msg.uuid)
@@ -102,11 +104,12 @@ class HistoryView:
             seen_calls.add(call.id)
             open_calls[call.id] = where
 
-    def append(self, msg: Message, index: int | None = None) -> None:
-        """Append one message, enforcing tool pairing. Raises InvalidMessageError."""
+    def append(self, msg: Message, index: int | None = None, *, checked: bool = False) -> None:
+        """Append one message, enforcing tool pairing. Raises InvalidMessageError.
+        ``checked``: ``msg`` was just validated (decoding a stored one does), not again."""
         n = len(self.history)
         where = n if index is None else index
-        self._check(msg, where, dict(self._open_calls), set(), set())
+        self._check(msg, where, dict(self._open_calls), set(), set(), checked)
         if msg.role != "tool":
             self._open_calls = {call.id: n for call in msg.tool_calls}
         # commit
