@@ -409,7 +409,7 @@ class Recovery:
                 box.register(tool)
             for tool in memory_tools(self.memory):
                 box.register(tool)
-            box.register(recall_tool(self.search, self.store))
+            box.register(recall_tool(lambda: self.search, self.store))  # read when first used
             self._toolbox = box
         return self._toolbox
 
