@@ -25,7 +25,6 @@ from .errors import (
     InvalidMessageError,
     StorageError,
 )
-from .evidence.calls import load_calls
 from .limits import LearnedWindow, learn_from_overflow
 from .messages import Message
 from .offload import (
@@ -241,9 +240,7 @@ class ContextManager:
                 continue
             raw_calls = event.data.get("calls")
             if raw_calls is not None:
-                known = load_calls(raw_calls)
-                if known is not None:
-                    stored_calls[len(entries)] = known
+                stored_calls[len(entries)] = raw_calls  # read when recall first needs them
             entries.append(entry_of(event))
         answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
         for entry in entries:

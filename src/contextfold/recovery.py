@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
-from .evidence.fields import CallFields, call_fields, describe, is_own_tool
+from .evidence.calls import load_calls
+from .evidence.fields import call_fields, describe, is_own_tool
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
@@ -62,8 +63,8 @@ class Recovery:
         self._intent_cache: tuple[str, Any] | None = None
         self._calls = CallLog()
         self._calls_seen = 0
-        #: history index -> the fields of its calls as stored with the message (reopened log)
-        self.stored_calls: dict[int, list[tuple[str, CallFields]]] = {}
+        #: history index -> its calls' fields as stored with the message (a reopened log)
+        self.stored_calls: dict[int, Any] = {}
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -74,7 +75,7 @@ class Recovery:
             msg = history[i]
             if not msg.tool_calls:
                 continue
-            known = stored.pop(i, None)
+            known = load_calls(stored.pop(i, None))
             if known is not None and [c for c, _ in known] == [c.id for c in msg.tool_calls]:
                 for call_id, fields in known:
                     self._calls.add(call_id, fields)
