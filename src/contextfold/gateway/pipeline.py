@@ -5,6 +5,7 @@ event loop (other sessions keep flowing)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import time
@@ -20,6 +21,7 @@ from ..messages import Message
 from ..overflow import is_context_overflow
 from ..paths import check_session_id
 from ..records import CompactionRecord
+from . import fastjson
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
 from .metrics import Metrics
@@ -38,6 +40,8 @@ log = logging.getLogger("contextfold.gateway")
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
 SESSION_HEADER = "x-contextfold-session"
+#: when the app received the current request (before reading its body)
+REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_request_started")
 
 
 def log_event(event: str, **fields: Any) -> None:
@@ -127,8 +131,10 @@ class Pipeline:
     ) -> list[dict[str, Any]]:
         if not names:
             return []
-        with self.registry.store_lock:  # the first call opens the session index
-            schemas = sess.cm.tool_schemas(provider)
+        schemas = sess.tool_schemas.get(provider)
+        if schemas is None:
+            with self.registry.store_lock:  # the first call opens the session index
+                schemas = sess.tool_schemas[provider] = sess.cm.tool_schemas(provider)
         key = "function" if provider == "openai" else None
         out = []
         for s in schemas:
@@ -147,7 +153,8 @@ class Pipeline:
         tools_allowed: bool,
         query: str = "",
     ) -> Turn:
-        started = time.perf_counter()
+        began = time.perf_counter()
+        started = REQUEST_STARTED.get(began)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError(400, "model: a model name is required")
@@ -195,7 +202,8 @@ class Pipeline:
                 messages=synced.added,
             )
         timings = {
-            "lock": t_lock - started,
+            "parse": began - started,
+            "lock": t_lock - began,
             "thread": marks["queued"] - t_lock,
             "store": marks["store"],
             "view": marks["view"],
@@ -295,7 +303,7 @@ class Pipeline:
         return f"{url}?{turn.query}" if turn.query else url
 
     async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data = fastjson.dumps(payload)
         t0 = time.perf_counter()
         resp = await self.upstream.client.post(
             self._url(turn, path), content=data, headers=self.upstream_headers(turn)
@@ -304,7 +312,7 @@ class Pipeline:
         return resp
 
     async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data = fastjson.dumps(payload)
         req = self.upstream.client.build_request(
             "POST", self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
@@ -390,4 +398,4 @@ def _call_name(call: Mapping[str, Any]) -> str:
     return str(call.get("name", ""))
 
 
-__all__ = ["GATEWAY_TOOLS", "Pipeline", "RequestError", "Turn", "log_event"]
+__all__ = ["GATEWAY_TOOLS", "REQUEST_STARTED", "Pipeline", "RequestError", "Turn", "log_event"]

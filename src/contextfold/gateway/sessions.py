@@ -106,6 +106,8 @@ class Session:
         self.recall_ready = any(_recall_marker(m) for m in cm.view_messages)
         #: turns since the provider's usage was last fed to calibration (-1: never)
         self.since_usage = -1
+        #: the gateway tools' schemas by provider (they do not change for a session)
+        self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
         #: the request the upstream summarizer borrows credentials and model from
         self.context: RequestContext | None = None
 
