@@ -196,6 +196,7 @@ class Gateway:
     def app(self) -> Starlette:
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            self.pipeline.start()
             yield
             await self.pipeline.aclose()
 

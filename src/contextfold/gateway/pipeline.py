@@ -5,6 +5,7 @@ event loop (other sessions keep flowing)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import logging
@@ -91,6 +92,7 @@ class Pipeline:
         self.registry = SessionRegistry(
             config, url_for=self.upstream.url, on_compaction=self._on_compaction
         )
+        self._writer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
@@ -172,6 +174,7 @@ class Pipeline:
             synced = self.registry.sync(key, conv, model)
             t1 = time.perf_counter()
             sess = synced.session
+            sess.key = key
             if sess.context is not None:  # the upstream summarizer speaks for this request
                 sess.context.provider = provider
                 sess.context.model = self.config.summary_model or model
@@ -357,11 +360,41 @@ class Pipeline:
 
     # ------------------------------------------------------------------ recording
     async def record(self, turn: Turn, message: Message, input_tokens: int | None) -> None:
+        """Keep the answer for the session's next write (see ``record_delay``), or write it
+        now when there is no delay or no background writer."""
+        if self.config.record_delay > 0 and self._writer is not None:
+            self.registry.hold(turn.session, message, input_tokens)
+            return
         try:
             await to_thread.run_sync(self.registry.record, turn.session, message, input_tokens)
         except ContextFoldError as exc:
             # the client has its answer; the next request resends it and it is stored then
             log_event("record_failed", session=turn.session.session_id, error=str(exc))
+
+    async def _write_pending(self, sess: Session) -> None:
+        """Write one session's pending answer, holding its conversation's lock."""
+        async with self.registry.lock(sess.key):
+            if sess.pending is None:
+                return
+            try:
+                await to_thread.run_sync(sess.flush)
+            except ContextFoldError as exc:
+                log_event("record_failed", session=sess.session_id, error=str(exc))
+                sess.pending = None  # the client resends it; it is stored with its next request
+            self.registry.written(sess)
+
+    async def _writer_loop(self) -> None:
+        delay = self.config.record_delay
+        while True:
+            await asyncio.sleep(min(0.25, delay / 2))
+            for sess in self.registry.due(delay):
+                if not self.registry.lock(sess.key).locked():  # else its request writes it
+                    await self._write_pending(sess)
+
+    def start(self) -> None:
+        """Start the background writer of pending answers (the app's lifespan calls it)."""
+        if self._writer is None and self.config.record_delay > 0:
+            self._writer = asyncio.get_running_loop().create_task(self._writer_loop())
 
     def closer(self, turn: Turn, state: dict[str, Any]) -> Any:
         """``on_close(completed)`` for a response: close the upstream stream (if any), record
@@ -381,6 +414,14 @@ class Pipeline:
         return on_close
 
     async def aclose(self) -> None:
+        """Stop the writer, write every pending answer, close the upstream client."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        for sess in self.registry.due(0.0):
+            await self._write_pending(sess)
         await self.upstream.aclose()
 
 

@@ -19,6 +19,7 @@ import inspect
 import json
 import logging
 import threading
+import time
 import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -111,16 +112,54 @@ class Session:
         #: the request the upstream summarizer borrows credentials and model from
         self.context: RequestContext | None = None
 
+        #: the upstream's answer the client has, not written yet (message, fingerprint,
+        #: the input tokens the upstream reported), and since when (time.monotonic)
+        self.pending: tuple[Message, str, int | None] | None = None
+        self.pending_since = 0.0
+        #: the conversation (lock key) this session serves
+        self.key = ""
+
+    @property
+    def known_fps(self) -> list[str]:
+        """Fingerprints of the stored history plus the answer not written yet."""
+        return self.fps + [self.pending[1]] if self.pending is not None else self.fps
+
     def append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
+        """Write ``msgs`` (after the pending answer, if any) in one store append."""
+        pending = self.pending
+        if pending is not None:
+            msgs = [pending[0], *msgs]
+            fps = [pending[1], *fps]
+        if not msgs:
+            return
         start = len(self.fps)
         stamped = [
             replace(m, uuid=message_uuid(self.session_id, start + j)) for j, m in enumerate(msgs)
         ]
         added = self.cm.add_many(stamped)
+        self.pending = None
         for j, m in enumerate(added):
             self.index_of[m.uuid] = start + j
             self.history_tokens += count_message(self.cm.counter, m)
         self.fps.extend(fps)
+        if pending is not None and pending[2] is not None and pending[2] > 0:
+            self._report_usage(pending[2])
+
+    def flush(self) -> None:
+        """Write the pending answer, if any."""
+        if self.pending is not None:
+            self.append([], [])
+
+    def _report_usage(self, input_tokens: int) -> None:
+        # calibration settles within a few calls; each report rewrites the compactor state,
+        # so after the first ones feed it every 8th turn, and after any compaction
+        record = self.cm.last_record
+        compacted = record is not None and record.changed
+        if self.since_usage < 0 or self.since_usage >= 7 or compacted or len(self.fps) < 12:
+            self.cm.report_usage(input_tokens)
+            self.since_usage = 0
+        else:
+            self.since_usage += 1
 
 
 def _recall_marker(m: Message) -> bool:
@@ -158,6 +197,8 @@ class SessionRegistry:
         self._families: dict[str, list[str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._mutex = threading.Lock()
+        #: sessions with an answer not written yet, by session id
+        self._pending: dict[str, Session] = {}
         #: Opening a session and its first append create rows in the workspace's shared
         #: session index, which the file store does not make safe for concurrent first writers
         #: (storage issue 8): the gateway's threads take turns for those. Later appends and
@@ -206,18 +247,28 @@ class SessionRegistry:
             if sess is not None:
                 self._open.move_to_end(session_id)
         if sess is not None and sess.window != self.window_for(model):
+            sess.flush()
+            self.written(sess)
             sess = None  # a smaller limit was learned: reopen with it
         if sess is None:
             sess = self._open_session(session_id, model)
             with self._mutex:
                 self._open[session_id] = sess
-                while len(self._open) > self.config.max_open_sessions:
-                    self._open.popitem(last=False)
+                excess = len(self._open) - self.config.max_open_sessions
+                if excess > 0:  # least recently used first; an unwritten answer keeps it open
+                    idle = [k for k, s in self._open.items() if s.pending is None][:excess]
+                    for k in idle:
+                        del self._open[k]
         return sess
 
     def drop(self, session_id: str) -> None:
+        """Forget an open session (reopened from the store when next needed). An answer it
+        had not written is given up: the client's next request resends it."""
         with self._mutex:
-            self._open.pop(session_id, None)
+            sess = self._open.pop(session_id, None)
+            self._pending.pop(session_id, None)
+        if sess is not None:
+            sess.pending = None
 
     def _family(self, base: str, model: str) -> list[str]:
         family = self._families.get(base)
@@ -256,21 +307,27 @@ class SessionRegistry:
         best: Session | None = None
         best_common = -1
         parent: Session | None = None
-        for sid in reversed(family):
-            sess = self.get(sid, model)
-            m = len(sess.fps)
-            if m <= len(fps) and sess.fps == fps[:m]:
-                if best is None or m > len(best.fps):
-                    best = sess
+        sessions = [self.get(sid, model) for sid in reversed(family)]
+        best_known = 0
+        for sess in sessions:
+            known = sess.known_fps
+            m = len(known)
+            if m <= len(fps) and known == fps[:m]:
+                if best is None or m > best_known:
+                    best, best_known = sess, m
                 continue
-            common = _common_prefix(sess.fps, fps)
+            common = _common_prefix(known, fps)
             if common > best_common:
                 parent, best_common = sess, common
-        if best is not None and (best.fps or parent is None):
-            new = conv.neutral[len(best.fps) :]
-            if new:
-                with self.store_lock if not best.fps else contextlib.nullcontext():
-                    best.append(new, fps[len(best.fps) :])
+        for sess in sessions:  # answers given on another branch are written now
+            if sess is not best and sess.pending is not None:
+                sess.flush()
+                self.written(sess)
+        if best is not None and (best_known or parent is None):
+            new = conv.neutral[best_known:]
+            with self.store_lock if not best.fps else contextlib.nullcontext():
+                best.append(new, fps[best_known:])
+            self.written(best)
             return Synced(session=best, added=len(new), branched_from=None)
         assert parent is not None
         sid = family[0] if best is not None else f"{base}.b{len(family)}"
@@ -336,21 +393,37 @@ class SessionRegistry:
             record=record,
         )
 
-    def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
+    def hold(self, sess: Session, message: Message, input_tokens: int | None) -> None:
+        """Keep the answer pending (written with the session's next append or by
+        :meth:`flush_due`); call with the conversation's lock held."""
         from .convert import fingerprint
 
-        sess.append([message], [fingerprint(message)])
-        if input_tokens is None or input_tokens <= 0:
-            return
-        # calibration settles within a few calls; each report rewrites the compactor state,
-        # so after the first ones feed it every 8th turn, and after any compaction
-        record = sess.cm.last_record
-        compacted = record is not None and record.changed
-        if sess.since_usage < 0 or sess.since_usage >= 7 or compacted or len(sess.fps) < 12:
-            sess.cm.report_usage(input_tokens)
-            sess.since_usage = 0
-        else:
-            sess.since_usage += 1
+        sess.flush()  # never two pending answers (a previous write failed)
+        sess.pending = (message, fingerprint(message), input_tokens)
+        sess.pending_since = time.monotonic()
+        with self._mutex:
+            self._pending[sess.session_id] = sess
+
+    def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
+        """Write the answer now."""
+        self.hold(sess, message, input_tokens)
+        sess.flush()
+        self.written(sess)
+
+    def written(self, sess: Session) -> None:
+        if sess.pending is None:
+            with self._mutex:
+                self._pending.pop(sess.session_id, None)
+
+    def due(self, older_than: float) -> list[Session]:
+        """Sessions whose pending answer waited at least ``older_than`` seconds."""
+        now = time.monotonic()
+        with self._mutex:
+            return [
+                s
+                for s in self._pending.values()
+                if s.pending is not None and now - s.pending_since >= older_than
+            ]
 
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
