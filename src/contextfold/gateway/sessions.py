@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, InvalidMessageError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
+from ..paths import Workspace
 from ..records import CompactionRecord
 from ..summarizers.base import Summarizer
 from ..tokens import count_message
@@ -270,6 +271,19 @@ class SessionRegistry:
         if sess is not None:
             sess.pending = None
 
+    def _stored(self, session_id: str, model: str) -> bool:
+        """Whether the store holds messages of ``session_id`` (a folder store answers from
+        the file system, without opening a manager)."""
+        if not is_database_url(self.config.store):
+            try:
+                return Workspace.at(self.config.store).log_path(session_id).stat().st_size > 0
+            except OSError:
+                return False
+        if self.get(session_id, model).fps:
+            return True
+        self.drop(session_id)
+        return False
+
     def _family(self, base: str, model: str) -> list[str]:
         family = self._families.get(base)
         if family is None:
@@ -278,8 +292,7 @@ class SessionRegistry:
             n = 1
             while True:
                 sid = f"{base}.b{n}"
-                if not self.get(sid, model).fps:
-                    self.drop(sid)
+                if not self._stored(sid, model):
                     break
                 family.append(sid)
                 n += 1
