@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+_orjson: Any
 try:  # optional: part of the gateway extra
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised only without orjson
@@ -34,7 +35,8 @@ def dumps(value: Any) -> bytes:
     """UTF-8 JSON, non-ASCII kept as is."""
     if _orjson is not None:
         try:
-            return _orjson.dumps(value)
+            out: bytes = _orjson.dumps(value)
+            return out
         except TypeError:
             pass
     return json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -44,7 +46,8 @@ def dumps_sorted(value: Any) -> bytes:
     """Canonical UTF-8 JSON (keys sorted), for keys and fingerprints."""
     if _orjson is not None:
         try:
-            return _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+            canonical: bytes = _orjson.dumps(value, option=_orjson.OPT_SORT_KEYS)
+            return canonical
         except TypeError:
             pass
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str).encode(

@@ -123,7 +123,7 @@ class Session:
     @property
     def known_fps(self) -> list[str]:
         """Fingerprints of the stored history plus the answer not written yet."""
-        return self.fps + [self.pending[1]] if self.pending is not None else self.fps
+        return [*self.fps, self.pending[1]] if self.pending is not None else self.fps
 
     def append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
         """Write ``msgs`` (after the pending answer, if any) in one store append."""
