@@ -52,7 +52,7 @@ while True:
 """
 
 PROFILE = """
-import cProfile, pstats, signal, sys, threading
+import cProfile, os, pstats, signal, sys, threading
 sys.path[:0] = [{root!r}, {src!r}]
 # uvicorn re-raises the SIGTERM it caught once it has shut down: exit cleanly on it
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
@@ -62,7 +62,8 @@ def hook(frame, event, arg):
     p = cProfile.Profile()
     profiles.append(p)
     p.enable()
-threading.setprofile(hook)
+if os.environ.get("CF_PROFILE_THREADS", "1") == "1":
+    threading.setprofile(hook)
 profiles[0].enable()
 from contextfold.cli import main
 try:
@@ -192,16 +193,21 @@ async def drive(
 
     traces = [load_trace(p) for p in trace_files()]
     results: list[dict[str, Any]] = []
-    limits = httpx.Limits(max_connections=sessions * 2, max_keepalive_connections=sessions * 2)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    # one client per session, as each agent is its own process (one shared pool would make
+    # the load generator scan all its connections on every request)
+    clients = [httpx.AsyncClient(timeout=120) for _ in range(sessions)]
+    try:
         t0 = time.perf_counter()
         await asyncio.gather(
             *(
-                session(client, base, n, traces[n % 45], turns, think, results, tag)
+                session(clients[n], base, n, traces[n % 45], turns, think, results, tag)
                 for n in range(sessions)
             )
         )
         wall = time.perf_counter() - t0
+    finally:
+        for client in clients:
+            await client.aclose()
     return results, wall
 
 
@@ -209,6 +215,15 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc; nan elsewhere)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread (the gateway's event loop)."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -222,7 +237,7 @@ def load_average() -> str:
 
 
 def summarize(
-    sessions: int, results: list[dict[str, Any]], wall: float, cpu: float
+    sessions: int, results: list[dict[str, Any]], wall: float, cpu: float, loop_cpu: float
 ) -> dict[str, Any]:
     plain = [r for r in results if not r["compaction"]]
     added = [r["added_ms"] for r in plain]
@@ -241,6 +256,7 @@ def summarize(
         "client_seen_added_ms_p50": round(pct(seen, 0.5), 2),
         "client_seen_added_ms_p95": round(pct(seen, 0.95), 2),
         "gateway_cpu_ms_per_request": round(cpu * 1000 / max(1, len(results)), 2),
+        "event_loop_cpu_ms_per_request": round(loop_cpu * 1000 / max(1, len(results)), 2),
         "turns_without_compaction": len(plain),
         "p50_parts_ms": breakdown,
         "turns_with_compaction": len(compacting),
@@ -257,7 +273,7 @@ def report(s: dict[str, Any]) -> None:
         f"(targets 5 / 25 ms: {'met' if s['targets_met'] else 'MISSED'}); "
         f"seen by the client p50 {s['client_seen_added_ms_p50']} / p95 "
         f"{s['client_seen_added_ms_p95']} ms; gateway CPU {s['gateway_cpu_ms_per_request']} ms "
-        "per request"
+        f"per request ({s['event_loop_cpu_ms_per_request']} in the event loop)"
     )
     print(
         f"       p50 parts: reading + parsing the request {b['parse']} ms, session lock "
@@ -335,11 +351,17 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(wait_ready(f"http://127.0.0.1:{fake_port}/v1/models"))
             asyncio.run(wait_ready(base + "/healthz"))
             for r, sessions in enumerate(levels):
-                cpu0 = cpu_seconds(gateway.pid)
+                cpu0, loop0 = cpu_seconds(gateway.pid), loop_cpu_seconds(gateway.pid)
                 results, wall = asyncio.run(
                     drive(base, sessions, args.turns, args.think_ms / 1000, f"r{r}")
                 )
-                summary = summarize(sessions, results, wall, cpu_seconds(gateway.pid) - cpu0)
+                summary = summarize(
+                    sessions,
+                    results,
+                    wall,
+                    cpu_seconds(gateway.pid) - cpu0,
+                    loop_cpu_seconds(gateway.pid) - loop0,
+                )
                 report(summary)
                 rounds.append(summary)
         finally:

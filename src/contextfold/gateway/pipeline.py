@@ -308,7 +308,7 @@ class Pipeline:
     async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
         data = fastjson.dumps(payload)
         t0 = time.perf_counter()
-        resp = await self.upstream.client.post(
+        resp = await self.upstream.client_for(turn.key).post(
             self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
         turn.upstream_seconds += time.perf_counter() - t0
@@ -316,11 +316,12 @@ class Pipeline:
 
     async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
         data = fastjson.dumps(payload)
-        req = self.upstream.client.build_request(
+        client = self.upstream.client_for(turn.key)
+        req = client.build_request(
             "POST", self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
         t0 = time.perf_counter()
-        resp = await self.upstream.client.send(req, stream=True)
+        resp = await client.send(req, stream=True)
         turn.upstream_seconds += time.perf_counter() - t0
         return resp
 
