@@ -11,9 +11,9 @@ from typing import Any
 
 import openai
 
+from contextfold import ContextManager
 from contextfold.gateway import fastjson
 from contextfold.gateway.convert import fingerprint, parse_anthropic, parse_openai
-from contextfold.sessions.log import iter_log_file
 from tests.gateway_fakes import Call, Reply
 from tests.gateway_helpers import running
 
@@ -61,11 +61,20 @@ def _echo(call: Call) -> Reply:
 
 
 def _stored(tmp_path: Path) -> dict[str, list[str]]:
-    """Each session's stored messages (role: text), read from the logs as they are now."""
+    """Each session's stored messages (role: text) as the store holds them now."""
+    ws = tmp_path / "ws"
+    try:  # the store's own listing where it has one
+        from tests.store_helpers import session_ids  # type: ignore[import-not-found,unused-ignore]
+
+        ids = sorted(session_ids(ws))
+    except ImportError:  # a folder per session
+        root = ws / "sessions"
+        ids = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.exists() else []
     out: dict[str, list[str]] = {}
-    for log in sorted((tmp_path / "ws" / "sessions").glob("*/log.jsonl")):
-        entries = [entry for entry, _end, problem in iter_log_file(log) if problem is None]
-        out[log.parent.name] = [f"{e.message.role}: {e.message.text}" for e in entries]
+    for sid in ids:
+        history = ContextManager(ws, session_id=sid).history
+        if history:
+            out[sid] = [f"{m.role}: {m.text}" for m in history]
     return out
 
 

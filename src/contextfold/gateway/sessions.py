@@ -274,12 +274,13 @@ class SessionRegistry:
     def _stored(self, session_id: str, model: str) -> bool:
         """Whether the store holds messages of ``session_id`` (a folder store answers from
         the file system, without opening a manager)."""
-        if not is_database_url(self.config.store):
+        log_path = getattr(Workspace.at(self.config.store), "log_path", None)
+        if log_path is not None and not is_database_url(self.config.store):
             try:
-                return Workspace.at(self.config.store).log_path(session_id).stat().st_size > 0
+                return bool(log_path(session_id).stat().st_size > 0)
             except OSError:
                 return False
-        if self.get(session_id, model).fps:
+        if self.get(session_id, model).fps:  # other stores: open it and look
             return True
         self.drop(session_id)
         return False
