@@ -11,8 +11,8 @@ from typing import Any
 
 import openai
 
+import contextfold.gateway.fastjson as fastjson
 from contextfold import ContextManager
-from contextfold.gateway import fastjson
 from contextfold.gateway.convert import fingerprint, parse_anthropic, parse_openai
 from tests.gateway_fakes import Call, Reply
 from tests.gateway_helpers import running
