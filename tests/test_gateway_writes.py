@@ -124,3 +124,27 @@ def test_an_answer_is_written_after_the_delay_without_a_next_request(tmp_path: P
     (history,) = _stored(tmp_path).values()
     assert history[3:] == ["user: more", "assistant: answer to: more"]
     assert len(history) == 5
+
+
+def test_sessions_closed_and_reopened_under_a_small_limit_lose_nothing(tmp_path: Path) -> None:
+    """More conversations than open managers: the least recently used idle ones are closed
+    (never one with an unwritten answer) and reopened from the store when they continue."""
+    with running(tmp_path, max_open_sessions=1, record_delay=0.05) as (fake, gw):
+        fake.default = _echo
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-w", max_retries=0)
+        convs: list[list[Any]] = [
+            [SYSTEM, {"role": "user", "content": f"conversation {c}"}] for c in range(3)
+        ]
+        for turn in range(3):
+            for c, messages in enumerate(convs):
+                messages.append(_chat(client, messages))
+                messages.append({"role": "user", "content": f"c{c} turn {turn}"})
+                if turn == 1:
+                    time.sleep(0.2)  # let the background writer catch up, so some are closed
+        for messages in convs:
+            messages.append(_chat(client, messages))
+    stored = sorted(_stored(tmp_path).values())
+    expected = sorted(
+        [f"{m['role']}: {m.get('content') or ''}".rstrip() for m in messages] for messages in convs
+    )
+    assert [[line.rstrip() for line in h] for h in stored] == expected

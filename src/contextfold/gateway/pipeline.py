@@ -423,6 +423,7 @@ class Pipeline:
                 await writer
         for sess in self.registry.due(0.0):
             await self._write_pending(sess)
+        await to_thread.run_sync(self.registry.close_all)
         await self.upstream.aclose()
 
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, InvalidMessageError, StorageError
+from ..errors import ConfigError, ContextFoldError, InvalidMessageError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
 from ..paths import Workspace
@@ -163,6 +163,17 @@ class Session:
             self.since_usage += 1
 
 
+def _close(sess: Session) -> None:
+    """Release what the session's manager holds (its store connection), where it can."""
+    close = getattr(sess.cm, "close", None)
+    if not callable(close):
+        return
+    try:
+        close()
+    except ContextFoldError as exc:
+        log.info(json.dumps({"event": "close_failed", "session": sess.session_id, "why": str(exc)}))
+
+
 def _recall_marker(m: Message) -> bool:
     meta = m.metadata
     return bool(meta.get("cf_offloaded") or meta.get("cf_replaced") or meta.get("cf_kind"))
@@ -250,17 +261,37 @@ class SessionRegistry:
         if sess is not None and sess.window != self.window_for(model):
             sess.flush()
             self.written(sess)
+            _close(sess)
             sess = None  # a smaller limit was learned: reopen with it
         if sess is None:
             sess = self._open_session(session_id, model)
+            evicted: list[Session] = []
             with self._mutex:
                 self._open[session_id] = sess
                 excess = len(self._open) - self.config.max_open_sessions
-                if excess > 0:  # least recently used first; an unwritten answer keeps it open
-                    idle = [k for k, s in self._open.items() if s.pending is None][:excess]
-                    for k in idle:
-                        del self._open[k]
+                if excess > 0:
+                    # least recently used first; a session serving a request or holding an
+                    # unwritten answer stays open
+                    evicted = [
+                        s for s in self._open.values() if s.pending is None and not self._busy(s)
+                    ][:excess]
+                    for s in evicted:
+                        del self._open[s.session_id]
+            for s in evicted:
+                _close(s)
         return sess
+
+    def _busy(self, sess: Session) -> bool:
+        lock = self._locks.get(sess.key) if sess.key else None
+        return lock is not None and lock.locked()
+
+    def close_all(self) -> None:
+        """Close every open manager (at shutdown, after the pending answers were written)."""
+        with self._mutex:
+            sessions = list(self._open.values())
+            self._open.clear()
+        for sess in sessions:
+            _close(sess)
 
     def drop(self, session_id: str) -> None:
         """Forget an open session (reopened from the store when next needed). An answer it
@@ -270,6 +301,7 @@ class SessionRegistry:
             self._pending.pop(session_id, None)
         if sess is not None:
             sess.pending = None
+            _close(sess)
 
     def _stored(self, session_id: str, model: str) -> bool:
         """Whether the store holds messages of ``session_id`` (a folder store answers from
