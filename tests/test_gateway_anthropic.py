@@ -13,6 +13,7 @@ import pytest
 
 from tests.gateway_fakes import Call, FakeUpstream, Reply, signature_for, trace_replies
 from tests.gateway_helpers import long_trace, running
+from tests.store_helpers import session_ids
 
 TOOLS = [
     {
@@ -228,7 +229,7 @@ def test_count_tokens_and_models_pass_through(tmp_path: Path) -> None:
     assert models["data"][0]["id"] == "fake-model"
     assert [r.path for r in fake.received] == ["/v1/messages?beta=true"]
     # count_tokens and models store nothing: only the one message exchange is in the store
-    assert len(list((tmp_path / "ws" / "sessions").iterdir())) == 1
+    assert len(session_ids(tmp_path / "ws")) == 1
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])

@@ -14,6 +14,7 @@ import pytest
 from contextfold import ContextManager
 from tests.gateway_fakes import Call, FakeUpstream, Reply, openai_tool_results, trace_replies
 from tests.gateway_helpers import long_trace, running
+from tests.store_helpers import session_ids
 
 CLIENT_TOOLS = [
     {
@@ -135,7 +136,7 @@ def test_hundred_turn_session_with_compaction(tmp_path: Path, stream: bool) -> N
     _check_upstream(fake, limit)
     assert 'contextfold_gateway_compactions_total{tier="' in metrics
     # the store holds exactly the client's conversation, each message once
-    sessions = [p.name for p in (tmp_path / "ws" / "sessions").iterdir() if p.is_dir()]
+    sessions = session_ids(tmp_path / "ws")
     assert len(sessions) == 1
     cm = ContextManager(tmp_path / "ws", session_id=sessions[0], context_window=10_000)
     assert len(cm.history) == len(messages)
@@ -268,7 +269,7 @@ def test_the_upstream_model_writes_the_summaries(tmp_path: Path) -> None:
     call = summary_calls[0]
     assert call.headers["authorization"] == "Bearer sk-test-key-123"
     assert call.body["model"] == "gpt-fake"
-    sessions = [p.name for p in (tmp_path / "ws" / "sessions").iterdir() if p.is_dir()]
+    sessions = session_ids(tmp_path / "ws")
     cm = ContextManager(tmp_path / "ws", session_id=sessions[0], context_window=8_000)
     assert any("The agent read the sources." in r.summary_text for r in cm.records())
 
@@ -306,7 +307,7 @@ def test_read_offloaded_is_answered_inside_the_gateway(tmp_path: Path) -> None:
     with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
         client = _client(gw.url)
         messages, _ = replay(fake, client, trace, stream=False, script="trace", turns=40)
-        (session,) = [p.name for p in (tmp_path / "ws" / "sessions").iterdir() if p.is_dir()]
+        (session,) = session_ids(tmp_path / "ws")
         offloaded = ContextManager(tmp_path / "ws", session_id=session).offloaded()
         assert offloaded, "compaction offloaded some tool results"
         asked["id"] = next(iter(offloaded))

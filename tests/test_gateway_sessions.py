@@ -16,6 +16,7 @@ import pytest
 from contextfold import ContextManager
 from tests.gateway_fakes import Call, Reply
 from tests.gateway_helpers import running
+from tests.store_helpers import session_ids
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 
@@ -30,12 +31,11 @@ def _echo(call: Call) -> Reply:
 
 
 def _sessions(tmp_path: Path) -> dict[str, list[Any]]:
-    root = tmp_path / "ws" / "sessions"
     out = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []:
-        cm = ContextManager(tmp_path / "ws", session_id=folder.name)
+    for sid in session_ids(tmp_path / "ws"):
+        cm = ContextManager(tmp_path / "ws", session_id=sid)
         if cm.history:
-            out[folder.name] = cm.history
+            out[sid] = cm.history
     return out
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from .. import export
 from ..errors import ContextFoldError
 from ..gateway import cli as cmd_serve  # `contextfold serve`: its parser lives with the gateway
 from . import cmd_compact, cmd_evidence, cmd_mcp, cmd_sessions
@@ -25,7 +26,9 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     cmd_evidence,
     cmd_sessions,
     cmd_mcp,
+    export,
     cmd_serve,
+    export,
 )
 
 #: exit status of a command whose output pipe was closed (128 + SIGPIPE, like other tools)
