@@ -22,6 +22,7 @@ from ..messages import Message
 from ..overflow import is_context_overflow
 from ..paths import check_session_id
 from ..records import CompactionRecord
+from ..storage import ConcurrentWriteError
 from . import fastjson
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
@@ -379,6 +380,11 @@ class Pipeline:
                 return
             try:
                 await to_thread.run_sync(sess.flush)
+            except ConcurrentWriteError:
+                # another replica appended first, from the client's next request, which
+                # carries this answer: nothing is lost
+                log_event("answer_written_elsewhere", session=sess.session_id)
+                self.registry.drop(sess.session_id)
             except ContextFoldError as exc:
                 log_event("record_failed", session=sess.session_id, error=str(exc))
                 sess.pending = None  # the client resends it; it is stored with its next request

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import inspect
 import json
 import logging
 import threading
@@ -24,13 +23,14 @@ import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, ContextFoldError, InvalidMessageError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
-from ..paths import Workspace
 from ..records import CompactionRecord
+from ..storage import SQLiteStore, Store, open_store
 from ..summarizers.base import Summarizer
 from ..tokens import count_message
 from .config import GatewayConfig
@@ -49,29 +49,52 @@ def is_database_url(store: str) -> bool:
 
 
 def check_store(store: str) -> None:
-    """Fail early, with a clear message, for a store this ContextManager cannot open."""
-    if is_database_url(store) and "store" not in inspect.signature(ContextManager).parameters:
+    """Fail early, with a clear message, for a store that cannot be opened here."""
+    if is_database_url(store):
+        try:
+            import psycopg  # noqa: F401
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                f"a PostgreSQL store needs psycopg 3: pip install 'contextfold[postgres]' ({exc})"
+            ) from None
+    elif "://" in store and not store.startswith(("sqlite:///", "memory://")):
         raise ConfigError(
-            "a PostgreSQL store needs the storage layer that accepts "
-            "ContextManager(store='postgresql://...'), which this installation does not have "
-            "yet; pass a workspace folder to --store"
+            f"store must be a workspace folder or a postgresql:// URL, got {store.split('://')[0]}://"
         )
 
 
+def open_shared_store(store: str) -> Store:
+    """The one store every session of the gateway uses (a workspace folder, migrated from an
+    earlier release's layout if needed, or a database URL)."""
+    check_store(store)
+    opened = open_store(store if "://" in store else Path(store))
+    if isinstance(opened, SQLiteStore):
+        from ..migrate import migrate_on_open
+
+        try:
+            migrate_on_open(opened)
+        except BaseException:
+            opened.close()
+            raise
+    return opened
+
+
 def open_manager(
-    config: GatewayConfig, session_id: str, window: int, summarizer: Summarizer | None
+    config: GatewayConfig,
+    store: Store,
+    session_id: str,
+    window: int,
+    summarizer: Summarizer | None,
 ) -> ContextManager:
-    kwargs: dict[str, Any] = {
-        "session_id": session_id,
-        "context_window": window,
-        "preset": config.preset,
-        "summarizer": summarizer,
-        "agent_id": "gateway",
-    }
-    if is_database_url(config.store):
-        check_store(config.store)
-        return ContextManager(store=config.store, **kwargs)  # type: ignore[call-arg]
-    return ContextManager(config.store, **kwargs)
+    return ContextManager(
+        store=store,
+        session_id=session_id,
+        context_window=window,
+        preset=config.preset,
+        summarizer=summarizer,
+        agent_id="gateway",
+    )
 
 
 def client_identity(headers: Mapping[str, str]) -> str:
@@ -218,6 +241,8 @@ class SessionRegistry:
         self.store_lock = threading.Lock()
         #: model -> context limit learned from an upstream overflow error
         self.learned: dict[str, int] = {}
+        #: the one store of every session (a PostgreSQL store is shared with other replicas)
+        self.store = open_shared_store(config.store)
 
     # ------------------------------------------------------------------ locks
     def lock(self, key: str) -> asyncio.Lock:
@@ -246,7 +271,7 @@ class SessionRegistry:
             chat = UpstreamChatModel(self._url_for, context, self.config.upstream_timeout)
             summarizer = upstream_summarizer(chat, window)
         with self.store_lock:
-            cm = open_manager(self.config, session_id, window, summarizer)
+            cm = open_manager(self.config, self.store, session_id, window, summarizer)
         if self.on_compaction is not None:
             cm.on_compaction = lambda rec, sid=session_id: self.on_compaction(sid, rec)
         sess = Session(session_id, cm)
@@ -258,6 +283,12 @@ class SessionRegistry:
             sess = self._open.get(session_id)
             if sess is not None:
                 self._open.move_to_end(session_id)
+        if sess is not None and self.store.head(session_id) != sess.cm.session.head:
+            # another replica wrote to it since: reopen from the store (an answer held here
+            # is in what the client resent to that replica)
+            log.info(json.dumps({"event": "reopen", "session": session_id}))
+            self.drop(session_id)
+            sess = None
         if sess is not None and sess.window != self.window_for(model):
             sess.flush()
             self.written(sess)
@@ -292,6 +323,7 @@ class SessionRegistry:
             self._open.clear()
         for sess in sessions:
             _close(sess)
+        self.store.close()
 
     def drop(self, session_id: str) -> None:
         """Forget an open session (reopened from the store when next needed). An answer it
@@ -304,18 +336,8 @@ class SessionRegistry:
             _close(sess)
 
     def _stored(self, session_id: str, model: str) -> bool:
-        """Whether the store holds messages of ``session_id`` (a folder store answers from
-        the file system, without opening a manager)."""
-        log_path = getattr(Workspace.at(self.config.store), "log_path", None)
-        if log_path is not None and not is_database_url(self.config.store):
-            try:
-                return bool(log_path(session_id).stat().st_size > 0)
-            except OSError:
-                return False
-        if self.get(session_id, model).fps:  # other stores: open it and look
-            return True
-        self.drop(session_id)
-        return False
+        """Whether the store holds ``session_id`` (one query, no manager opened)."""
+        return self.store.head(session_id) > 0
 
     def _family(self, base: str, model: str) -> list[str]:
         family = self._families.get(base)
@@ -490,4 +512,5 @@ __all__ = [
     "conversation_key",
     "is_database_url",
     "message_uuid",
+    "open_shared_store",
 ]
