@@ -136,6 +136,7 @@ def test_two_replicas_on_postgresql_serve_sessions_alternately(
                 {"role": "user", "content": f"o{turn}"},
             ]
             ac = an[(turn + 1) % 2]
+            reply: Any
             if turn % 3 == 1:
                 with ac.messages.stream(
                     model="claude-fake", max_tokens=256, system=SYSTEM, messages=msgs
