@@ -148,3 +148,20 @@ def test_sessions_closed_and_reopened_under_a_small_limit_lose_nothing(tmp_path:
         [f"{m['role']}: {m.get('content') or ''}".rstrip() for m in messages] for messages in convs
     )
     assert [[line.rstrip() for line in h] for h in stored] == expected
+
+
+def test_a_learned_limit_reaches_replicas_through_the_store(tmp_path: Path) -> None:
+    from contextfold.gateway.config import GatewayConfig
+    from contextfold.gateway.sessions import SessionRegistry
+
+    cfg = GatewayConfig(upstream="http://127.0.0.1:9", store=str(tmp_path / "ws")).check()
+    one, two = SessionRegistry(cfg), SessionRegistry(cfg)
+    try:
+        one.learn("gpt-small", 6_000)
+        one.learn("gpt-small", 9_000)  # a larger statement never raises it again
+        sess = two.get("gw-replica-two", "gpt-small")  # a new session on the other replica
+        assert sess.cm.window == 6_000 and two.window_for("gpt-small") == 6_000
+        assert two.window_for("gpt-other") == cfg.context_window
+    finally:
+        one.close_all()
+        two.close_all()

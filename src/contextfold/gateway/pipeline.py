@@ -256,8 +256,7 @@ class Pipeline:
 
         turn.prepared = await to_thread.run_sync(hard)
         if sess.cm.window < before:
-            known = self.registry.learned.get(turn.model)
-            self.registry.learned[turn.model] = min(sess.cm.window, known or sess.cm.window)
+            await to_thread.run_sync(self.registry.learn, turn.model, sess.cm.window)
             sess.window = self.registry.window_for(turn.model)  # no reopen needed for it
             log_event(
                 "learned_limit",

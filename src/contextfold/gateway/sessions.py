@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("contextfold.gateway")
 
 DB_SCHEMES = ("postgresql://", "postgres://")
+#: store documents: model -> the context limit an upstream overflow error stated
+LEARNED = "gateway_learned_limits"
 
 
 def is_database_url(store: str) -> bool:
@@ -260,7 +262,30 @@ class SessionRegistry:
         learned = self.learned.get(model)
         return min(window, learned) if learned else window
 
+    def learn(self, model: str, window: int) -> None:
+        """Remember a context limit an upstream stated for ``model``, here and in the store
+        (other replicas open new sessions of the model below it too)."""
+        self._refresh_learned(model)
+        known = self.learned.get(model)
+        self.learned[model] = min(window, known or window)
+        try:
+            with self.store.transaction() as tx:
+                tx.put_doc(LEARNED, model, {"window": self.learned[model]})
+        except ContextFoldError as exc:
+            log.info(json.dumps({"event": "learned_not_stored", "model": model, "why": str(exc)}))
+
+    def _refresh_learned(self, model: str) -> None:
+        try:
+            doc = self.store.get_doc(LEARNED, model)
+        except ContextFoldError:
+            return
+        value = doc.get("window") if doc else None
+        if isinstance(value, int) and value > 0:
+            known = self.learned.get(model)
+            self.learned[model] = min(value, known or value)
+
     def _open_session(self, session_id: str, model: str) -> Session:
+        self._refresh_learned(model)  # another replica may have learned a limit
         window = self.window_for(model)
         summarizer: Summarizer | None = None
         context: RequestContext | None = None
