@@ -307,10 +307,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--store", help="workspace folder or postgresql:// URL (default: a temp folder)"
     )
+    ap.add_argument(
+        "--postgres",
+        action="store_true",
+        help="use a fresh schema on $CONTEXTFOLD_TEST_POSTGRES_URL (default the local test "
+        "server), dropped afterwards",
+    )
     ap.add_argument("--profile", help="run the gateway under cProfile, stats written here")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "gateway.json"))
     args = ap.parse_args(argv)
     levels = [args.sessions] if args.sessions else [int(x) for x in args.levels.split(",")]
+    schema: tuple[str, str] | None = None
+    if args.postgres:
+        import uuid
+
+        from contextfold.storage import open_store
+
+        server = os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL") or (
+            "postgresql://postgres@127.0.0.1:5432/test"
+        )
+        schema = (server, f"cf_gateway_bench_{uuid.uuid4().hex[:8]}")
+        args.store = f"{server}?schema={schema[1]}"
+        open_store(args.store).close()  # created once, before the gateway starts
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     fake_port, gw_port = free_port(), free_port()
     procs: list[subprocess.Popen[bytes]] = []
@@ -369,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
                 proc.terminate()
             for proc in procs:
                 proc.wait(timeout=30)
+            if schema is not None:
+                import psycopg
+
+                with psycopg.connect(schema[0], autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema[1]}" CASCADE')
     print(f"load average after: {load_average()}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
