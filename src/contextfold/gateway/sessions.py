@@ -23,80 +23,22 @@ import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, ContextFoldError, InvalidMessageError, StorageError
+from ..errors import ContextFoldError, InvalidMessageError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
 from ..records import CompactionRecord
-from ..storage import SQLiteStore, Store, open_store
 from ..summarizers.base import Summarizer
 from ..tokens import count_message
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+from .stores import LEARNED, check_store, is_database_url, open_manager, open_shared_store
 
 if TYPE_CHECKING:
     from .summarize import RequestContext
 
 log = logging.getLogger("contextfold.gateway")
-
-DB_SCHEMES = ("postgresql://", "postgres://")
-#: store documents: model -> the context limit an upstream overflow error stated
-LEARNED = "gateway_learned_limits"
-
-
-def is_database_url(store: str) -> bool:
-    return store.startswith(DB_SCHEMES)
-
-
-def check_store(store: str) -> None:
-    """Fail early, with a clear message, for a store that cannot be opened here."""
-    if is_database_url(store):
-        try:
-            import psycopg  # noqa: F401
-            import psycopg_pool  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(
-                f"a PostgreSQL store needs psycopg 3: pip install 'contextfold[postgres]' ({exc})"
-            ) from None
-    elif "://" in store and not store.startswith(("sqlite:///", "memory://")):
-        raise ConfigError(
-            f"store must be a workspace folder or a postgresql:// URL, got {store.split('://')[0]}://"
-        )
-
-
-def open_shared_store(store: str) -> Store:
-    """The one store every session of the gateway uses (a workspace folder, migrated from an
-    earlier release's layout if needed, or a database URL)."""
-    check_store(store)
-    opened = open_store(store if "://" in store else Path(store))
-    if isinstance(opened, SQLiteStore):
-        from ..migrate import migrate_on_open
-
-        try:
-            migrate_on_open(opened)
-        except BaseException:
-            opened.close()
-            raise
-    return opened
-
-
-def open_manager(
-    config: GatewayConfig,
-    store: Store,
-    session_id: str,
-    window: int,
-    summarizer: Summarizer | None,
-) -> ContextManager:
-    return ContextManager(
-        store=store,
-        session_id=session_id,
-        context_window=window,
-        preset=config.preset,
-        summarizer=summarizer,
-        agent_id="gateway",
-    )
 
 
 def client_identity(headers: Mapping[str, str]) -> str:
