@@ -254,9 +254,10 @@ def test_missing_workspace_and_unsupported_store_are_clear(tmp_path: Path) -> No
 
     done = run("--workspace", str(tmp_path / "missing"))
     assert done.returncode == 2 and f"no workspace at {tmp_path / 'missing'}" in done.stderr
-    done = run("--store", "postgresql://user:secret@db/x")
-    assert done.returncode == 2 and "postgresql:// stores are not supported" in done.stderr
-    assert "secret" not in done.stderr
+    # a PostgreSQL URL is opened; an unreachable server is a clear error without the password
+    done = run("--store", "postgresql://user:secret@127.0.0.1:1/x")
+    assert done.returncode == 2 and "contextfold:" in done.stderr, done.stderr
+    assert "secret" not in done.stderr and "Traceback" not in done.stderr
     done = run("--store", f"file://{tmp_path / 'missing'}")
     assert done.returncode == 2 and "no workspace at" in done.stderr
     done = run("--port", "8000")
@@ -275,3 +276,44 @@ def test_the_example_client_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("tools: recall, read_offloaded, session_list")
     assert "| sha256 ok]" in done.stdout and "sha256 verified" in done.stdout
+
+
+def test_stdio_over_a_postgresql_store() -> None:
+    """`contextfold mcp --store postgresql://...` serves sessions a manager wrote to PostgreSQL
+    (no local files): scoped listing and a byte-exact recall."""
+    from tests.pg_support import drop_schema, new_schema_name, require_postgres
+
+    url = require_postgres()
+    schema = new_schema_name()
+    store_url = f"{url}?schema={schema}"
+    try:
+        trace = next(p for p in trace_files() if "django-15213" in p.name)
+        cm = ContextManager(store=store_url, session_id="pg-s", context_window=8_000, agent_id="a")
+        for msg in load_trace(trace)[:60]:
+            if msg.get("role") == "user":
+                cm.prepare()
+            cm.add(msg)
+        cm.prepare()
+        offloaded = {k: v for k, v in cm.offloaded().items()}
+        originals = {m.tool_call_id: m.text for m in cm.history if m.tool_call_id}
+        call_id = next(k for k in offloaded if k in originals)
+        cm.close()
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "contextfold", "mcp", "--store", store_url, "--agent-id", "a"],
+            env={"PYTHONPATH": SRC},
+        )
+
+        async def go() -> None:
+            async with Client(params) as client:
+                res = await client.call_tool("session_list", {})
+                assert not res.is_error and "- pg-s (agent a" in _text(res), _text(res)
+                res = await client.call_tool(
+                    "read_offloaded", {"sessionId": "pg-s", "id": call_id, "limit": 100_000}
+                )
+                assert not res.is_error, _text(res)
+                assert originals[call_id].splitlines()[0] in _text(res)
+
+        asyncio.run(go())
+    finally:
+        drop_schema(url, schema)

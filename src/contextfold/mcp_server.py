@@ -40,19 +40,16 @@ INSTRUCTIONS = (
 )
 
 
-def workspace_from_store(store: str) -> Path:
-    """The folder a ``--store`` URL names. Only folders (a path or ``file://``) are served
-    here; any other backend is a ConfigError that says what to use instead."""
+def workspace_from_store(store: str) -> Path | None:
+    """The folder a ``--store`` value names (a path or ``file://``), or None when it is a
+    store URL (``postgresql://...``, ``memory://``) to open with :func:`open_store`."""
     parts = urlsplit(store)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ConfigError(f"--store {store!r}: a file URL must name a local folder")
         return Path(parts.path)
     if parts.scheme and len(parts.scheme) > 1:  # "C:\\..." is a path, not a scheme
-        raise ConfigError(
-            f"--store: {parts.scheme}:// stores are not supported by this contextfold yet; "
-            "give a workspace folder (--workspace DIR or --store file:///DIR)"
-        )
+        return None
     return Path(store)
 
 
@@ -149,8 +146,9 @@ async def serve_http(
 
 
 def run(
-    workspace: str | Path,
+    workspace: str | Path | None = None,
     *,
+    store: str | None = None,
     agent_id: str = "default",
     allow_agents: Collection[str] = (),
     http: bool = False,
@@ -158,13 +156,13 @@ def run(
 ) -> None:
     """Serve until the client disconnects (stdio) or the process is interrupted (HTTP)."""
     _require_mcp()
-    tools = WorkspaceTools(workspace, agent_id=agent_id, allow_agents=allow_agents)
+    tools = WorkspaceTools(workspace, store=store, agent_id=agent_id, allow_agents=allow_agents)
     server = build_server(tools)
     try:
         if http:
 
             def announce(url: str) -> None:
-                print(f"contextfold mcp: serving {tools.ws.root} at {url}", file=sys.stderr)
+                print(f"contextfold mcp: serving {tools.where} at {url}", file=sys.stderr)
                 sys.stderr.flush()
 
             asyncio.run(serve_http(server, port=port, announce=announce))

@@ -79,18 +79,29 @@ class WorkspaceTools:
 
     def __init__(
         self,
-        workspace: str | Path,
+        workspace: str | Path | None = None,
         *,
         agent_id: str = "default",
         allow_agents: Collection[str] = (),
-        store: Store | None = None,
+        store: Store | str | None = None,
     ) -> None:
+        """A workspace folder, or ``store``: a store URL (``postgresql://...``) opened here, or
+        a ``Store`` object used as is and left open."""
         from .export import open_cli_store
 
-        self.ws = open_workspace(workspace)
-        self._owns_store = store is None
-        #: the workspace's store (a store passed in is used as is and left open)
-        self.store = store if store is not None else open_cli_store(str(self.ws.root), None)
+        if workspace is not None and isinstance(store, str):
+            raise ConfigError("give a workspace folder or a store URL, not both")
+        self._owns_store = not isinstance(store, Store)
+        if isinstance(store, str):
+            from .storage import open_store
+
+            #: the store every call reads (what other processes commit is seen at once)
+            self.store: Store = open_store(store)
+            self.where = self.store.url
+        else:
+            ws = open_workspace(workspace if workspace is not None else "./.contextfold")
+            self.store = store if store is not None else open_cli_store(str(ws.root), None)
+            self.where = str(ws.root)
         try:
             self.agent_id = check_session_id(agent_id)
         except UnsafeIdError as exc:

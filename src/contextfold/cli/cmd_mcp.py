@@ -16,13 +16,12 @@ def cmd_mcp(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError("give --workspace or --store, not both")
     if args.port is not None and not args.http:
         raise ConfigError("--port needs --http (without it the server speaks over stdio)")
-    workspace = (
-        workspace_from_store(args.store)
-        if args.store is not None
-        else args.workspace or DEFAULT_WORKSPACE
-    )
+    folder = workspace_from_store(args.store) if args.store is not None else None
+    url = args.store if args.store is not None and folder is None else None
+    workspace = None if url is not None else folder or args.workspace or DEFAULT_WORKSPACE
     run(
         workspace,
+        store=url,
         agent_id=args.agent_id,
         allow_agents=tuple(args.allow_agent or ()),
         http=args.http,
@@ -48,8 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--store",
         metavar="URL",
-        help="where sessions are stored, as a URL: file:///DIR, a workspace folder (the only "
-        "kind served so far)",
+        help="where sessions are stored: a workspace folder, file:///DIR, or a store URL "
+        "(postgresql://user@host/db?schema=NAME)",
     )
     p.add_argument(
         "--agent-id",
