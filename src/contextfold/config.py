@@ -42,9 +42,13 @@ class TierConfig:
     #: After a Soft/Full/Emergency compaction the view is brought under this ratio when the
     #: tail allows, so the next turns append to a stable prefix instead of compacting again.
     target_ratio: float = 0.30
+    #: A pinned message (system prompt, first or newest user message) above this share of the
+    #: window is shown as head and tail with a pointer to its full text (kept byte-exact).
+    pinned_max_ratio: float = 0.50
 
     def __post_init__(self) -> None:
         for name in (
+            "pinned_max_ratio",
             "warn_threshold",
             "soft_threshold",
             "full_threshold",

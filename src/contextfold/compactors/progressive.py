@@ -52,6 +52,7 @@ from .common import (
     render_sections_message,
 )
 from .harness import kept_tail, recover_overflow, run_trigger
+from .pinned import apply_pinned, budget_of, fit_pinned, reduce_pinned
 
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
@@ -165,6 +166,14 @@ class ProgressiveCompactor:
         self, *, extra_tokens: int = 0, force: Tier | None = None, reason: str = ""
     ) -> CompactionRecord:
         """Decide the tier (or use ``force``) and compact the view. Returns the record."""
+        pinned_errors: list[str] = []
+        shortened = reduce_pinned(
+            self,
+            None,
+            above=int(self.cfg.pinned_max_ratio * self.window),
+            budget=self.pinned_budget,
+            errors=pinned_errors,
+        )
         before = self.view_tokens(extra_tokens)
         tier = force or self.tier_for(before)
         run = _Run(
@@ -175,8 +184,16 @@ class ProgressiveCompactor:
             reason=reason or self._reason(tier, before),
             forced=force is not None,
         )
+        run.errors.extend(pinned_errors)
+        for entry in shortened:
+            run.offloaded.append(entry)
+            run.notes.append(
+                f"pinned message of {entry.chars} characters is over "
+                f"{self.cfg.pinned_max_ratio:.0%} of the window: shortened to head and tail, "
+                f"full text in {entry.path}"
+            )
         if tier is Tier.NONE:
-            return self._record(run, before, extra_tokens, persist=False)
+            return self._record(run, before, extra_tokens, persist=bool(shortened))
         if tier is Tier.WARN:
             self._warn(run)
         elif tier in (Tier.SOFT, Tier.FULL):
@@ -222,6 +239,11 @@ class ProgressiveCompactor:
     def compaction_budget(self) -> int:
         """Tokens the compaction message may take: 8% of the window (at least 300)."""
         return max(300, int(self.window * 0.08))
+
+    @property
+    def pinned_budget(self) -> int:
+        """Tokens an oversized pinned message keeps in the view: 10% of the window."""
+        return max(64, self.window // 10)
 
     @property
     def target_tokens(self) -> int:
@@ -479,9 +501,11 @@ class ProgressiveCompactor:
         if self.view_tokens(extra) > self.cfg.emergency_threshold * self.window:
             self._squeeze(run, extra)
         if self.view_tokens(extra) > self.window:
+            fit_pinned(self, run, extra)
+        if self.view_tokens(extra) > self.window:
             run.errors.append(
-                "view still exceeds the window: pinned messages (system prompt, first and newest "
-                "user message) alone are too large"
+                "view still exceeds the window: the pinned messages (system prompt, first and "
+                "newest user message), shortened to head and tail, and the newest turn do not fit"
             )
 
     def _squeeze(self, run: _Run, extra: int) -> None:
@@ -535,6 +559,8 @@ class ProgressiveCompactor:
             self.view.set_form(index, replace(short, metadata=meta))
             self.state.offload_policies[entry.tool_call_id] = policy_name
             return True
+        if budget_of(policy_name) is not None:
+            return apply_pinned(self, index, entry, policy_name)
         policy = self.policies.get(policy_name)
         if policy is None:
             return False
