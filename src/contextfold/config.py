@@ -45,6 +45,19 @@ class TierConfig:
     #: A pinned message (system prompt, first or newest user message) above this share of the
     #: window is shown as head and tail with a pointer to its full text (kept byte-exact).
     pinned_max_ratio: float = 0.50
+    #: Tool outputs older than the newest ``stale_after`` results and above
+    #: ``stale_min_chars`` are offloaded in one batch once the tokens they free reach
+    #: ``stale_batch_ratio`` of the view from the first of them on (and ``stale_min_gain``
+    #: tokens), so the cache miss of the rewrite pays for itself. 0 turns it off.
+    stale_after: int = 10
+    stale_min_chars: int = 2_000
+    stale_batch_ratio: float = 0.5
+    stale_min_gain: int = 2_000
+    stale_preview_lines: int = 5
+    #: Compute the tiers and the target on at most this many tokens (0: the whole window).
+    #: A large window then costs like a smaller one: compaction starts earlier, the view stays
+    #: small, every call re-reads less. The window itself still bounds every view.
+    working_window: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -74,9 +87,13 @@ class TierConfig:
                 f"({self.warn_threshold})"
             )
         _nonneg("min_tail_messages", self.min_tail_messages)
+        for name in ("stale_after", "stale_min_chars", "stale_min_gain", "working_window"):
+            _nonneg(name, getattr(self, name))
+        _ratio("stale_batch_ratio", self.stale_batch_ratio)
         _nonneg("offload_threshold", self.offload_threshold)
-        if self.preview_lines < 1:
-            raise ConfigError(f"preview_lines must be >= 1, got {self.preview_lines}")
+        for name in ("preview_lines", "stale_preview_lines"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

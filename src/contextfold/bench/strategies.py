@@ -29,7 +29,9 @@ from .metrics import MsgDict, TokenCounter, content_text
 
 BASELINES = ("raw", "truncate", "mask")
 CONTEXTFOLD = ("progressive", "harness")
-ALL_STRATEGIES = BASELINES + CONTEXTFOLD
+#: Emulated peers (see :mod:`.peers`); ``mask`` is the Complexity Trap's observation masking.
+PEERS = ("anthropic-clear", "codex-compact", "langchain-summary", "openhands-condenser")
+ALL_STRATEGIES = BASELINES + PEERS + CONTEXTFOLD
 MASK_KEEP = 10
 MASK_PLACEHOLDER = "[Old tool output omitted: {lines} lines]"
 
@@ -287,6 +289,10 @@ def make_strategy(
         return MaskStrategy()
     if name in CONTEXTFOLD:
         return ContextFoldStrategy(name, window, summarizer)
+    if name in PEERS:
+        from .peers import make_peer
+
+        return make_peer(name, window, counter, _build_summarizer(summarizer or SummarizerSpec()))
     raise ContextFoldError(f"unknown strategy {name!r}; choose from {', '.join(ALL_STRATEGIES)}")
 
 

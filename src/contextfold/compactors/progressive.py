@@ -8,7 +8,6 @@ keeps the text, a summarizer error falls back to extractive truncation, and each
 
 from __future__ import annotations
 
-import json
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from ..summarizers.base import Summarizer, SummaryRequest, SummaryStyle
 from ..summarizers.extractive import ExtractiveSummarizer
 from ..summarizers.transcript import truncate_tool_arguments
 from ..view import HistoryView
+from .artifacts import WrittenFiles, files_section, message_writes
 from .budget import repair_orphaned_tool_pairs
 from .common import (
     COMPACTION_KIND,
@@ -47,21 +47,18 @@ from .common import (
     _now,
     _Run,
     bound_anchors,
+    calls_json,
     clip_text,
     determine_tier,
     render_sections_message,
 )
 from .harness import kept_tail, recover_overflow, run_trigger
 from .pinned import apply_pinned, budget_of, fit_pinned, reduce_pinned
+from .stale import OWN_TOOLS, offload_stale
+
+_ORDER = (Tier.NONE, Tier.WARN, Tier.SOFT, Tier.FULL, Tier.EMERGENCY)
 
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
-
-
-def _calls_json(msg: Message) -> str:
-    return json.dumps(
-        [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls],
-        ensure_ascii=False,
-    )
 
 
 class ProgressiveCompactor:
@@ -112,12 +109,20 @@ class ProgressiveCompactor:
         self.policies: dict[str, OffloadPolicy] = {
             "compaction": self.compaction_policy,
             "emergency": EMERGENCY_POLICY,
+            "stale": replace(
+                COMPACTION_POLICY,
+                name="stale",
+                threshold=config.stale_min_chars,
+                preview_lines=config.stale_preview_lines,
+                exclude_tools=OWN_TOOLS,
+            ),
             "squeeze": replace(
                 EMERGENCY_POLICY, name="squeeze", style="head_tail", head_chars=600, tail_chars=600
             ),
             **(policies or {}),
         }
         self.record_errors: list[str] = []
+        self.written = WrittenFiles()
         #: Other offload stores whose files count as offloaded references (eviction root).
         self.extra_stores: list[OffloadStore] = []
 
@@ -159,32 +164,47 @@ class ProgressiveCompactor:
     def tier_for(self, tokens: int) -> Tier:
         if self.window <= 0:
             return Tier.NONE
-        return determine_tier(tokens / self.window, self.cfg)
+        tier = determine_tier(tokens / self.window, self.cfg)
+        if self.working_window < self.window:
+            # a smaller working window compacts earlier, never down to the emergency tier
+            working = determine_tier(tokens / self.working_window, self.cfg)
+            if working is Tier.EMERGENCY:
+                working = Tier.FULL
+            if _ORDER.index(working) > _ORDER.index(tier):
+                tier = working
+        return tier
+
+    @property
+    def working_window(self) -> int:
+        """The window the tiers and the target are computed on: the context window, or the
+        configured ``working_window`` when smaller (compact earlier to pay less per call)."""
+        ww = self.cfg.working_window
+        return min(self.window, ww) if ww else self.window
 
     # ------------------------------------------------------------------ entry points
     def run(
         self, *, extra_tokens: int = 0, force: Tier | None = None, reason: str = ""
     ) -> CompactionRecord:
-        """Decide the tier (or use ``force``) and compact the view. Returns the record."""
-        pinned_errors: list[str] = []
+        """Decide the tier (or use ``force``) and compact the view. Returns the record.
+
+        Before the tier is decided, oversized pinned messages are shortened and stale tool
+        outputs leave in one batch when that pays for its cache miss (:mod:`.stale`)."""
+        first = self.view_tokens(extra_tokens)
+        run = _Run(
+            tier=Tier.NONE,
+            tokens_before=first,
+            msgs_before=len(self.view.view_messages()),
+            started=time.perf_counter(),
+            reason=reason,
+            forced=force is not None,
+        )
         shortened = reduce_pinned(
             self,
             None,
             above=int(self.cfg.pinned_max_ratio * self.window),
             budget=self.pinned_budget,
-            errors=pinned_errors,
+            errors=run.errors,
         )
-        before = self.view_tokens(extra_tokens)
-        tier = force or self.tier_for(before)
-        run = _Run(
-            tier=tier,
-            tokens_before=before,
-            msgs_before=len(self.view.view_messages()) if tier is not Tier.NONE else 0,
-            started=time.perf_counter(),
-            reason=reason or self._reason(tier, before),
-            forced=force is not None,
-        )
-        run.errors.extend(pinned_errors)
         for entry in shortened:
             run.offloaded.append(entry)
             run.notes.append(
@@ -192,10 +212,23 @@ class ProgressiveCompactor:
                 f"{self.cfg.pinned_max_ratio:.0%} of the window: shortened to head and tail, "
                 f"full text in {entry.path}"
             )
+        stale = offload_stale(self, run) if force is None else 0
+        before = self.view_tokens(extra_tokens)
+        tier = force or self.tier_for(before)
+        stale_only = tier is Tier.NONE and stale > 0
+        if stale_only:
+            tier = Tier.WARN
+            run.reason = run.reason or (
+                f"{stale} stale tool outputs offloaded (view at {first / self.window:.0%} of "
+                f"the {self.window}-token window)"
+            )
+        run.tier = tier
+        run.reason = run.reason or self._reason(tier, before)
         if tier is Tier.NONE:
             return self._record(run, before, extra_tokens, persist=bool(shortened))
         if tier is Tier.WARN:
-            self._warn(run)
+            if not stale_only:
+                self._warn(run)
         elif tier in (Tier.SOFT, Tier.FULL):
             self._summarize_tier(run, extra_tokens)
         else:
@@ -238,7 +271,7 @@ class ProgressiveCompactor:
     @property
     def compaction_budget(self) -> int:
         """Tokens the compaction message may take: 8% of the window (at least 300)."""
-        return max(300, int(self.window * 0.08))
+        return max(300, int(self.working_window * 0.08))
 
     @property
     def pinned_budget(self) -> int:
@@ -247,7 +280,7 @@ class ProgressiveCompactor:
 
     @property
     def target_tokens(self) -> int:
-        return int(self.cfg.target_ratio * self.window)
+        return int(self.cfg.target_ratio * self.working_window)
 
     def _estimated_summary_tokens(self) -> int:
         if self.view.compaction is not None:
@@ -352,7 +385,7 @@ class ProgressiveCompactor:
             previous_anchors=self.state.last_anchors,
             style=self.summary_style,
             prompt=self.summary_prompt,
-            max_summary_tokens=max(256, min(4_000, int(self.window * 0.06))),
+            max_summary_tokens=max(256, min(4_000, int(self.working_window * 0.06))),
             notes=tuple(self.active_tasks() if self.active_tasks else ()),
         )
         summarizer = self.summarizer if use_llm else self.fallback_summarizer
@@ -408,6 +441,7 @@ class ProgressiveCompactor:
         # items (older ones stay in records.jsonl), so the message can never crowd out the view
         budget = self.compaction_budget
         max_items = 12
+        written = self.written.scan(v, v.history, end)
         while True:
             anchors = bound_anchors(anchors, max_items)
             summary = clip_text(summary, max(200, budget * 3 // 3))
@@ -430,6 +464,7 @@ class ProgressiveCompactor:
                     recall=recall[-max_items:],
                     note=note,
                 )
+            text += files_section(written, max(5, max_items * 5))
             if self.count_text(text) <= budget or max_items <= 1:
                 break
             max_items = max(1, max_items // 2)
@@ -525,7 +560,7 @@ class ProgressiveCompactor:
             complete = len(form.tool_calls) == len(original.tool_calls)  # no result pending
             if args_chars >= 2_000 and complete:
                 self._squeeze_one(
-                    run, i, f"args-{original.uuid}", _calls_json(form), "squeeze_args"
+                    run, i, f"args-{original.uuid}", calls_json(form), "squeeze_args"
                 )
                 form = v.forms[i]
             if not isinstance(form.content, str) or len(form.content) < 2_000:
@@ -552,7 +587,9 @@ class ProgressiveCompactor:
         """Put an offloaded entry's placeholder back into the view form (also on reopen)."""
         if policy_name == "squeeze_args":
             form = self.view.forms[index]
-            marker = f"... [truncated: full arguments in {entry.path}] ..."
+            writes = message_writes(self.view.history[index])
+            named = f"; writes {', '.join(writes)}" if writes else ""
+            marker = f"... [truncated: full arguments in {entry.path}{named}] ..."
             short = truncate_tool_arguments([form], tools=("*",), max_length=600, text=marker)[0]
             meta = dict(short.metadata)
             meta.update(cf_replaced=True, cf_args_offloaded=entry.path)
