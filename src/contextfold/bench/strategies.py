@@ -214,7 +214,15 @@ def _build_summarizer(spec: SummarizerSpec) -> Any:
 class ContextFoldStrategy:
     """A contextfold preset through the public facade, in its own temporary workspace."""
 
-    def __init__(self, preset: str, window: int, summarizer: SummarizerSpec | None = None) -> None:
+    def __init__(
+        self,
+        preset: str,
+        window: int,
+        summarizer: SummarizerSpec | None = None,
+        *,
+        config: Any = None,
+    ) -> None:
+        """``config`` (a :class:`contextfold.config.ContextConfig`) replaces the preset's."""
         self.name = preset
         try:
             from .. import ContextManager  # type: ignore[attr-defined,unused-ignore]
@@ -232,6 +240,9 @@ class ContextFoldStrategy:
             "context_window": window,
             "preset": preset,
         }
+        if config is not None:
+            kwargs["config"] = config
+            del kwargs["preset"]
         spec = summarizer or SummarizerSpec()
         summ = _build_summarizer(spec)
         if summ is not None:

@@ -14,10 +14,6 @@ from collections.abc import Sequence
 from ..messages import Message
 from ..shell import files_written
 
-#: Files listed in a compaction message; older ones are counted, not named.
-MAX_LISTED = 60
-
-
 def message_writes(msg: Message) -> list[str]:
     """Files the tool calls of one assistant message write, in order, without repeats."""
     out: list[str] = []
@@ -52,11 +48,18 @@ class WrittenFiles:
         return self.files
 
 
-def files_section(files: Sequence[str], max_items: int = MAX_LISTED) -> str:
-    """The "Files written" section of a compaction message ("" when there are none)."""
+def files_section(files: Sequence[str], max_chars: int) -> str:
+    """The "Files written" section of a compaction message ("" when there are none): every
+    file when they fit in ``max_chars``, else the newest that fit and how many are left out."""
     if not files:
         return ""
-    shown = list(files[-max_items:])
+    shown: list[str] = []
+    used = 0
+    for path in reversed(files):
+        if shown and used + len(path) + 2 > max_chars:
+            break
+        shown.insert(0, path)
+        used += len(path) + 2
     more = len(files) - len(shown)
     lead = f"(+{more} earlier, in records.jsonl) " if more else ""
     return "\n\n## Files written so far\n" + lead + ", ".join(shown)

@@ -441,7 +441,8 @@ class ProgressiveCompactor:
         # items (older ones stay in records.jsonl), so the message can never crowd out the view
         budget = self.compaction_budget
         max_items = 12
-        written = self.written.scan(v, v.history, end)
+        # the files written come first: up to 40% of the budget (about 4 characters a token)
+        files_text = files_section(self.written.scan(v, v.history, end), budget * 4 * 2 // 5)
         while True:
             anchors = bound_anchors(anchors, max_items)
             summary = clip_text(summary, max(200, budget * 3 // 3))
@@ -464,7 +465,7 @@ class ProgressiveCompactor:
                     recall=recall[-max_items:],
                     note=note,
                 )
-            text += files_section(written, max(5, max_items * 5))
+            text += files_text
             if self.count_text(text) <= budget or max_items <= 1:
                 break
             max_items = max(1, max_items // 2)
