@@ -234,6 +234,10 @@ class ProgressiveCompactor:
         else:
             run.errors.append("emergency fallback: forced truncation")
             self._truncate(run, extra_tokens)
+        if not stale_only and force is None:
+            # the tier changed the view: decide the stale batch again on the new view, now, so
+            # the next prepare() with nothing new returns the same view (one cache miss)
+            offload_stale(self, run)
         changed = bool(run.offloaded or run.summarized or run.errors)
         return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=changed)
 
