@@ -22,12 +22,12 @@ if str(ROOT / "src") not in sys.path:
 
 from contextfold.bench.replay import load_trace, replay_one, resolve_traces  # noqa: E402
 from contextfold.bench.strategies import ContextFoldStrategy, Strategy  # noqa: E402
-from contextfold.config import SEED_TIERS, TierConfig, progressive  # noqa: E402
+from contextfold.config import LATE_COMPACTION_TIERS, TierConfig, progressive  # noqa: E402
 
 DEFAULT = TierConfig()
 CURVES: dict[int, list[tuple[str, TierConfig]]] = {
     32_000: [
-        ("seed 000 tiers: 60/70/80%, target 30%, no stale batches", SEED_TIERS),
+        ("compaction late: 60/70/80%, target 30%, no stale batches", LATE_COMPACTION_TIERS),
         (
             "soft 70%, target 15%",
             replace(

@@ -6,12 +6,15 @@ No test may open a network connection except to the loopback interface: ``socket
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 
 import pytest
 
@@ -94,3 +97,19 @@ def load_trace(path: Path) -> list[dict[str, Any]]:
 @pytest.fixture
 def workspace(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "ws"
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip with a visible reason; under ``CONTEXTFOLD_REQUIRE_ALL=1`` (set by .ci/run) fail
+    instead, so a missing package or service can never pass CI silently."""
+    if os.environ.get("CONTEXTFOLD_REQUIRE_ALL") == "1":
+        pytest.fail(f"required in CI but unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_module(name: str) -> ModuleType:
+    """``pytest.importorskip`` that fails under ``CONTEXTFOLD_REQUIRE_ALL=1``."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        skip_or_fail(f"{name} is not installed ({exc})")

@@ -81,7 +81,7 @@ def run(tmp_path: Path, config: ContextConfig) -> tuple[ContextManager, Scripted
     for i in range(3):
         cm.add_many(call(f"t{i}", "bash", {"command": f"pytest -k {i}"}))
     cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed, cm.last_record
+    assert cm.last_prepare is not None and cm.last_prepare.changed, cm.last_prepare
     summary_prompts = [p for p in llm.prompts if "Conversation:" in p or "<<<" in p]
     assert len(summary_prompts) == 1
     return cm, llm
@@ -147,7 +147,7 @@ def test_view_tail_keeps_full_arguments(tmp_path: Path) -> None:
     tail = call("w9", "write_file", {"path": "late.py", "content": BIG})
     cm.add_many(tail)
     view = cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.changed
     assert view[-2:] == tail
 
 

@@ -119,7 +119,7 @@ def test_langchain_keeps_20_messages_and_summarizes_the_task_away(tc: TokenCount
     assert first[0]["role"] == "system"
     assert len(first) in (22, 23)  # system + summary + 20 kept (one more to keep a pair)
     assert first[2]["role"] == "assistant"
-    assert all(TASK != m["content"] for m in first)
+    assert all(m["content"] != TASK for m in first)
     for v in views:
         assert check_pairs(v) == []
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from contextfold.cli import main
+from contextfold.manager import ContextManager
 from contextfold.wire import messages_from_openai, to_anthropic
 from tests.conftest import load_trace, trace_files
 
@@ -27,13 +28,14 @@ def test_compact_openai_json_prints_notification_and_writes_view(tmp_path: Path)
     src = tmp_path / "t.json"
     src.write_text(json.dumps(big_trace()))
     ws = tmp_path / "ws"
-    code, out, _ = run(
+    code, out, err = run(
         "compact", str(src), "--window", "32000", "--workspace", str(ws), "--session", "c1"
     )
-    assert code == 0, out
-    assert out.startswith("⚡ Context compacted [")
-    view = json.loads((tmp_path / "t.view.json").read_text())
+    assert code == 0, err
+    assert err.startswith("⚡ Context compacted [")
+    view = json.loads(out)  # the view goes to stdout, status lines to stderr
     assert isinstance(view, list) and view[0]["role"] == "system"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "ws"]  # nothing beside it
     code, out, _ = run("records", "c1", "--workspace", str(ws))
     assert code == 0 and "tier" in out.splitlines()[0]
     assert any(label in out for label in ("Warn", "Soft", "Full", "Emergency"))
@@ -43,7 +45,7 @@ def test_compact_jsonl_and_anthropic(tmp_path: Path) -> None:
     data = big_trace()[:60]
     jl = tmp_path / "t.jsonl"
     jl.write_text("\n".join(json.dumps(m) for m in data))
-    code, out, _ = run(
+    code, _, err = run(
         "compact",
         str(jl),
         "--window",
@@ -53,11 +55,11 @@ def test_compact_jsonl_and_anthropic(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "v1.json"),
     )
-    assert code == 0 and "view written" in out
+    assert code == 0 and "view written" in err
     system, msgs = to_anthropic(messages_from_openai(data))
     an = tmp_path / "anthropic.json"
     an.write_text(json.dumps({"system": system, "messages": msgs}))
-    code, out, _ = run(
+    code, _, err = run(
         "compact",
         str(an),
         "--window",
@@ -67,7 +69,7 @@ def test_compact_jsonl_and_anthropic(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "v2.json"),
     )
-    assert code == 0, out
+    assert code == 0, err
     view = json.loads((tmp_path / "v2.json").read_text())
     assert set(view) == {"system", "messages"}
     assert view["messages"][0]["role"] == "user"
@@ -76,8 +78,9 @@ def test_compact_jsonl_and_anthropic(tmp_path: Path) -> None:
 def test_compact_small_file_needs_nothing(tmp_path: Path) -> None:
     src = tmp_path / "s.json"
     src.write_text(json.dumps([{"role": "user", "content": "hi"}]))
-    code, out, _ = run("compact", str(src), "--workspace", str(tmp_path / "w"))
-    assert code == 0 and out.startswith("No compaction needed")
+    code, out, err = run("compact", str(src), "--workspace", str(tmp_path / "w"))
+    assert code == 0 and err.startswith("No compaction needed")
+    assert json.loads(out) == [{"role": "user", "content": "hi"}]
 
 
 def test_errors_are_clear(tmp_path: Path) -> None:
@@ -89,7 +92,10 @@ def test_errors_are_clear(tmp_path: Path) -> None:
     assert code == 2 and "cannot read" in err
     code, _, err = run("records", "../../etc/passwd", "--workspace", str(tmp_path))
     assert code == 2 and "not allowed" in err
-    code, out, _ = run("records", "nothing-here", "--workspace", str(tmp_path))
+    code, _, err = run("records", "nothing-here", "--workspace", str(tmp_path))
+    assert code == 2 and "no session 'nothing-here'" in err
+    ContextManager(workspace=tmp_path, session_id="quiet").add({"role": "user", "content": "hi"})
+    code, out, _ = run("records", "quiet", "--workspace", str(tmp_path))
     assert code == 1 and "no compaction records" in out
 
 

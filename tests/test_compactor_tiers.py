@@ -11,7 +11,7 @@ import pytest
 
 from contextfold import ContextManager
 from contextfold.anchors import ALL_ANCHOR_TYPES
-from contextfold.config import SEED_TIERS, progressive
+from contextfold.config import LATE_COMPACTION_TIERS, progressive
 from contextfold.errors import ConfigError, InvalidMessageError
 from contextfold.messages import check_view
 from contextfold.records import CompactionRecord, Tier, read_records
@@ -32,9 +32,9 @@ class QuarterCounter:
 
 
 def manager(tmp_path: Path, **kw: Any) -> ContextManager:
-    """The tier mechanics are tested at seed 000's thresholds (60/70/80/95%, target 30%)."""
+    """The tier mechanics are tested at the late thresholds (60/70/80/95%, target 30%)."""
     if "config" not in kw and "preset" not in kw:
-        kw["config"] = progressive().with_(tiers=SEED_TIERS)
+        kw["config"] = progressive().with_(tiers=LATE_COMPACTION_TIERS)
     kw.setdefault("context_window", WINDOW)
     kw.setdefault("fact_extractor", "extractive")
     return ContextManager(workspace=tmp_path, session_id="t", token_counter=QuarterCounter(), **kw)
@@ -87,8 +87,8 @@ def test_tier_none_returns_history_unchanged(tmp_path: Path) -> None:
     base(cm)
     cm.add_many(turn(0, 500))
     view = cm.prepare()
-    assert cm.last_record is not None and cm.last_record.tier is Tier.NONE
-    assert not cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.tier is Tier.NONE
+    assert not cm.last_prepare.changed
     assert len(view) == 4
     assert not (tmp_path / "sessions/t/records.jsonl").exists()
 
@@ -111,9 +111,9 @@ def test_thresholds_validated() -> None:
         cfg.min_tail_messages,
         cfg.offload_threshold,
     ) == (0.40, 0.50, 0.70, 0.95, 6, 4_000)
-    seed = SEED_TIERS
-    assert (seed.warn_threshold, seed.soft_threshold, seed.full_threshold) == (0.6, 0.7, 0.8)
-    assert (seed.target_ratio, seed.stale_after, seed.working_window) == (0.30, 0, 0)
+    late = LATE_COMPACTION_TIERS
+    assert (late.warn_threshold, late.soft_threshold, late.full_threshold) == (0.6, 0.7, 0.8)
+    assert (late.target_ratio, late.stale_after, late.working_window) == (0.30, 0, 0)
     with pytest.raises(ConfigError):
         TierConfig(stale_batch_ratio=0.0)
     with pytest.raises(ConfigError):
@@ -128,7 +128,7 @@ def test_warn_offloads_large_head_results_only(tmp_path: Path) -> None:
     grow(cm, i + 1, 0.62, out_chars=1_000)
     before = len(cm.history)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.WARN, rec
     assert [e.tool_call_id for e in rec.offloaded] == [f"call_{i}"]
     assert rec.summarized == 0
@@ -144,7 +144,7 @@ def test_soft_summarizes_oldest_half_and_leaves_room(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.72)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.SOFT
     assert rec.summarized > 0
     assert len(rec.anchors) == 5 and [a.type for a in rec.anchors] == list(ALL_ANCHOR_TYPES)
@@ -152,7 +152,7 @@ def test_soft_summarizes_oldest_half_and_leaves_room(tmp_path: Path) -> None:
     assert rec.tokens_after <= 0.60 * WINDOW  # well under the Warn line
     assert_valid(cm, view)
     # the next prepare with nothing new does not compact again
-    assert cm.prepare() == view and not cm.last_record.changed
+    assert cm.prepare() == view and not cm.last_prepare.changed
 
 
 def test_full_summarizes_whole_head_keeps_min_tail(tmp_path: Path) -> None:
@@ -160,7 +160,7 @@ def test_full_summarizes_whole_head_keeps_min_tail(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.FULL
     assert rec.preserved_tail >= 6
     tail = view[-6:]
@@ -176,7 +176,7 @@ def test_emergency_never_calls_the_llm(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.97)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.EMERGENCY
     assert rec.error.startswith("emergency fallback: forced truncation")
     assert llm.calls == []
@@ -195,7 +195,7 @@ def test_llm_summary_is_used_for_full_and_parsed(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.FULL and rec.error == ""
     assert len(llm.calls) == 1
     assert rec.summary_text == "Working in src/dates.py."
@@ -212,7 +212,7 @@ def test_llm_error_falls_back_and_is_recorded(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and "LLM summary failed in TierFull" in rec.error
     assert rec.summarized > 0 and "fallback" in rec.summarizer
     assert_valid(cm, view)
@@ -224,7 +224,7 @@ def test_malformed_llm_output_still_gives_five_anchors(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None
     assert len(rec.anchors) == 5
     assert "summary parse" in rec.error
@@ -240,7 +240,7 @@ def test_offload_write_error_keeps_text_and_is_recorded(tmp_path: Path) -> None:
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text("not a folder")  # makes every write fail
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.WARN
     assert "offload failed" in rec.error
     original = next(m for m in cm.history if m.tool_call_id == f"call_{i}")
@@ -252,11 +252,11 @@ def test_incremental_second_compaction_merges(tmp_path: Path) -> None:
     base(cm)
     i = grow(cm, 0, 0.85)
     cm.prepare()
-    first = cm.last_record
+    first = cm.last_prepare
     assert first is not None and first.tier is Tier.FULL
     grow(cm, i, 0.85)
     cm.prepare()
-    second = cm.last_record
+    second = cm.last_prepare
     assert second is not None and second.changed and second.tier in (Tier.SOFT, Tier.FULL)
     # progress items of the first round survive the second (union merge); the compaction
     # message is budgeted, so the oldest may be folded into "(+N earlier items ...)" (they stay

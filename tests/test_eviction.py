@@ -227,7 +227,7 @@ def test_compaction_lists_results_evicted_to_a_custom_root(tmp_path: Path) -> No
     for i in range(4):
         cm.add_many(call_and_result(f"c{i}", "bash", "ok"))
     view = cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.changed
     text = next(str(d["content"]) for d in view if "[Context Compaction]" in str(d["content"]))
     assert "## Offloaded References" in text
     assert "call_big" in text.split("## Offloaded References")[1]

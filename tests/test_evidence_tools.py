@@ -47,7 +47,8 @@ def test_schema_in_both_formats(tmp_path: Path) -> None:
     box, _, _ = setup(tmp_path)
     (oa,) = box.schemas("openai")
     assert oa["function"]["name"] == "recall"
-    assert oa["function"]["parameters"]["required"] == ["query"]
+    # query or evidence_id, either alone: neither is required by the schema
+    assert oa["function"]["parameters"]["required"] == []
     (an,) = box.schemas("anthropic")
     assert set(an["input_schema"]["properties"]) == {
         "query",
@@ -77,6 +78,17 @@ def test_fetch_by_id_with_paging(tmp_path: Path) -> None:
     assert text.endswith("z" * 1000)
     text, _ = box.run("recall", {"query": "", "evidence_id": big.id, "offset": 49_500})
     assert "characters 49500-50000 of 50000" in text and "more:" not in text
+
+
+def test_evidence_id_alone_fetches_one_item_and_neither_is_a_clear_error(tmp_path: Path) -> None:
+    box, _, search = setup(tmp_path)
+    big = next(p for p in search.pointers() if p.command == "cat big.txt")
+    text, is_error = box.run("recall", {"evidence_id": big.id, "max_chars": 500})
+    assert not is_error and f"evidence {big.id}" in text and "characters 0-500 of 50000" in text
+    text, is_error = box.run("recall", {})
+    assert is_error and "give query (what to look for) or evidence_id" in text
+    text, is_error = box.run("recall", {"k": 2})
+    assert is_error and "give query" in text
 
 
 def test_bad_input_gives_clear_errors(tmp_path: Path) -> None:

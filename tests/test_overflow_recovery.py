@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from contextfold import ContextManager
-from contextfold.config import SEED_TIERS, harness, harness_all_on, progressive
+from contextfold.config import LATE_COMPACTION_TIERS, harness, harness_all_on, progressive
 from contextfold.errors import ContextOverflowError
 from contextfold.messages import check_view
 from contextfold.records import Tier
@@ -66,7 +66,7 @@ def loaded(tmp_path: Path, **kw: Any) -> ContextManager:
     """A 128k-window session of ~50,000 tokens: prepare() does not compact it (seed 000's
     thresholds; the default's 64K working window would compact it before any call)."""
     if "config" not in kw and "preset" not in kw:
-        kw["config"] = progressive().with_(tiers=SEED_TIERS)
+        kw["config"] = progressive().with_(tiers=LATE_COMPACTION_TIERS)
     cm = ContextManager(workspace=tmp_path, session_id="o", context_window=128_000, **kw)
     cm.add_many([SYSTEM, TASK, *turns(30), NEWEST])
     return cm
@@ -99,7 +99,7 @@ def test_overflow_recovers_after_exactly_one_compaction(tmp_path: Path) -> None:
     summaries = [d for d in retry if str(d.get("content")).startswith("[Context Compaction]")]
     assert len(summaries) == 1
     assert len(retry) <= 6
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.strategy == "overflow_recovery" and rec.forced
     assert rec.tier is Tier.EMERGENCY and rec.changed
     assert "overflow" in rec.reason
@@ -139,7 +139,7 @@ def test_always_overflowing_model_raises_with_the_record(tmp_path: Path) -> None
         cm.call(model)
     err = info.value
     assert err.record is not None and err.record.strategy == "overflow_recovery"
-    assert err.record is cm.last_record
+    assert err.record is cm.last_prepare
     assert isinstance(err.cause, openai.BadRequestError)
     assert err.__cause__ is err.cause
     assert len(model.calls) == 2  # one retry, not more
@@ -235,7 +235,7 @@ def test_a_retry_error_still_leaves_the_recovery_record(tmp_path: Path) -> None:
     with pytest.raises(TimeoutError):
         cm.call(fn)
     assert steps == []
-    assert cm.last_record is not None and cm.last_record.strategy == "overflow_recovery"
+    assert cm.last_prepare is not None and cm.last_prepare.strategy == "overflow_recovery"
     assert snapshot(cm) == before
 
 
@@ -245,7 +245,7 @@ def test_every_provider_error_style_triggers_recovery(tmp_path: Path, provider: 
     model = OverflowingModel(limit=8_000, provider=provider)
     assert cm.call(model) == {"role": "assistant", "content": "ok"}
     assert model.overflows == 1 and len(model.calls) == 2
-    assert cm.last_record is not None and cm.last_record.strategy == "overflow_recovery"
+    assert cm.last_prepare is not None and cm.last_prepare.strategy == "overflow_recovery"
 
 
 @pytest.mark.parametrize("provider", OVERFLOW_PROVIDERS)
@@ -391,7 +391,7 @@ def test_openai_sdk_against_a_local_server_recovers(
     assert second["messages"][-1] == NEWEST
     assert second["messages"][0] == SYSTEM
     valid(second["messages"])
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.strategy == "overflow_recovery"
     assert cm.calibration.observations == 1  # usage of the successful retry
     assert snapshot(cm) == before

@@ -145,7 +145,7 @@ def test_harness_all_off_view_is_the_full_history(tmp_path: Path) -> None:
     assert len(sent) > 120
     view = cm.prepare()
     assert view == sent
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.NONE and not rec.changed
     assert not (tmp_path / "memory").exists()
     assert not (tmp_path / "sessions/p/tool_results").exists()

@@ -114,13 +114,13 @@ def test_no_compaction_changes_the_state(tmp_path: Path, how: str) -> None:
         rec = cm.compact(tier="emergency")
     elif how == "trigger":
         cm.prepare()
-        rec = cm.last_record  # type: ignore[assignment]
+        rec = cm.last_prepare  # type: ignore[assignment]
     else:
         limit = message_tokens(cm.prepare()) // 2
         model = OverflowingModel(limit=limit)
         cm.call(model)
         assert model.overflows == 1 and len(model.calls) == 2
-        rec = cm.last_record  # type: ignore[assignment]
+        rec = cm.last_prepare  # type: ignore[assignment]
     assert rec is not None and rec.changed and rec.summarized > 0
     assert cm.state == before
     assert path.read_bytes() == before_file

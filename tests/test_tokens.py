@@ -36,9 +36,9 @@ from contextfold.tokens import (
     get_counter,
 )
 from contextfold.wire import messages_from_openai
-from tests.conftest import SEEDS_DIR, load_trace, trace_files
+from tests.conftest import SEEDS_DIR, load_trace, require_module, trace_files
 
-pytest.importorskip("bpe_openai")
+require_module("bpe_openai")
 
 SRC_DIR = Path(__file__).resolve().parents[1] / "src" / "contextfold"
 

@@ -97,12 +97,12 @@ def test_message_trigger_fires_at_the_threshold_and_not_before(tmp_path: Path) -
     for i in range(4):
         cm.add_many(turn(i))  # 2 + 8 = 10 messages
     cm.add(turn(4)[0])
-    assert len(cm.view_messages()) == 11
+    assert len(cm.view_messages) == 11
     cm.prepare()
-    assert cm.last_record is not None and cm.last_record.tier is Tier.NONE
+    assert cm.last_prepare is not None and cm.last_prepare.tier is Tier.NONE
     cm.add(turn(4)[1])  # 12 messages: fires
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.changed and rec.strategy == "summary"
     assert "triggerMessages 12" in rec.reason
     assert len(cm.history) == 12  # the history is never shortened
@@ -119,12 +119,12 @@ def test_token_trigger_fires_alone(tmp_path: Path) -> None:
         cm.add_many(turn(i, "y" * 400))
         i += 1
         view = cm.prepare()
-        assert cm.last_record is not None and cm.last_record.tier is Tier.NONE
-    while cm.last_record is not None and not cm.last_record.changed:
+        assert cm.last_prepare is not None and cm.last_prepare.tier is Tier.NONE
+    while cm.last_prepare is not None and not cm.last_prepare.changed:
         cm.add_many(turn(i, "y" * 400))
         i += 1
         view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and "triggerTokens 2000" in rec.reason
     assert rec.tokens_before >= 2_000 and rec.tokens_after < rec.tokens_before
     valid(view)
@@ -149,8 +149,8 @@ def test_either_trigger_fires(tmp_path: Path, trig: SummaryTriggerConfig, why: s
     for i in range(5):
         cm.add_many(turn(i, "z" * 1_000))  # 12 messages, ~1,300 tokens
     cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
-    assert why in cm.last_record.reason
+    assert cm.last_prepare is not None and cm.last_prepare.changed
+    assert why in cm.last_prepare.reason
 
 
 def test_token_trigger_is_capped_below_a_small_window(tmp_path: Path) -> None:
@@ -162,8 +162,8 @@ def test_token_trigger_is_capped_below_a_small_window(tmp_path: Path) -> None:
         cm.add_many(turn(i, "q" * 1_000))
         i += 1
     cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
-    assert "triggerTokens 7500" in cm.last_record.reason
+    assert cm.last_prepare is not None and cm.last_prepare.changed
+    assert "triggerTokens 7500" in cm.last_prepare.reason
 
 
 # ------------------------------------------------------------------------------- the kept tail
@@ -177,7 +177,7 @@ def test_keep_messages_never_splits_a_tool_pair(tmp_path: Path) -> None:
     last = turn(3, n_calls=4)  # assistant + 4 results: n - 3 falls inside the group
     cm.add_many(last)
     view = cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.changed
     assert view[-5:] == last  # the whole group is kept, not only its last 3 messages
     valid(view)
     assert view[:2] == [SYSTEM, TASK]
@@ -191,7 +191,7 @@ def test_keep_messages_exact_tail(tmp_path: Path) -> None:
         sent += turn(i)
     cm.add_many(sent)
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.changed
     assert view[-6:] == sent[-6:]
     assert view[-7]["content"].startswith("[Context Compaction]")
@@ -206,7 +206,7 @@ def test_keep_tokens_overrides_keep_messages(tmp_path: Path) -> None:
     for i in range(10):
         cm.add_many(turn(i, "k" * 1_000))  # ~270 tokens per pair
     view = cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.changed
     idx = next(i for i, d in enumerate(view) if str(d.get("content")).startswith("[Context"))
     tail = view[idx + 1 :]
     tail_tokens = sum(cm.view.tokens_of(i) for i in range(cm.view.boundary, len(cm.view)))
@@ -236,7 +236,7 @@ def test_harness_llm_prompt_has_the_four_sections(tmp_path: Path) -> None:
     positions = [prompt.index(s) for s in SECTIONS]
     assert positions == sorted(positions)
     assert "Fix the failing date parser in src/dates.py." in prompt  # the transcript
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.summarizer == "LLMSummarizer"
     assert rec.summary_text.startswith("Ran the steps")
 
@@ -336,7 +336,7 @@ def test_summarizer_failure_falls_back_to_extractive(tmp_path: Path) -> None:
     for i in range(5):
         cm.add_many(turn(i))
     view = cm.prepare()
-    rec = cm.last_record
+    rec = cm.last_prepare
     assert rec is not None and rec.changed
     assert "LLM summary failed" in rec.error
     assert "fallback" in rec.summarizer
@@ -401,7 +401,7 @@ def test_flush_is_skipped_when_disabled(tmp_path: Path) -> None:
     for i in range(5):
         cm.add_many(turn(i))
     cm.prepare()
-    assert cm.last_record is not None and cm.last_record.changed
+    assert cm.last_prepare is not None and cm.last_prepare.changed
     assert not (tmp_path / "memory").exists()
 
 
@@ -427,7 +427,7 @@ def test_trigger_compaction_survives_a_restart(tmp_path: Path) -> None:
         cm.add_many(turn(i))
     view = cm.prepare()
     again = manager(tmp_path, trig)
-    assert again.view_messages() == cm.view_messages()
+    assert again.view_messages == cm.view_messages
     assert again.prepare() == view
 
 

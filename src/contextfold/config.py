@@ -1,7 +1,7 @@
 """Configuration: plain frozen objects, validated when built, and the two presets.
 
-``progressive()`` is seed 000 (tiers by window ratio, ingest offload on) plus recovery;
-``harness()`` is seed 002's defaults (all four strategies off until enabled). Copy and change
+``progressive()`` is tiered compaction (tiers by window ratio, ingest offload on) plus recovery;
+``harness()`` is the harness strategies' defaults (all four strategies off until enabled). Copy and change
 either with :func:`dataclasses.replace`; invalid combinations raise :class:`ConfigError`.
 """
 
@@ -27,12 +27,12 @@ def _nonneg(name: str, value: int) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TierConfig:
-    """The ProgressiveCompactor's thresholds (ratios of the working window).
+    """Tiered compaction thresholds (ratios of the working window).
 
     The defaults are tuned for the bill (``contextfold bench``, README "Measured"): a view that
     grows to half the window is summarized down to the newest turns, so each call re-reads a
     small cached prefix, and compactions stay rare enough that their cache misses cost less than
-    the re-reading they save. Seed 000's original thresholds are ``SEED_TIERS``.
+    the re-reading they save. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.
     """
 
     warn_threshold: float = 0.40
@@ -103,9 +103,9 @@ class TierConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-#: Seed 000's thresholds (60/70/80/95%, target 30%, no stale offload, the whole window):
-#: larger views, fewer compactions, a higher bill.
-SEED_TIERS = TierConfig(
+#: Compaction late (60/70/80/95% of the whole window, target 30%, no stale batches): larger
+#: views, fewer compactions, a higher bill (the thresholds before the cost tuning).
+LATE_COMPACTION_TIERS = TierConfig(
     warn_threshold=0.60,
     soft_threshold=0.70,
     full_threshold=0.80,
@@ -117,7 +117,8 @@ SEED_TIERS = TierConfig(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SummaryTriggerConfig:
-    """Seed 002 2.1: trigger-based summary compaction (CompactionConfig)."""
+    """Trigger-based summary compaction: summarize when the view reaches a message or token
+    count (a harness strategy)."""
 
     trigger_messages: int = 50
     trigger_tokens: int = 80_000
@@ -160,7 +161,8 @@ class SummaryTriggerConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EvictionConfig:
-    """Seed 002 2.2: large tool-result eviction at ingest (ToolResultEvictionConfig)."""
+    """Large tool-result eviction at ingest: head and tail kept, the rest in a file (a harness
+    strategy)."""
 
     max_chars: int = 80_000
     head_chars: int = 2_000
@@ -179,7 +181,7 @@ class EvictionConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TruncateArgsConfig:
-    """Seed 002 2.3: argument truncation on the text sent to the summarizer."""
+    """Argument truncation on the text sent to the summarizer (a harness strategy)."""
 
     tools: tuple[str, ...] = ("write_file", "edit_file")
     max_arg_length: int = 2_000
@@ -192,7 +194,7 @@ class TruncateArgsConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RecoveryConfig:
-    """Seed 004: evidence index and intent-triggered injection."""
+    """Recoverable compaction: evidence index and intent-triggered injection."""
 
     index_evidence: bool = True
     inject: bool = True
@@ -209,18 +211,19 @@ class ContextConfig:
     """Everything the ContextManager does, in one validated object."""
 
     preset: Literal["progressive", "harness", "custom"] = "progressive"
-    #: Seed 000 tiers; None turns the progressive compactor off.
+    #: Tiered compaction; None turns the progressive compactor off.
     tiers: TierConfig | None = field(default_factory=TierConfig)
-    #: Seed 000 OffloadHook: tool results above this many characters are offloaded when they
+    #: Ingest offload: tool results above this many characters are offloaded when they
     #: arrive (10,000). 0 turns it off.
     ingest_offload_chars: int = 10_000
     summary: SummaryTriggerConfig | None = None
     eviction: EvictionConfig | None = None
     truncate_args: TruncateArgsConfig | None = field(default_factory=TruncateArgsConfig)
-    #: Seed 002 2.4: on a context-overflow error, compact hard and retry once.
+    #: Overflow recovery: on a context-overflow error, compact hard and retry once.
     overflow_recovery: bool = True
     recovery: RecoveryConfig | None = field(default_factory=RecoveryConfig)
-    #: Summary format: seed 000 anchors or seed 002's four sections.
+    #: Summary format: five structured anchors or four sections (intent, summary, artifacts,
+    #: next steps).
     summary_style: Literal["anchors", "sections"] = "anchors"
     #: Tokens kept free for the model's answer (added to the view's estimate).
     reserve_output_tokens: int = 0
@@ -247,7 +250,7 @@ class ContextConfig:
 
 
 def progressive() -> ContextConfig:
-    """The default: seed 000's tiers with ingest offload, argument truncation and recovery."""
+    """The default: tiered compaction with ingest offload, argument truncation and recovery."""
     return ContextConfig(preset="progressive")
 
 
@@ -258,7 +261,8 @@ def harness(
     truncate_args: TruncateArgsConfig | None = None,
     overflow_recovery: bool = False,
 ) -> ContextConfig:
-    """Seed 002's defaults: every strategy off until enabled; any combination allowed."""
+    """The harness strategies (trigger summaries, eviction, argument truncation, overflow
+    recovery), every one off until enabled; any combination allowed."""
     return ContextConfig(
         preset="harness",
         tiers=None,
@@ -272,7 +276,7 @@ def harness(
 
 
 def harness_all_on() -> ContextConfig:
-    """Seed 002 with all four strategies enabled at their documented defaults."""
+    """The four harness strategies enabled at their documented defaults."""
     return harness(
         summary=SummaryTriggerConfig(),
         eviction=EvictionConfig(),

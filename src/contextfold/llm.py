@@ -17,8 +17,9 @@ optional :class:`AsyncChatModel` protocol. Provider errors (including context ov
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType, TracebackType
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -124,10 +125,21 @@ _Owner = TypeVar("_Owner", bound="_ClientOwner")
 
 
 class _ClientOwner:
-    """Shared lifecycle: lazily built sync/async SDK clients, closable, usable with ``with``."""
+    """Shared lifecycle: lazily built sync/async SDK clients, closable, usable with ``with``.
+
+    The async client belongs to the event loop it was built on (its connection pool does): a
+    call from another loop (a second ``asyncio.run``) builds a fresh one."""
 
     _client: Any
     _async_client: Any
+    _async_loop: asyncio.AbstractEventLoop | None = None
+
+    def _async_for_loop(self, build: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._async_client is None or self._async_loop is not loop:
+            self._async_client = build()
+            self._async_loop = loop
+        return self._async_client
 
     def close(self) -> None:
         """Close the sync SDK client (the async one is closed by :meth:`aclose`)."""
@@ -137,8 +149,10 @@ class _ClientOwner:
 
     async def aclose(self) -> None:
         if self._async_client is not None:
-            await self._async_client.close()
+            if self._async_loop is asyncio.get_running_loop():
+                await self._async_client.close()
             self._async_client = None
+            self._async_loop = None
 
     def __enter__(self: _Owner) -> _Owner:
         return self
@@ -258,9 +272,8 @@ class OpenAIChatModel(_ClientOwner):
         self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
     ) -> ChatResult:
         kwargs = self._request(messages, max_tokens)
-        if self._async_client is None:
-            self._async_client = self._sdk.AsyncOpenAI(**self._client_kwargs())
-        return self._result(await self._async_client.chat.completions.create(**kwargs))
+        client = self._async_for_loop(lambda: self._sdk.AsyncOpenAI(**self._client_kwargs()))
+        return self._result(await client.chat.completions.create(**kwargs))
 
 
 class AnthropicChatModel(_ClientOwner):
@@ -384,9 +397,8 @@ class AnthropicChatModel(_ClientOwner):
         self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
     ) -> ChatResult:
         kwargs = self._request(messages, max_tokens)
-        if self._async_client is None:
-            self._async_client = self._sdk.AsyncAnthropic(**self._client_kwargs())
-        return self._result(await self._async_client.messages.create(**kwargs))
+        client = self._async_for_loop(lambda: self._sdk.AsyncAnthropic(**self._client_kwargs()))
+        return self._result(await client.messages.create(**kwargs))
 
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -10,8 +11,9 @@ import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from .aio import run_off_loop
 from .anchors import Anchor, AnchorType
 from .compactors.pinned import pinned_indices
 from .compactors.progressive import CompactorState, ProgressiveCompactor
@@ -23,6 +25,7 @@ from .errors import (
     InvalidMessageError,
     StorageError,
 )
+from .limits import LearnedWindow, learn_from_overflow
 from .messages import Message
 from .offload import (
     EVICTION_POLICY,
@@ -34,15 +37,20 @@ from .offload import (
 from .overflow import is_context_overflow
 from .paths import Workspace, check_session_id
 from .records import CompactionRecord, FileRecordStore, OffloadEntry, Tier, atomic_write_text
-from .recovery import Recovery
+from .recovery import Recovery, RestoreHit
+from .responses import parse_inputs, response_message
 from .sessions.log import SessionLog
 from .state import SessionState, load_state, save_state
 from .summarizers.base import Summarizer
+from .surface import AnthropicView, OpenAIView, ViewMessages
 from .tokens import Calibration, MessageTokenCache, TokenCounter, count_tools, get_counter
 from .tools import ToolBox
 from .usage import extract_input_tokens
 from .view import HistoryView
-from .wire import from_openai, to_anthropic, to_openai
+from .wire import from_anthropic, to_anthropic, to_openai
+
+if TYPE_CHECKING:
+    from .evidence.model import EvidencePointer
 
 T = TypeVar("T")
 OnCompaction = Callable[[CompactionRecord], None]
@@ -88,7 +96,11 @@ class ContextManager:
         if config is not None and preset is not None:
             raise ConfigError("pass either preset or config, not both")
         self.config = config or resolve_preset(preset)
+        #: The window in use: ``context_window``, or lower once a provider's overflow error stated
+        #: a smaller one (see ``learned_window``).
         self.window = context_window
+        self.configured_window = context_window
+        self.learned_window: LearnedWindow | None = None
         self.session_id = check_session_id(session_id)
         self.agent_id = check_session_id(agent_id)
         self.ws = Workspace.at(workspace)
@@ -130,7 +142,11 @@ class ContextManager:
         self.recovery = Recovery(self, fact_extractor=fact_extractor)
         self.compactor.before_summarize = self.recovery.before_summarize
         self.compactor.index_range = self.recovery.index_range
+        #: The last compaction that changed the view (None until one did).
         self.last_record: CompactionRecord | None = None
+        #: The record of the last prepare()/compact(), including "no compaction needed".
+        self.last_prepare: CompactionRecord | None = None
+        self._alocks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._known_log_size: int | None = None  # set by _load()
         self._last_estimate = 0
         #: tokens of the last call that calibration must not scale (tool schemas, injection)
@@ -196,6 +212,7 @@ class ContextManager:
         st.last_artifacts = tuple(data.get("last_artifacts", ()))
         self.calibration = Calibration.from_dict(data.get("calibration", {}))
         self.compactor.scale = self.calibration.apply
+        self._set_window(LearnedWindow.from_dict(data.get("learned_window")))
         self._reapply_offloads(data.get("offload_policies", {}))
         boundary = int(data.get("boundary", self.view.prefix_len))
         if st.boundary_uuid is not None and st.boundary_uuid in self.view.uuids:
@@ -236,6 +253,7 @@ class ContextManager:
             "last_artifacts": list(st.last_artifacts),
             "offload_policies": st.offload_policies,
             "calibration": self.calibration.to_dict(),
+            "learned_window": self.learned_window.to_dict() if self.learned_window else None,
         }
         atomic_write_text(self._state_path, json.dumps(data, ensure_ascii=False))
 
@@ -246,17 +264,21 @@ class ContextManager:
         return list(self.view.history)
 
     def add(self, message: Mapping[str, Any] | Message) -> Message:
-        """Append one message (OpenAI dict or Message). Validated before anything is written."""
-        return self.add_many([message])[0]
+        """Append one message (OpenAI dict or Message). Validated before anything is written.
+
+        A dict with Anthropic ``tool_use`` (assistant) or ``tool_result`` (user) blocks is
+        converted; a user turn with several tool results becomes several tool messages, and the
+        last one is returned (``add_many`` returns them all)."""
+        return self.add_many([message])[-1]
 
     def add_many(self, messages: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
-        items = list(messages)
+        """Append several messages at once (all or nothing)."""
         start = len(self.view)
         # dicts get a uuid derived from (session, position): stable across replays, so the
         # same history always gives the same view (evidence ids derive from it)
-        parsed = [
-            from_openai(m, start + i, uuid=self._uuid_for(start + i)) for i, m in enumerate(items)
-        ]
+        parsed = parse_inputs(messages, start, self._uuid_for)
+        if not parsed:
+            return []
         self.view.check_batch(parsed, start)  # all or nothing: validate before writing
         try:
             with self._single_writer():
@@ -274,6 +296,30 @@ class ContextManager:
             if msg.role == "tool":
                 self._ingest(start + i)
         return parsed
+
+    def add_response(self, response: Any, *, choice: int = 0) -> Message:
+        """Record the assistant turn of a model's response: an OpenAI ``ChatCompletion`` (its
+        ``choice``-th message), an OpenAI Responses API ``Response`` or an Anthropic
+        ``Message`` - SDK objects or their dicts. Tool calls and Anthropic thinking blocks are
+        kept exactly; see :mod:`contextfold.responses`. Usage is not reported here (``call``
+        does it; otherwise ``report_usage(response=...)``)."""
+        msg = response_message(response, choice=choice)
+        return self.add_many([replace(msg, uuid=self._uuid_for(len(self.view)))])[0]
+
+    def add_anthropic(
+        self,
+        messages: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Message]:
+        """Append Anthropic Messages API messages (one dict or a list; ``system`` apart), as
+        :func:`contextfold.wire.from_anthropic` converts them. Returns the messages added."""
+        items = [messages] if isinstance(messages, Mapping) else list(messages)
+        converted = from_anthropic(items, system)
+        start = len(self.view)
+        return self.add_many(
+            [replace(m, uuid=self._uuid_for(start + i)) for i, m in enumerate(converted)]
+        )
 
     def _log_size(self) -> int:
         try:
@@ -348,13 +394,31 @@ class ContextManager:
     def _extra_tokens(self, tools: Sequence[Mapping[str, Any]] | None) -> int:
         return self.config.reserve_output_tokens + self._schema_tokens(tools)
 
+    @overload
+    def prepare(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["openai"] = "openai",
+        copy: bool = False,
+    ) -> OpenAIView: ...
+
+    @overload
+    def prepare(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["anthropic"],
+        copy: bool = False,
+    ) -> AnthropicView: ...
+
     def prepare(
         self,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         format: Literal["openai", "anthropic"] = "openai",
         copy: bool = False,
-    ) -> Any:
+    ) -> OpenAIView | AnthropicView:
         """The view to send now: a list of OpenAI dicts, or for ``format="anthropic"`` a dict
         ``{"system": ..., "messages": [...]}`` ready for ``client.messages.create(**view)``.
 
@@ -369,6 +433,48 @@ class ContextManager:
         self._check_fits(extra, schema_tokens, record)
         self._last_fixed = schema_tokens
         return self._render(format, copy=copy)
+
+    @overload
+    async def aprepare(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["openai"] = "openai",
+        copy: bool = False,
+    ) -> OpenAIView: ...
+
+    @overload
+    async def aprepare(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["anthropic"],
+        copy: bool = False,
+    ) -> AnthropicView: ...
+
+    async def aprepare(
+        self,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        format: Literal["openai", "anthropic"] = "openai",
+        copy: bool = False,
+    ) -> OpenAIView | AnthropicView:
+        """:meth:`prepare` without blocking the event loop: the work runs in a worker thread and
+        an LLM summarizer / fact extractor calls its model's async client on this loop (see
+        :mod:`contextfold.aio`). Calls on one manager are serialized; ``on_compaction`` runs in
+        that worker thread."""
+        async with self._async_lock():
+            return await run_off_loop(lambda: self.prepare(tools=tools, format=format, copy=copy))
+
+    def _async_lock(self) -> asyncio.Lock:
+        """One lock per event loop (an asyncio.Lock must not cross loops)."""
+        loop = asyncio.get_running_loop()
+        lock = self._alocks.get(loop)
+        if lock is None:
+            for old in [k for k in self._alocks if k.is_closed()]:
+                del self._alocks[old]
+            lock = self._alocks[loop] = asyncio.Lock()
+        return lock
 
     def _compact_if_needed(self, extra: int) -> CompactionRecord:
         cfg = self.config
@@ -405,9 +511,10 @@ class ContextManager:
         )
 
     def _finish(self, record: CompactionRecord) -> None:
-        self.last_record = record
+        self.last_prepare = record
         self._last_estimate = self.view.view_tokens()
         if record.changed:
+            self.last_record = record
             self.recovery.after_compaction(record)
             try:
                 self._save_state()
@@ -416,7 +523,7 @@ class ContextManager:
             if self.on_compaction is not None:
                 self.on_compaction(record)
 
-    def _render(self, format: str, *, copy: bool = False) -> Any:
+    def _render(self, format: str, *, copy: bool = False) -> OpenAIView | AnthropicView:
         inject = self.recovery.safe_injection()
         if inject is not None and self.counter.count_text(inject) > self._room:
             inject = None  # evidence is an extra: it never pushes the view over the window
@@ -432,7 +539,7 @@ class ContextManager:
             pos = self._newest_user_position(msgs)
             msgs.insert(pos, Message(role="user", content=inject))
         system, out = to_anthropic(msgs)
-        result: dict[str, Any] = {"messages": out}
+        result: AnthropicView = {"messages": out}
         if system is not None:
             result["system"] = system
         return result
@@ -446,19 +553,39 @@ class ContextManager:
                 return i
         return len(view)
 
-    def view_messages(self) -> list[Message]:
-        """The current view as neutral messages (no compaction is run)."""
-        return self.view.view_messages()
+    @property
+    def view_messages(self) -> ViewMessages:
+        """The current view as neutral messages (no compaction is run). A property since the
+        public surface was made consistent; ``cm.view_messages()`` still works (deprecated)."""
+        return ViewMessages(self.view.view_messages())
 
     @property
     def view_tokens(self) -> int:
+        """Estimated (calibrated) tokens of the current view."""
         return self.compactor.view_tokens()
+
+    def _set_window(self, learned: LearnedWindow | None) -> None:
+        self.learned_window = learned
+        window = self.configured_window
+        if learned is not None:
+            window = min(window, learned.window)
+        self.window = window
+        self.compactor.window = window
+
+    def reset_window(self) -> None:
+        """Forget a window learned from overflow errors (e.g. after switching to a bigger
+        model): ``context_window`` applies again."""
+        self._set_window(None)
+        try:
+            self._save_state()
+        except ContextFoldError as exc:
+            self.recovery.note_problem(f"saving compactor state failed: {exc}")
 
     # ------------------------------------------------------------------ manual compaction
     def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
-        """Manual /compact (seed 8.3). ``force=True`` summarizes the whole head now with the
-        configured summarizer (Full tier) whatever the ratio; ``tier="emergency"`` is the seed's
-        CompactForce (truncation, no LLM); ``force=False`` runs the normal tier decision."""
+        """Manual /compact. ``force=True`` summarizes the whole head now with the configured
+        summarizer (Full tier) whatever the ratio; ``tier="emergency"`` truncates without an LLM
+        (forced compaction); ``force=False`` runs the normal tier decision."""
         if tier is not None:
             try:
                 chosen: Tier | None = Tier(tier)
@@ -506,7 +633,7 @@ class ContextManager:
         format: Literal["openai", "anthropic"] = "openai",
     ) -> T:
         """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
-        once (seed 002 2.4). A second overflow raises ContextOverflowError with the record."""
+        once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
         view = self.prepare(tools=tools, format=format)
         failure: Exception | None = None
         try:
@@ -515,7 +642,7 @@ class ContextManager:
             failure = exc
         if failure is not None:
             # retried outside the except block, so a retry error is not chained to the overflow
-            retry_view, record = self._recover(failure, tools, format)
+            retry_view, record = self._recover(failure, tools, format, view)
             try:
                 result = fn(retry_view)
             except Exception as exc2:
@@ -531,28 +658,63 @@ class ContextManager:
         tools: Sequence[Mapping[str, Any]] | None = None,
         format: Literal["openai", "anthropic"] = "openai",
     ) -> T:
-        view = self.prepare(tools=tools, format=format)
+        """:meth:`call` for an async ``fn``; the preparation and any compaction (LLM summaries,
+        fact extraction) never block the event loop (see :meth:`aprepare`)."""
+        view = await self.aprepare(tools=tools, format=format)
         failure: Exception | None = None
         try:
             result = await fn(view)
         except Exception as exc:
             failure = exc
         if failure is not None:
-            retry_view, record = self._recover(failure, tools, format)
+            async with self._async_lock():
+                retry_view, record = await run_off_loop(
+                    lambda: self._recover(failure, tools, format, view)
+                )
             try:
                 result = await fn(retry_view)
             except Exception as exc2:
                 self._raise_overflow(exc2, record)
                 raise
-        self.report_usage(response=result)
+        if extract_input_tokens(result) is not None:  # calibration writes state.json
+            async with self._async_lock():
+                await run_off_loop(lambda: self.report_usage(response=result))
         return result
 
-    def _recover(self, exc: Exception, tools: Any, format: Any) -> tuple[Any, CompactionRecord]:
+    def recover_from_overflow(
+        self, exc: Exception, *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> CompactionRecord:
+        """For frameworks that own the retry loop (the integrations): when ``exc`` is a
+        context-overflow error, learn what it says (window, token count) and compact hard now
+        so the next ``prepare()`` is smaller; returns the record. Any other error (or recovery
+        turned off) is raised again."""
         if not self.config.overflow_recovery or not is_context_overflow(exc):
             raise exc
-        record = self.compactor.recover_overflow(extra_tokens=self._extra_tokens(tools))
+        note = learn_from_overflow(self, exc)
+        record = self.compactor.recover_overflow(extra_tokens=self._extra_tokens(tools), note=note)
         self._finish(record)
-        return self._render(format), record
+        return record
+
+    def _recover(
+        self, exc: Exception, tools: Any, format: str, failed: OpenAIView | AnthropicView
+    ) -> tuple[OpenAIView | AnthropicView, CompactionRecord]:
+        """Overflow recovery: learn what the error says (window, token count), compact hard,
+        and give the view to retry with - never the request that just failed."""
+        if not self.config.overflow_recovery or not is_context_overflow(exc):
+            raise exc
+        sent = json.dumps(failed, sort_keys=True, default=str)  # before the cached dicts change
+        record = self.recover_from_overflow(exc, tools=tools)
+        self._last_fixed = self._schema_tokens(tools)
+        view = self._render(format)
+        if json.dumps(view, sort_keys=True, default=str) == sent:
+            raise ContextOverflowError(
+                "the model reports a context overflow and nothing is left to compact: the "
+                "system prompt, the newest user message and the tool schemas alone are too large "
+                f"({exc})",
+                record=record,
+                cause=exc,
+            ) from exc
+        return view, record
 
     @staticmethod
     def _raise_overflow(exc: Exception, record: CompactionRecord) -> None:
@@ -581,12 +743,13 @@ class ContextManager:
         """Run one of contextfold's agent tools; returns the tool message (errors included)."""
         return self.toolbox.handle(call)
 
-    def restore(self, query: str, k: int = 5) -> list[Any]:
+    def restore(self, query: str, k: int = 5) -> list[RestoreHit]:
+        """Evidence that left the view, best match first, with its original text."""
         return self.recovery.restore(query, k)
 
     def add_subagent_output(
         self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None = None
-    ) -> list[Any]:
+    ) -> list[EvidencePointer]:
         return self.recovery.add_subagent_output(run_id, messages_or_text, parent_message_uuid)
 
     def recover_tool_result(self, tool_call_id: str) -> str | None:
@@ -604,7 +767,7 @@ class ContextManager:
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:
-        """Cascade cleanup (seed 5.5): log, tool results, records, evidence, state, index rows
+        """Cascade cleanup: log, tool results, records, evidence, state, index rows
         (and the evicted files under a custom offload root). The manager stays usable: the
         session starts again empty."""
         self.recovery.forget_session()
@@ -635,3 +798,5 @@ class ContextManager:
         self.compactor.scale = self.calibration.apply
         self.compactor.state = CompactorState()
         self.last_record = None
+        self.last_prepare = None
+        self._set_window(None)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .aio import call_model
 from .errors import ConfigError
 from .messages import Message
 from .shell import FileOp, ShellReader, is_write_tool, parse_arguments
@@ -333,8 +334,17 @@ class LLMFactExtractor:
             return []
         body = _render_for_prompt(messages, self.max_input_chars)
         request = [{"role": "user", "content": self.prompt.replace("{messages}", body)}]
+        model = self.model
+        acomplete = getattr(model, "acomplete", None)
         try:
-            answer = self.model.complete(request, max_tokens=self.max_tokens).text
+            # inside ContextManager.aprepare/acall the request goes through the model's async
+            # client on the caller's event loop (contextfold.aio); otherwise it is a sync call
+            answer = call_model(
+                lambda: model.complete(request, max_tokens=self.max_tokens),
+                (lambda: acomplete(request, max_tokens=self.max_tokens))
+                if callable(acomplete)
+                else None,
+            ).text
         except Exception as exc:  # any provider failure: fall back, never lose the flush
             return self._fall_back(f"model call failed: {type(exc).__name__}: {exc}", messages)
         if not isinstance(answer, str):

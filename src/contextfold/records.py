@@ -196,7 +196,10 @@ def _size(n: int) -> str:
 
 
 def format_notification(record: CompactionRecord) -> str:
-    """Seed 5.4's two-line notice, in English."""
+    """The two-line compaction notice, in English (one line when nothing was compacted)."""
+    if record.tier is Tier.NONE:
+        window = f" of the {record.window}-token window" if record.window else ""
+        return f"No compaction needed: the view is {_k(record.tokens_before)} tokens{window}"
     saved = 0.0
     if record.tokens_before > 0:
         saved = max(0.0, 1.0 - record.tokens_after / record.tokens_before) * 100

@@ -22,6 +22,8 @@ from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
 from .messages import Message
+from .offload import OffloadStore
+from .offload_tool import read_offloaded_tool
 from .records import CompactionRecord, OffloadEntry, Tier
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
@@ -58,12 +60,13 @@ class Recovery:
         self._intent_cache: tuple[str, Any] | None = None
 
     def _fact_extractor(self, choice: Any) -> Any:
-        """None/"auto": LLM facts when the summarizer is LLM-backed, else extractive;
-        "extractive", "llm" or "off"; or any object with ``extract(messages)``."""
+        """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
+        call to the summarizer's model per compaction); "off"; or any object with
+        ``extract(messages)``."""
         model = getattr(self.cm.summarizer, "model", None)
         has_llm = model is not None and callable(getattr(model, "complete", None))
         if choice in (None, "auto"):
-            choice = "llm" if has_llm else "extractive"
+            choice = "extractive"
         if choice == "off":
             return None
         if choice == "extractive":
@@ -374,41 +377,13 @@ class Recovery:
         return self._toolbox
 
     def _read_offloaded_tool(self) -> Tool:
-        def handler(args: Any) -> str:
-            ref = args.get("id") or args.get("path")
-            if not isinstance(ref, str) or not ref:
-                raise ToolArgumentsError("read_offloaded: give id (tool call id) or path")
-            offset = int(args.get("offset", 0))
-            limit = int(args.get("limit", 200))
-            try:
-                return self.cm.offload.read_page(ref, offset=offset, limit=limit)
-            except StorageError as exc:
-                if self.cm.eviction_store is not self.cm.offload:
-                    return self.cm.eviction_store.read_page(ref, offset=offset, limit=limit)
-                raise ToolArgumentsError(str(exc)) from exc
+        def stores() -> list[OffloadStore]:
+            out = [self.cm.offload]
+            if self.cm.eviction_store is not self.cm.offload:
+                out.append(self.cm.eviction_store)
+            return out
 
-        return Tool(
-            name="read_offloaded",
-            description=(
-                "Read a tool result that was offloaded to a file to save context. Pass the tool "
-                "call id (id) or the path shown in the placeholder; page with offset/limit (lines)."
-            ),
-            parameters={
-                "type": "object",
-                "properties": {
-                    "id": {"type": "string", "description": "tool call id of the offloaded result"},
-                    "path": {"type": "string", "description": "path shown in the placeholder"},
-                    "offset": {
-                        "type": "integer",
-                        "minimum": 0,
-                        "description": "first line (0-based)",
-                    },
-                    "limit": {"type": "integer", "minimum": 1, "description": "lines to return"},
-                },
-                "required": [],
-            },
-            handler=handler,
-        )
+        return read_offloaded_tool(stores)
 
     def forget_session(self) -> None:
         try:

@@ -80,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, help="only the first N traces")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--out", default="bench-results", help="output folder (default bench-results)")
-    p.add_argument("--summarizer", choices=("extractive", "openai"), default="extractive")
+    p.add_argument(
+        "--summarizer",
+        choices=("extractive", "openai"),
+        default="extractive",
+        help="how contextfold summarizes (default extractive: no LLM)",
+    )
     p.add_argument(
         "--base-url", default=None, help="OpenAI-compatible endpoint (--summarizer openai)"
     )

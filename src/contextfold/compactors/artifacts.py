@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from ..messages import Message
 from ..shell import files_written
 
+
 def message_writes(msg: Message) -> list[str]:
     """Files the tool calls of one assistant message write, in order, without repeats."""
     out: list[str] = []

@@ -65,7 +65,9 @@ def kept_tail(comp: ProgressiveCompactor, trig: SummaryTriggerConfig) -> int:
     return v.legal_cut_at_or_before(n - trig.keep_messages, v.boundary)
 
 
-def recover_overflow(comp: ProgressiveCompactor, *, extra_tokens: int = 0) -> CompactionRecord:
+def recover_overflow(
+    comp: ProgressiveCompactor, *, extra_tokens: int = 0, note: str | None = None
+) -> CompactionRecord:
     """Seed 002 2.4: keep only the newest message group verbatim (plus the pinned system
     prompt and user messages) and one compact summary of everything else."""
     v = comp.view
@@ -79,6 +81,8 @@ def recover_overflow(comp: ProgressiveCompactor, *, extra_tokens: int = 0) -> Co
         forced=True,
         strategy="overflow_recovery",
     )
+    if note:
+        run.notes.append(note)
     n = len(v)
     last = v.legal_cut_at_or_before(n - 1, v.boundary) if n > v.boundary else v.boundary
     if last > v.boundary:

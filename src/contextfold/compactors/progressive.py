@@ -564,9 +564,7 @@ class ProgressiveCompactor:
             args_chars = sum(len(c.arguments) for c in form.tool_calls)
             complete = len(form.tool_calls) == len(original.tool_calls)  # no result pending
             if args_chars >= 2_000 and complete:
-                self._squeeze_one(
-                    run, i, f"args-{original.uuid}", calls_json(form), "squeeze_args"
-                )
+                self._squeeze_one(run, i, f"args-{original.uuid}", calls_json(form), "squeeze_args")
                 form = v.forms[i]
             if not isinstance(form.content, str) or len(form.content) < 2_000:
                 continue
@@ -654,9 +652,11 @@ class ProgressiveCompactor:
     def _kept_tail(self, trig: SummaryTriggerConfig) -> int:
         return kept_tail(self, trig)
 
-    def recover_overflow(self, *, extra_tokens: int = 0) -> CompactionRecord:
+    def recover_overflow(
+        self, *, extra_tokens: int = 0, note: str | None = None
+    ) -> CompactionRecord:
         """Seed 002 2.4 overflow recovery; see :func:`harness.recover_overflow`."""
-        return recover_overflow(self, extra_tokens=extra_tokens)
+        return recover_overflow(self, extra_tokens=extra_tokens, note=note)
 
     # ------------------------------------------------------------------ records
     def _record(self, run: _Run, after: int, extra: int, *, persist: bool) -> CompactionRecord:

@@ -30,7 +30,10 @@ PARAMETERS: Mapping[str, Any] = {
     "properties": {
         "query": {
             "type": "string",
-            "description": "What to look for, e.g. 'full error output of `pytest -x`'.",
+            "description": (
+                "What to look for, e.g. 'full error output of `pytest -x`' (not needed with "
+                "evidence_id)."
+            ),
         },
         "k": {
             "type": "integer",
@@ -53,7 +56,9 @@ PARAMETERS: Mapping[str, Any] = {
             "description": "With evidence_id: start reading at this character.",
         },
     },
-    "required": ["query"],
+    # query or evidence_id: one of the two (checked by the handler; a top-level anyOf is
+    # refused by some providers' tool schemas)
+    "required": [],
 }
 
 
@@ -146,6 +151,11 @@ def recall_tool(search: EvidenceSearch, store: EvidenceStore) -> Tool:
     def handler(args: Mapping[str, Any]) -> str:
         if args.get("evidence_id"):
             return _one(search, store, args)
+        if args.get("query") is None:
+            raise ToolArgumentsError(
+                "recall: give query (what to look for) or evidence_id (an id such as "
+                "ev-1a2b3c4d5e6f) to read one item"
+            )
         return _many(search, store, args)
 
     return Tool(name="recall", description=DESCRIPTION, parameters=PARAMETERS, handler=handler)

@@ -279,4 +279,7 @@ def session_tools(
     ]
 
 
-__all__ = ["render_message", "session_tools"]
+#: Who may read whose sessions (an agent id plus its ``allow_agents``); used by the MCP server.
+AgentScope = _Scope
+
+__all__ = ["AgentScope", "render_message", "session_tools"]

@@ -9,8 +9,8 @@ from typing import Literal, Protocol, runtime_checkable
 from ..anchors import Anchor
 from ..messages import Message
 
-#: "anchors": seed 000's five anchors + ## Summary.
-#: "sections": seed 002's SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS.
+#: "anchors": five structured anchors + ## Summary.
+#: "sections": SESSION INTENT / SUMMARY / ARTIFACTS / NEXT STEPS.
 SummaryStyle = Literal["anchors", "sections"]
 
 
@@ -21,7 +21,7 @@ class SummaryRequest:
     ``messages`` is the range leaving the view, already prepared for summarizing (tool results
     may be offload placeholders; long write_file/edit_file arguments may be truncated).
     ``previous_summary``/``previous_anchors`` are set when an earlier compaction exists: the
-    summarizer then merges (seed 4.4, incremental template).
+    summarizer then merges (incremental template).
     """
 
     messages: Sequence[Message]
@@ -40,7 +40,7 @@ class SummaryRequest:
 class Summarizer(Protocol):
     """Turns a range of messages into summary text.
 
-    For style "anchors" the text must follow the seed 000 format (### sections + ## Summary);
+    For style "anchors" the text must follow the anchors format (### sections + ## Summary);
     the caller parses it tolerantly, so broken output is survivable. Raise any exception to
     signal failure: the compactor fails open to the truncation fallback and records why.
     """

@@ -8,21 +8,32 @@ When the prompt would not fit the summarizer model's own window (``context_windo
 ``max_summary_tokens`` for the reply minus a safety ``margin``), the messages are split into
 chunks that fit - never inside a message; a single message too big on its own is cut (head and
 tail kept, a marker in the middle). Chunk 1 is summarized with the request's template, every
-later chunk incrementally, with the summary so far as ``previous_summary`` (seed 000, 4.4). If
-the model still reports a context overflow (the token estimate was off), the budget is halved
-and the current chunk is packed again, up to ``overflow_retries`` times.
+later chunk incrementally, with the summary so far as ``previous_summary``. If the model still
+reports a context overflow, the current chunk is packed again with a smaller budget, up to
+``overflow_retries`` times: when the error states the model's real window ("maximum context
+length is 16384 tokens") ``context_window`` is lowered to it for good (with a
+:class:`~contextfold.limits.WindowLearnedWarning`), otherwise the budget is halved.
+
+``model`` is a :class:`~contextfold.llm.ChatModel` or a LangChain chat model (wrapped by
+:class:`~contextfold.chat_adapters.LangChainChatModel`). :meth:`LLMSummarizer.asummarize` is the
+async path (``acomplete``: ``AsyncOpenAI`` / ``AsyncAnthropic`` / ``ainvoke``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..aio import call_model
 from ..anchors import build_prompt
+from ..chat_adapters import as_chat_model
 from ..errors import ConfigError, SummarizerError
-from ..llm import AnthropicChatModel, ChatModel, OpenAIChatModel
+from ..limits import WindowLearnedWarning, stated_limit
+from ..llm import AnthropicChatModel, ChatModel, ChatResult, OpenAIChatModel
 from ..messages import Message
 from ..overflow import is_context_overflow
 from ..tokens import TokenCounter, get_counter
@@ -58,12 +69,13 @@ class LLMSummarizer:
     of the window, at least 256) absorbs token-estimate error. ``counter`` defaults to
     :func:`contextfold.tokens.get_counter`. Failures raise :class:`SummarizerError` (the model's
     exception is its ``__cause__``); an empty or whitespace-only reply is a failure too.
-    ``<think>...</think>`` blocks of reasoning models are removed from the reply.
+    ``<think>...</think>`` blocks of reasoning models are removed from the reply. ``model`` may
+    also be a LangChain chat model (``ChatOpenAI(...)``); anything else is a ConfigError.
     """
 
     def __init__(
         self,
-        model: ChatModel,
+        model: ChatModel | Any,
         *,
         context_window: int = 32_000,
         max_summary_tokens: int = 2_000,
@@ -72,14 +84,14 @@ class LLMSummarizer:
         system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
         overflow_retries: int = 2,
     ) -> None:
-        if not callable(getattr(model, "complete", None)):
-            raise ConfigError(f"LLMSummarizer: {model!r} has no complete() method (a ChatModel)")
+        chat_model = as_chat_model(model, "LLMSummarizer")
         for name, value in (
             ("context_window", context_window),
             ("max_summary_tokens", max_summary_tokens),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"LLMSummarizer: {name} must be an int >= 1, got {value!r}")
+        self._auto_margin = margin is None
         if margin is None:
             margin = max(256, context_window // 10)
         if not isinstance(margin, int) or margin < 0:
@@ -88,8 +100,10 @@ class LLMSummarizer:
             raise ConfigError(
                 f"LLMSummarizer: overflow_retries must be an int >= 0, got {overflow_retries!r}"
             )
-        self.model = model
+        self.model: ChatModel = chat_model
         self.context_window = context_window
+        #: The overflow error text the window was lowered from (None while it was not).
+        self.learned_from: str | None = None
         self.max_summary_tokens = max_summary_tokens
         self.margin = margin
         self.system_prompt = system_prompt
@@ -209,22 +223,26 @@ class LLMSummarizer:
 
     # ------------------------------------------------------------------ calling the model
 
-    def _call(self, prompt: str, call: int) -> str:
+    def _chat(self, prompt: str) -> list[dict[str, Any]]:
         chat: list[dict[str, Any]] = []
         if self.system_prompt:
             chat.append({"role": "system", "content": self.system_prompt})
         chat.append({"role": "user", "content": prompt})
-        try:
-            result = self.model.complete(chat, max_tokens=self.max_summary_tokens)
-        except SummarizerError:
-            raise
-        except Exception as exc:
-            if is_context_overflow(exc):
-                raise
-            raise SummarizerError(
-                f"LLMSummarizer: summarizer call {call} to {self.model!r} failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+        return chat
+
+    def _failed(self, exc: Exception, call: int) -> Exception:
+        """What a failed model call raises: an overflow as is (the caller shrinks the chunk),
+        anything else as a SummarizerError."""
+        if isinstance(exc, SummarizerError) or is_context_overflow(exc):
+            return exc
+        error = SummarizerError(
+            f"LLMSummarizer: summarizer call {call} to {self.model!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        error.__cause__ = exc
+        return error
+
+    def _reply_text(self, result: ChatResult, call: int) -> str:
         text = _THINK.sub("", result.text or "").strip()
         if not text:
             raise SummarizerError(
@@ -233,7 +251,69 @@ class LLMSummarizer:
             )
         return text
 
-    def summarize(self, request: SummaryRequest) -> str:
+    def _call(self, prompt: str, call: int) -> str:
+        chat = self._chat(prompt)
+        model = self.model
+        acomplete = getattr(model, "acomplete", None)
+        try:
+            result = call_model(
+                lambda: model.complete(chat, max_tokens=self.max_summary_tokens),
+                (lambda: acomplete(chat, max_tokens=self.max_summary_tokens))
+                if callable(acomplete)
+                else None,
+            )
+        except Exception as exc:
+            raise self._failed(exc, call) from exc
+        return self._reply_text(result, call)
+
+    async def _acall(self, prompt: str, call: int) -> str:
+        chat = self._chat(prompt)
+        acomplete = getattr(self.model, "acomplete", None)
+        try:
+            if callable(acomplete):
+                result = await acomplete(chat, max_tokens=self.max_summary_tokens)
+            else:  # a sync-only model: its blocking call runs in a worker thread
+                result = await asyncio.to_thread(
+                    self.model.complete, chat, max_tokens=self.max_summary_tokens
+                )
+        except Exception as exc:
+            raise self._failed(exc, call) from exc
+        return self._reply_text(result, call)
+
+    def _learn(self, exc: Exception, prompt: str, budget: int) -> int:
+        """The prompt budget after the model reported an overflow: when the error states the
+        model's window and it is smaller than ``context_window``, the window is lowered for good
+        (with a :class:`~contextfold.limits.WindowLearnedWarning`) and chunks shrink to it; the
+        prompt size the provider counted corrects the token estimate. Always smaller than
+        ``budget`` (halved when the error says nothing usable)."""
+        stated = stated_limit(exc)
+        new = budget // 2
+        if stated is not None:
+            if stated.limit < self.context_window:
+                warnings.warn(
+                    WindowLearnedWarning(
+                        f"LLMSummarizer: {self.model!r} reported a context window of "
+                        f"{stated.limit} tokens ({stated.source!r}); context_window lowered from "
+                        f"{self.context_window} to {stated.limit}, chunks shrink accordingly"
+                    ),
+                    stacklevel=4,
+                )
+                self.context_window = stated.limit
+                if self._auto_margin:
+                    self.margin = max(256, stated.limit // 10)
+                self.learned_from = stated.source
+            learned = self.prompt_budget
+            estimate = self.prompt_tokens(prompt)
+            if stated.prompt_tokens and stated.prompt_tokens > estimate > 0:
+                # the provider counts more than we estimate: shrink by that ratio (at most 4x)
+                learned = int(learned * max(0.25, estimate / stated.prompt_tokens))
+            new = min(max(learned, 0), budget * 9 // 10)
+        return new
+
+    def _plan(self, request: SummaryRequest) -> Generator[tuple[str, int], str, str]:
+        """The summarizing conversation: yields (prompt, call number), receives the reply text
+        (or the model's overflow error thrown in), returns the final summary. Driven by
+        :meth:`summarize` (sync) and :meth:`asummarize` (async) alike."""
         messages = list(request.messages)
         if not messages:
             raise SummarizerError("LLMSummarizer: the request has no messages to summarize")
@@ -249,8 +329,9 @@ class LLMSummarizer:
             else:
                 chunk, nxt = self._pack(messages, pos, running_request, budget)
             call += 1
+            prompt = self._prompt(running_request, chunk)
             try:
-                summary = self._call(self._prompt(running_request, chunk), call)
+                summary = yield prompt, call
             except SummarizerError:
                 raise
             except Exception as exc:  # a context overflow: the estimate was too optimistic
@@ -260,13 +341,49 @@ class LLMSummarizer:
                         f"call {call} with a {budget}-token prompt budget; lower context_window"
                     ) from exc
                 retries += 1
-                budget //= 2
+                budget = self._learn(exc, prompt, budget)
                 continue
             pos = nxt
             # Later chunks merge into the summary so far; the previous anchors are in it now.
             running_request = replace(request, previous_summary=summary, previous_anchors=())
         assert summary is not None
         return summary
+
+    def summarize(self, request: SummaryRequest) -> str:
+        plan = self._plan(request)
+        step = next(plan)
+        while True:
+            try:
+                text = self._call(*step)
+            except Exception as exc:
+                try:
+                    step = plan.throw(exc)
+                except StopIteration as stop:  # pragma: no cover - a throw never finishes
+                    return str(stop.value)
+                continue
+            try:
+                step = plan.send(text)
+            except StopIteration as stop:
+                return str(stop.value)
+
+    async def asummarize(self, request: SummaryRequest) -> str:
+        """:meth:`summarize` with the model's async path (``acomplete``): never blocks the
+        event loop (a sync-only model runs in a worker thread)."""
+        plan = self._plan(request)
+        step = next(plan)
+        while True:
+            try:
+                text = await self._acall(*step)
+            except Exception as exc:
+                try:
+                    step = plan.throw(exc)
+                except StopIteration as stop:  # pragma: no cover - a throw never finishes
+                    return str(stop.value)
+                continue
+            try:
+                step = plan.send(text)
+            except StopIteration as stop:
+                return str(stop.value)
 
 
 class OpenAICompatibleSummarizer(LLMSummarizer):

@@ -1,0 +1,331 @@
+"""``contextfold compact`` and ``contextfold demo``: compaction of a transcript, and a replay."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import ContextFoldError, ContextOverflowError, StorageError
+from ..records import CompactionRecord, Tier
+from .common import add_workspace, positive_int
+
+DEMO_ATTRIBUTION = (
+    "Trace: deepseek-chat on SWE-bench Lite pydicom__pydicom-1413 via mini-swe-agent "
+    "(MIT; see NOTICE)."
+)
+
+
+def load_transcript(path: Path) -> tuple[str, list[dict[str, Any]], Any]:
+    """Read a transcript file: JSON list, JSONL, or an object with "messages" (and "system").
+
+    Returns (format, messages, system). Anthropic format is recognised by its content blocks
+    (tool_use / tool_result) or by a top-level "system" beside "messages".
+    """
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ContextFoldError(f"cannot read {path}: {exc}") from exc
+    system: Any = None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = []
+        for lineno, line in enumerate(raw.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                data.append(json.loads(line))
+            except ValueError as exc:
+                raise ContextFoldError(f"{path}:{lineno}: not JSON ({exc})") from None
+    if isinstance(data, dict):
+        system = data.get("system")
+        data = data.get("messages")
+    if not isinstance(data, list):
+        raise ContextFoldError(f"{path}: expected a list of messages or {{'messages': [...]}}")
+    fmt = "anthropic" if system is not None else "openai"
+    for m in data:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") for b in content
+        ):
+            fmt = "anthropic"
+            break
+    return fmt, data, system
+
+
+def _make_summarizer(args: argparse.Namespace) -> Any:
+    if getattr(args, "summarizer", "extractive") != "openai":
+        return None
+    from ..summarizers.llm import OpenAICompatibleSummarizer
+
+    if not args.model:
+        raise ContextFoldError(
+            "--summarizer openai needs --model (and --base-url for local servers)"
+        )
+    return OpenAICompatibleSummarizer(model=args.model, base_url=args.base_url)
+
+
+def over_window_message(tokens: int, window: int) -> str:
+    return (
+        f"the view is {tokens} tokens, over the {window}-token window: compaction could not "
+        "bring it under (the system prompt, the task and the newest messages are kept whole); "
+        "use a larger --window"
+    )
+
+
+def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    from ..manager import ContextManager
+    from ..wire import from_anthropic, to_openai
+
+    path = Path(args.file)
+    fmt, messages, system = load_transcript(path)
+    if fmt == "anthropic":
+        messages = [to_openai(m) for m in from_anthropic(messages, system)]
+    cm = ContextManager(
+        workspace=args.workspace,
+        session_id=args.session,
+        context_window=args.window,
+        summarizer=_make_summarizer(args),
+    )
+    if cm.history:
+        raise ContextFoldError(
+            f"session {args.session!r} already has {len(cm.history)} messages in "
+            f"{args.workspace}; pick another --session or delete it first"
+        )
+    cm.add_many(messages)
+    record = cm.compact(force=args.force)
+    out_format: Any = args.format if args.format != "auto" else fmt
+    try:
+        view = cm.prepare(format=out_format)
+    except ContextOverflowError as exc:
+        print(
+            f"contextfold compact: no view fits the {args.window}-token window: {exc}",
+            file=sys.stderr,
+        )
+        return 1
+    record = cm.last_record if cm.last_record and cm.last_record.tier is not Tier.NONE else record
+    status = sys.stderr
+    if record is not None and record.tier is not Tier.NONE:
+        print(record.notification(), file=status)
+    else:
+        print(
+            f"No compaction needed: {cm.view_tokens} tokens of a {args.window} window.", file=status
+        )
+    text = json.dumps(view, ensure_ascii=False, indent=1)
+    if args.out:
+        target = Path(args.out)
+        try:
+            target.write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(f"cannot write the view to {target}: {exc}") from exc
+        print(f"view written to {target}", file=status)
+    else:
+        print(text, file=out)
+    tokens = cm.view_tokens
+    if tokens > args.window:
+        print(f"contextfold compact: {over_window_message(tokens, args.window)}", file=status)
+        return 1
+    return 0
+
+
+def demo_trace_path() -> Path:
+    return Path(str(resources.files("contextfold") / "data" / "demo_trace.json"))
+
+
+def _offload_summary(cm: Any) -> list[str]:
+    """What was offloaded, by kind, and how much of it reads back exactly."""
+    by_uuid = {m.uuid: m for m in cm.history}
+    by_call = {m.tool_call_id: m for m in cm.history if m.tool_call_id}
+    kinds = {"tool output": 0, "long assistant message": 0, "tool-call argument list": 0}
+    intact = identical = comparable = 0
+    entries = cm.offloaded()
+    for key, entry in entries.items():
+        if key.startswith("args-"):
+            kind, original = "tool-call argument list", None  # the calls, as JSON
+        elif key.startswith("msg-"):
+            msg = by_uuid.get(entry.message_uuid)
+            kind, original = "long assistant message", msg.text if msg else None
+        else:
+            msg = by_call.get(key)
+            kind, original = "tool output", msg.text if msg else None
+        kinds[kind] += 1
+        try:
+            text = cm.offload.read(key)  # checks the sha256
+        except StorageError:
+            continue
+        intact += 1
+        if original is not None:
+            comparable += 1
+            identical += text == original
+    parts = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in kinds.items() if n)
+    lines = [f"  offloaded files:       {len(entries)}" + (f" ({parts})" if parts else "")]
+    if entries:
+        lines.append(
+            f"  read back:             {intact} of {len(entries)} intact (sha256); "
+            f"{identical} of {comparable} tool outputs and messages byte-identical to the history"
+        )
+    return lines
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
+    import tempfile
+
+    from ..manager import ContextManager
+    from ..messages import check_view
+    from ..wire import from_openai
+
+    trace = Path(args.trace) if args.trace else demo_trace_path()
+    _, messages, _ = load_transcript(trace)
+    workspace = args.workspace or tempfile.mkdtemp(prefix="contextfold-demo-")
+    window: int = args.window
+    print(
+        f"contextfold demo: replaying {trace.name} ({len(messages)} messages) at a "
+        f"{window}-token window",
+        file=out,
+    )
+    if not args.trace:
+        print(DEMO_ATTRIBUTION, file=out)
+    print(f"workspace: {workspace}\n", file=out)
+    records: list[CompactionRecord] = []
+
+    def show(record: CompactionRecord) -> None:
+        records.append(record)
+        print(record.notification(), file=out)
+        if record.reason:
+            print(f"   why: {record.reason}", file=out)
+
+    cm = ContextManager(
+        workspace=workspace, session_id="demo", context_window=window, on_compaction=show
+    )
+    peak = calls = 0
+    over: list[int] = []
+    first_user = next((m for m in messages if m.get("role") == "user"), None)
+    for i, msg in enumerate(messages):
+        if msg.get("role") == "assistant" and i > 0:
+            calls += 1
+            try:
+                view = cm.prepare()
+            except ContextOverflowError as exc:
+                print(
+                    f"contextfold demo: model call {calls}: no view fits the {window}-token "
+                    f"window: {exc}",
+                    file=sys.stderr,
+                )
+                return 1
+            tokens = cm.view_tokens
+            peak = max(peak, tokens)
+            if tokens > window:
+                over.append(tokens)
+            check_view([from_openai(m, j) for j, m in enumerate(view)])
+            if first_user is not None and first_user not in view:
+                raise ContextFoldError("demo: the first user message left the view")
+        cm.add(msg)
+    _print_summary(cm, out, records=records, calls=calls, peak=peak, window=window)
+    print(f"  records:               contextfold records demo --workspace {workspace}", file=out)
+    if cm.compactor.state.last_anchors:
+        print("\nLatest anchors:", file=out)
+        for a in cm.compactor.state.last_anchors:
+            first = a.content.splitlines()[0] if a.content else "N/A"
+            print(f"  {a.type.value:<19} {first[:100]}", file=out)
+    if over:
+        print(
+            f"contextfold demo: {len(over)} of {calls} views were over the {window}-token "
+            f"window (largest {max(over)} tokens, {max(over) / window:.0%}); "
+            f"{over_window_message(max(over), window).split(': ', 1)[1]}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _print_summary(
+    cm: Any,
+    out: TextIO,
+    *,
+    records: Sequence[CompactionRecord],
+    calls: int,
+    peak: int,
+    window: int,
+) -> None:
+    tiers: dict[str, int] = {}
+    for r in records:
+        tiers[r.tier.label] = tiers.get(r.tier.label, 0) + 1
+    history_tokens = cm._cache.count_many(cm.history)
+    lines = [
+        "\nSummary",
+        f"  model calls replayed:  {calls}",
+        f"  full history:          {len(cm.history)} messages, ~{history_tokens} tokens",
+        f"  peak view:             {peak} tokens ({peak / window:.0%} of the window)",
+        f"  compactions:           {len(records)} "
+        f"({', '.join(f'{k} {v}' for k, v in tiers.items()) or 'none'})",
+        *_offload_summary(cm),
+        f"  final view:            {len(cm.view_messages)} messages, {cm.view_tokens} tokens",
+    ]
+    print("\n".join(lines), file=out)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "compact",
+        help="compact a transcript file and print the view (JSON) or write it with -o",
+        description="Add a transcript (OpenAI or Anthropic messages: JSON list, JSONL, or "
+        '{"system": ..., "messages": [...]}) to a new session, compact it to fit --window and '
+        "print the view to stdout (status lines go to stderr). Exits 1 if the view is still "
+        "over the window.",
+    )
+    p.add_argument("file", help="the transcript file to read (never written to)")
+    p.add_argument(
+        "--window",
+        type=positive_int,
+        default=128_000,
+        help="context window in tokens (default 128000)",
+    )
+    add_workspace(p)
+    p.add_argument(
+        "--session", default="cli", help="session id to create in the workspace (default cli)"
+    )
+    p.add_argument(
+        "--summarizer",
+        choices=["extractive", "openai"],
+        default="extractive",
+        help="extractive (default, no LLM) or openai (an OpenAI-compatible chat model)",
+    )
+    p.add_argument("--model", help="model name for --summarizer openai")
+    p.add_argument("--base-url", help="endpoint for --summarizer openai (e.g. a local server)")
+    p.add_argument(
+        "--format",
+        choices=["auto", "openai", "anthropic"],
+        default="auto",
+        help="format of the view (default auto: the format of the input)",
+    )
+    p.add_argument("--force", action="store_true", help="summarize now whatever the ratio")
+    p.add_argument(
+        "-o",
+        "--out",
+        metavar="PATH",
+        help="write the view to PATH instead of stdout",
+    )
+    p.set_defaults(fn=cmd_compact)
+
+    p = sub.add_parser(
+        "demo",
+        help="replay a real trajectory and show each compaction",
+        description="Replay an agent trajectory through ContextManager, call by call, and "
+        "print each compaction and a summary. Exits 1 if any view was over the window.",
+    )
+    p.add_argument(
+        "--trace", metavar="FILE", help="trajectory to replay (default: the bundled one)"
+    )
+    p.add_argument(
+        "--window",
+        type=positive_int,
+        default=32_000,
+        help="context window in tokens (default 32000)",
+    )
+    add_workspace(p, default=None)
+    p.set_defaults(fn=cmd_demo)

@@ -1,0 +1,264 @@
+"""The storage protocols every part of contextfold goes through.
+
+One session's durable state is an append-only **event log** (messages, compactions, offloads,
+state changes: one source of truth). Around it: a content-addressed **blob store** for the bytes
+that leave the view (offloaded outputs, evidence bodies, oversized messages), one **search index**
+(sessions, evidence and memory; BM25-ranked), and small **keyed documents** (caches derived from
+the log, memory files, workspace settings). A backend implements all four behind :class:`Store`:
+``MemoryStore`` (tests, notebooks), ``SQLiteStore`` (embedded default: SQLite in WAL mode plus
+blob files under the workspace folder), ``PostgresStore`` (many workers on many hosts).
+
+Atomic units. Everything one call writes (one ``add_many``, one compaction with its record,
+blocks, state and index rows) is a single :meth:`Store.transaction`. Blobs are written first
+(idempotent, content-addressed; an orphan blob after a failure is harmless), then the transaction
+that points at them. Inside a transaction nothing is visible to other readers until commit; a
+failure anywhere rolls everything back and raises :class:`StorageError` (or
+:class:`ConcurrentWriteError`) saying what failed. Retrying the same call then succeeds.
+
+Optimistic concurrency. :meth:`Transaction.append` takes ``expected_seq``: the number of events
+the writer believes the session has. A writer that is behind gets :class:`ConcurrentWriteError`,
+never a duplicate or an interleaved log. The first event of a session fixes its owner agent in
+the same transaction (never inferred later).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..errors import StorageError
+
+#: JSON-compatible values (what events, documents and index fields hold).
+JSON = Any
+
+#: Event kinds written by the library. Backends store ``kind`` as an opaque string.
+EventKind = Literal[
+    "message",  # one message: {"message": <OpenAI dict>, "uuid": str, "metadata": {...}}
+    "compaction",  # one compaction: {"record": ..., "blocks": [...], "state": {...}}
+    "offload",  # one offload at ingest: {"entry": <OffloadEntry dict>, "policy": str}
+    "state",  # compactor state / calibration / learned window changed (snapshot)
+    "session_state",  # plan mode, todos, tasks, permissions (snapshot)
+    "subagent",  # a sub-agent's output archived as evidence: {"blocks": [...]}
+    "branch",  # a rewritten history continues in a new branch (gateway): {"from": ..., ...}
+]
+
+
+class ConcurrentWriteError(StorageError):
+    """Another writer appended to the session since this one last read it.
+
+    ``expected`` is the event count the writer assumed, ``actual`` the count found (when known).
+    Reopen (or :meth:`ContextManager.refresh`) to continue from the latest log.
+    """
+
+    def __init__(self, session_id: str, expected: int, actual: int | None) -> None:
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+        found = f", found {actual}" if actual is not None else ""
+        super().__init__(
+            f"session {session_id!r} was written by another writer (expected {expected} "
+            f"events{found}); reopen the session to continue from the latest log"
+        )
+
+
+class BlobNotFoundError(StorageError):
+    """No blob with that sha256 is stored."""
+
+
+class BlobCorruptError(StorageError):
+    """A stored blob no longer matches its sha256."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NewEvent:
+    """An event to append; the store assigns ``seq`` and ``ts``."""
+
+    kind: str
+    data: Mapping[str, JSON]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Event:
+    """A stored event. ``seq`` is 0-based and dense within a session."""
+
+    session_id: str
+    seq: int
+    kind: str
+    ts: str
+    data: Mapping[str, JSON]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SessionInfo:
+    """What the store knows about a session without reading its events."""
+
+    session_id: str
+    agent_id: str
+    created_at: str
+    updated_at: str
+    title: str
+    events: int
+    messages: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchDoc:
+    """One document of the search index.
+
+    ``namespace`` separates corpora ("session" messages, "evidence", "memory"); ``scope`` is
+    what access is checked against (the owning agent id); ``session_id`` may be empty for
+    workspace-wide documents (memory). ``fields`` are the searchable texts (weighted by the
+    backend per field name where it can; "body" is the main text); ``meta`` is returned as is.
+    """
+
+    namespace: str
+    doc_id: str
+    scope: str
+    session_id: str
+    fields: Mapping[str, str]
+    meta: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchHit:
+    doc_id: str
+    session_id: str
+    score: float
+    meta: Mapping[str, JSON]
+
+
+@runtime_checkable
+class Transaction(Protocol):
+    """The writes of one atomic unit. Nothing is visible outside until the ``with`` block
+    ends without an exception; any exception rolls everything back."""
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> list[Event]:
+        """Append ``events`` at position ``expected_seq``; raise ConcurrentWriteError if the
+        session does not have exactly ``expected_seq`` events. Creates the session (owned by
+        ``agent_id``) when ``expected_seq == 0``; appending to an existing session with another
+        ``agent_id`` raises StorageError."""
+        ...
+
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None: ...
+
+    def delete_doc(self, namespace: str, key: str) -> None: ...
+
+    def index(self, docs: Sequence[SearchDoc]) -> None:
+        """Add or replace documents (same namespace + doc_id replaces)."""
+        ...
+
+    def unindex(self, namespace: str, *, session_id: str) -> None: ...
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    def put(self, data: bytes) -> str:
+        """Store ``data`` (idempotent); returns its sha256 hex digest. Durable on return."""
+        ...
+
+    def get(self, sha256: str) -> bytes:
+        """The exact bytes; BlobNotFoundError / BlobCorruptError (checked against the hash)."""
+        ...
+
+    def has(self, sha256: str) -> bool: ...
+
+    def size(self, sha256: str) -> int | None: ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A backend: event logs, blobs, search and documents behind one object.
+
+    Thread-safe: one Store may be shared by many threads and ContextManagers. ``close()``
+    releases connections; a closed store raises StorageError on use."""
+
+    @property
+    def url(self) -> str:
+        """Where it lives, without credentials (``sqlite:///path``, ``postgresql://host/db``)."""
+        ...
+
+    @property
+    def blobs(self) -> BlobStore: ...
+
+    def transaction(self) -> AbstractContextManager[Transaction]: ...
+
+    # -- event log
+    def head(self, session_id: str) -> int:
+        """Number of events of the session (0 when it does not exist)."""
+        ...
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Iterator[Event]:
+        """Events with ``start <= seq < stop`` in order, optionally only some kinds."""
+        ...
+
+    def read_last(
+        self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
+    ) -> list[Event]:
+        """The newest ``n`` events (of those kinds), oldest first, without reading the rest."""
+        ...
+
+    def session(self, session_id: str) -> SessionInfo | None: ...
+
+    def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
+        """Sessions owned by those agents (all when None), newest first."""
+        ...
+
+    def delete_session(self, session_id: str) -> None:
+        """Events, documents keyed under the session, index rows. Blobs are shared by content
+        and collected separately (:meth:`collect_blobs`)."""
+        ...
+
+    # -- documents
+    def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None: ...
+
+    def docs(self, namespace: str, *, prefix: str = "") -> dict[str, dict[str, JSON]]: ...
+
+    # -- search
+    def search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        """BM25-ranked documents of the namespace whose scope is in ``scopes`` (all when None),
+        optionally of one session."""
+        ...
+
+    def close(self) -> None: ...
+
+
+__all__ = [
+    "JSON",
+    "BlobCorruptError",
+    "BlobNotFoundError",
+    "BlobStore",
+    "ConcurrentWriteError",
+    "Event",
+    "EventKind",
+    "NewEvent",
+    "SearchDoc",
+    "SearchHit",
+    "SessionInfo",
+    "Store",
+    "Transaction",
+]
