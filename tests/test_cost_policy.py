@@ -62,7 +62,7 @@ def test_stale_outputs_leave_in_few_batches_and_stay_recoverable(tmp_path: Path)
         originals[f"c{k}"] = msg["content"]
         cm.add(msg)
         views.append(cm.prepare(copy=True))
-        records.append(cm.last_record)
+        records.append(cm.last_prepare)
     rewrites = [i for i in range(1, len(views)) if not is_extension(views[i - 1], views[i])]
     stale = [r for r in records if r is not None and "stale" in r.reason]
     assert stale, "stale outputs never left the view"
@@ -89,7 +89,7 @@ def test_no_batch_when_it_does_not_pay(tmp_path: Path) -> None:
     for k in range(30):
         cm.add_many([call(k, "bash", {"command": f"ls {k}"}), result(k, 3_000)])
         cm.prepare()
-        assert cm.last_record is not None and "stale" not in cm.last_record.reason
+        assert cm.last_prepare is not None and "stale" not in cm.last_prepare.reason
 
 
 def test_long_stale_arguments_are_shortened_naming_the_file(tmp_path: Path) -> None:
@@ -158,8 +158,8 @@ def test_working_window_compacts_a_large_window_early_but_never_in_emergency(
     for k in range(80):
         cm.add_many([call(k, "bash", {"command": f"make t{k}"}), result(k, 1_500)])
         cm.prepare()
-        assert cm.last_record is not None
-        tiers.append(cm.last_record.tier)
+        assert cm.last_prepare is not None
+        tiers.append(cm.last_prepare.tier)
         assert cm.view_tokens < 0.95 * 8_000 + 1_000  # about the working window, not 200K
     assert Tier.SOFT in tiers or Tier.FULL in tiers
     assert Tier.EMERGENCY not in tiers

@@ -189,4 +189,4 @@ def test_small_pinned_messages_stay_verbatim(tmp_path: Path) -> None:
     cm.add({"role": "user", "content": text})
     view = cm.prepare()
     assert view[0]["content"] == text
-    assert cm.last_record is not None and not cm.last_record.offloaded
+    assert cm.last_prepare is not None and not cm.last_prepare.offloaded

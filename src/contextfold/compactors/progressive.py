@@ -15,46 +15,38 @@ from dataclasses import replace
 
 from ..anchors import (
     Anchor,
-    merge_anchors,
-    parse_summary,
-    render_compaction_message,
-    union_items,
 )
 from ..config import SummaryTriggerConfig, TierConfig, TruncateArgsConfig
-from ..errors import ContextFoldError, StorageError
+from ..errors import ContextFoldError
 from ..messages import Message
 from ..offload import (
     COMPACTION_POLICY,
     OffloadPolicy,
     OffloadStore,
-    is_offloaded_text,
     offloadable_text,
     placeholder,
 )
 from ..records import CompactionRecord, OffloadEntry, RecordStore, Tier
-from ..summarizers.base import Summarizer, SummaryRequest, SummaryStyle
+from ..summarizers.base import Summarizer, SummaryStyle
 from ..summarizers.extractive import ExtractiveSummarizer
 from ..summarizers.transcript import truncate_tool_arguments
 from ..view import HistoryView
-from .artifacts import WrittenFiles, files_section, message_writes
+from .artifacts import WrittenFiles, message_writes
 from .budget import repair_orphaned_tool_pairs
 from .common import (
-    COMPACTION_KIND,
     EMERGENCY_POLICY,
     BeforeSummarize,
     CompactorState,
     IndexRange,
     _now,
     _Run,
-    bound_anchors,
-    calls_json,
-    clip_text,
     determine_tier,
-    render_sections_message,
 )
+from .emergency import squeeze, squeeze_one, truncate
 from .harness import kept_tail, recover_overflow, run_trigger
-from .pinned import apply_pinned, budget_of, fit_pinned, reduce_pinned
+from .pinned import apply_pinned, budget_of, reduce_pinned
 from .stale import OWN_TOOLS, offload_stale
+from .summarize import offloaded_refs, set_compaction, summarize
 
 _ORDER = (Tier.NONE, Tier.WARN, Tier.SOFT, Tier.FULL, Tier.EMERGENCY)
 
@@ -368,64 +360,7 @@ class ProgressiveCompactor:
 
     # ------------------------------------------------------------------ summarize
     def _summarize(self, run: _Run, start: int, end: int, *, use_llm: bool) -> None:
-        v = self.view
-        msgs = list(v.messages_between(start, end))
-        if self.before_summarize is not None:
-            try:
-                self.before_summarize(msgs)
-            except Exception as exc:  # fail-open by design: memory flush must not block
-                run.errors.append(f"memory flush failed: {exc}")
-        to_send: Sequence[Message] = msgs
-        if self.truncate_args is not None:
-            to_send = truncate_tool_arguments(
-                msgs,
-                tools=self.truncate_args.tools,
-                max_length=self.truncate_args.max_arg_length,
-                text=self.truncate_args.truncation_text,
-            )
-        request = SummaryRequest(
-            messages=to_send,
-            previous_summary=self.state.last_summary or None,
-            previous_anchors=self.state.last_anchors,
-            style=self.summary_style,
-            prompt=self.summary_prompt,
-            max_summary_tokens=max(256, min(4_000, int(self.working_window * 0.06))),
-            notes=tuple(self.active_tasks() if self.active_tasks else ()),
-        )
-        summarizer = self.summarizer if use_llm else self.fallback_summarizer
-        text = ""
-        try:
-            text = summarizer.summarize(request)
-            if not isinstance(text, str):
-                raise ContextFoldError(f"summarizer returned {type(text).__name__}, not text")
-            if not text.strip():
-                raise ContextFoldError("summarizer returned an empty summary")
-            run.summarizer_name = type(summarizer).__name__
-        except Exception as exc:  # fail-open: any summarizer failure degrades to extractive
-            run.errors.append(f"LLM summary failed in Tier{run.tier.label}: {exc}")
-            summarizer = self.fallback_summarizer
-            text = summarizer.summarize(request)
-            run.summarizer_name = type(summarizer).__name__ + " (fallback)"
-        if summarizer is not self.fallback_summarizer:
-            prompt_tokens = sum(self.count_text(m.text) for m in to_send) + 300
-            prompt_tokens += self.count_text(self.state.last_summary)
-            run.summarizer_in += prompt_tokens
-            run.summarizer_out += self.count_text(text)
-        parsed = parse_summary(text)
-        if parsed.problems:
-            run.errors.append("summary parse: " + "; ".join(parsed.problems))
-        anchors = merge_anchors(self.state.last_anchors, parsed.anchors)
-        self.state.last_artifacts = tuple(union_items(self.state.last_artifacts, parsed.artifacts))
-        summary = parsed.summary
-        removed = list(v.history[start:end])
-        offloaded_here = [e for e in run.offloaded]
-        recall: list[str] = []
-        if self.index_range is not None:
-            try:
-                recall = self.index_range(removed, offloaded_here, anchors, summary, run.tier)
-            except Exception as exc:  # fail-open: the evidence index is an extra
-                run.errors.append(f"evidence indexing failed: {exc}")
-        self._set_compaction(run, end, anchors, summary, recall, summarized=end - start)
+        summarize(self, run, start, end, use_llm=use_llm)
 
     def _set_compaction(
         self,
@@ -438,153 +373,20 @@ class ProgressiveCompactor:
         summarized: int,
         note: str | None = None,
     ) -> None:
-        v = self.view
-        offloaded_refs = self._offloaded_refs(end)
-        tasks = self.active_tasks() if self.active_tasks else []
-        # the compaction message has a budget: anchors merged over many rounds keep their newest
-        # items (older ones stay in records.jsonl), so the message can never crowd out the view
-        budget = self.compaction_budget
-        max_items = 12
-        # the files written come first: up to 40% of the budget (about 4 characters a token)
-        files_text = files_section(self.written.scan(v, v.history, end), budget * 4 * 2 // 5)
-        while True:
-            anchors = bound_anchors(anchors, max_items)
-            summary = clip_text(summary, max(200, budget * 3 // 3))
-            if self.summary_style == "sections":
-                text = render_sections_message(
-                    anchors,
-                    summary,
-                    self.state.last_artifacts[-max_items:],
-                    offloaded=offloaded_refs[-max_items:],
-                    active_tasks=tasks,
-                    recall=recall[-max_items:],
-                    note=note,
-                )
-            else:
-                text = render_compaction_message(
-                    anchors,
-                    summary,
-                    offloaded=offloaded_refs[-max_items:],
-                    active_tasks=tasks,
-                    recall=recall[-max_items:],
-                    note=note,
-                )
-            text += files_text
-            if self.count_text(text) <= budget or max_items <= 1:
-                break
-            max_items = max(1, max_items // 2)
-            budget_chars = budget * 3
-            summary = clip_text(summary, budget_chars // 3)
-        if self.count_text(text) > budget:
-            text = clip_text(text, budget * 3)
-        if v.newest_user is not None and v.newest_user < end and v.newest_user != v.first_user:
-            text += "\n\n(The latest user request follows verbatim.)"
-        msg = Message(
-            role="user",
-            content=text,
-            uuid=str(
-                uuidlib.uuid5(
-                    uuidlib.NAMESPACE_URL, f"cf:{self.session_id}:{end}:{self.state.compactions}"
-                )
-            ),
-            metadata={"cf_kind": COMPACTION_KIND},
-        )
-        v.set_boundary(end, msg)
-        self.state.last_summary = summary
-        self.state.last_anchors = anchors
-        self.state.compaction_text = text
-        self.state.boundary_uuid = v.history[end].uuid if end < len(v) else None
-        self.state.compactions += 1
-        run.summarized += summarized
-        run.summary_text = summary
-        run.anchors = anchors
+        set_compaction(self, run, end, anchors, summary, recall, summarized=summarized, note=note)
 
     def _offloaded_refs(self, end: int) -> list[tuple[str, str]]:
-        if self.offload is None:
-            return []
-        out: list[tuple[str, str]] = []
-        entries = self.offload.entries()
-        for store in self.extra_stores:
-            entries.update(store.entries())
-        hidden_ids = {
-            m.tool_call_id for m in self.view.history[self.view.prefix_len : end] if m.tool_call_id
-        }
-        for call_id, e in entries.items():
-            if call_id in hidden_ids:
-                out.append(
-                    (
-                        e.path,
-                        f"{e.lines} lines, {e.bytes // 1024} KB - tool result of "
-                        f"{e.tool_name or 'tool'} ({call_id})",
-                    )
-                )
-        return out[-20:]
+        return offloaded_refs(self, end)
 
     # ------------------------------------------------------------------ emergency
     def _truncate(self, run: _Run, extra: int) -> None:
-        """Seed 6.3: no LLM. Keep the newest messages within the target; the dropped range gets
-        an extractive (deterministic, no LLM) summary merged into the previous anchors."""
-        v = self.view
-        start = v.boundary
-        n = len(v)
-        budget = self.target_tokens
-        b = start
-        last_cut = v.legal_cut_at_or_before(n - 1, start) if n > start else start
-        while b < last_cut and self._projected(b, extra) > budget:
-            b = v.legal_cut_at_or_after(b + 1)
-            b = min(b, last_cut)
-        if b > start:
-            self._summarize(run, start, b, use_llm=False)
-            run.notes.append(f"truncated {b - start} messages without an LLM")
-        if self.view_tokens(extra) > budget:
-            self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
-        if self.view_tokens(extra) > self.cfg.emergency_threshold * self.window:
-            self._squeeze(run, extra)
-        if self.view_tokens(extra) > self.window:
-            fit_pinned(self, run, extra)
-        if self.view_tokens(extra) > self.window:
-            run.errors.append(
-                "view still exceeds the window: the pinned messages (system prompt, first and "
-                "newest user message), shortened to head and tail, and the newest turn do not fit"
-            )
+        truncate(self, run, extra)
 
     def _squeeze(self, run: _Run, extra: int) -> None:
-        """Last resort: cut oversized non-pinned texts and tool-call arguments to head+tail,
-        saving the whole of them to a file first (so every byte stays recoverable)."""
-        v = self.view
-        pinned = {v.first_user, v.newest_user}
-        order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
-        for i in order:
-            if self.view_tokens(extra) <= self.target_tokens:
-                break
-            if i in pinned or self.offload is None:
-                continue
-            form = v.forms[i]
-            original = v.history[i]
-            args_chars = sum(len(c.arguments) for c in form.tool_calls)
-            complete = len(form.tool_calls) == len(original.tool_calls)  # no result pending
-            if args_chars >= 2_000 and complete:
-                self._squeeze_one(run, i, f"args-{original.uuid}", calls_json(form), "squeeze_args")
-                form = v.forms[i]
-            if not isinstance(form.content, str) or len(form.content) < 2_000:
-                continue
-            if is_offloaded_text(form.content) and form.role == "tool":
-                continue
-            key = original.tool_call_id or f"msg-{original.uuid}"
-            self._squeeze_one(run, i, key, original.text, "squeeze")
+        squeeze(self, run, extra)
 
     def _squeeze_one(self, run: _Run, index: int, key: str, text: str, policy: str) -> None:
-        assert self.offload is not None
-        original = self.view.history[index]
-        try:
-            entry = self.offload.write(
-                key, text, message_uuid=original.uuid, policy=policy, tool_name=None
-            )
-        except (ContextFoldError, StorageError) as exc:
-            run.errors.append(f"emergency offload failed for {key}: {exc}")
-            return
-        self.reapply(index, entry, policy)
-        run.offloaded.append(entry)
+        squeeze_one(self, run, index, key, text, policy)
 
     def reapply(self, index: int, entry: OffloadEntry, policy_name: str) -> bool:
         """Put an offloaded entry's placeholder back into the view form (also on reopen)."""
