@@ -191,3 +191,31 @@ def test_cli_runs_peers_on_a_users_own_traces(tmp_path: Path) -> None:
     assert "Per strategy" in page and page.count("<svg") >= len(PEERS) + 2
     assert "http://" not in page.replace("http://www.w3.org", "")
     assert sorted(p.name for p in traces.iterdir()) == ["a.json"]  # nothing written there
+
+
+def test_targets_hold_the_default_to_every_peer_and_the_window_limit() -> None:
+    from contextfold.bench.cli import evaluate_targets
+
+    def agg(cost: float, **kw: Any) -> dict[str, Any]:
+        base = {
+            "available": True,
+            "overflows": 0,
+            "retention_first_pct": 100.0,
+            "retention_newest_pct": 100.0,
+            "recoverability_pct": 100.0,
+            "tool_outputs_left": 10,
+            "cost_vs_raw": cost,
+            "artifact_recall_pct": 100.0,
+            "prepare_p50_ms": 0.2,
+        }
+        return {**base, **kw}
+
+    per = {"progressive": agg(0.70), "codex-compact": agg(0.71), "mask": agg(1.9)}
+    got = {t["text"].split(" (")[0]: t["met"] for t in evaluate_targets({"128000": per}, 128_000)}
+    assert got["progressive: cache-aware cost <= 80% of raw"] is True
+    assert got["progressive: cheaper than every peer"] is True
+    got = {t["text"].split(" (")[0]: t["met"] for t in evaluate_targets({"32000": per}, 32_000)}
+    assert got["progressive: cache-aware cost <= 60% of raw"] is False
+    per["codex-compact"] = agg(0.69)
+    got = {t["text"].split(" (")[0]: t["met"] for t in evaluate_targets({"32000": per}, 32_000)}
+    assert got["progressive: cheaper than every peer"] is False

@@ -151,11 +151,12 @@ def evaluate_targets(aggregates: Mapping[str, Any], window: int = 32_000) -> lis
             rec,
         )
         v = a.get("cost_vs_raw")
-        add(
-            f"cache-aware cost <= {limit:.0%} of raw (got {_pct(v)})",
-            v is not None and v <= limit,
-            v,
-        )
+        if s == "progressive":  # the cost limit is the default preset's
+            add(
+                f"cache-aware cost <= {limit:.0%} of raw (got {_pct(v)})",
+                v is not None and v <= limit,
+                v,
+            )
         if peers and v is not None:
             best = min(peers, key=lambda k: peers[k] or 0.0)
             add(

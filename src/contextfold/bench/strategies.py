@@ -1,4 +1,5 @@
-"""The strategies the replay compares: three baselines and contextfold's presets.
+"""The strategies the replay compares: three baselines, emulated peers (:mod:`.peers`) and
+contextfold's presets.
 
 Every strategy takes the trajectory incrementally (``add``) and produces the view for the next
 model call (``prepare``). Baselines:
