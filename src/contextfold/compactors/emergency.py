@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ContextFoldError, StorageError
-from ..offload import is_offloaded_text
+from ..offload import OffloadPolicy, is_offloaded_text
 from .common import EMERGENCY_POLICY, _Run, calls_json
 from .pinned import fit_pinned
+
+#: An offload placeholder with the pointer and two short preview lines (emergency only).
+TIGHT_POLICY = OffloadPolicy(name="tight", threshold=0, preview_lines=2)
 
 if TYPE_CHECKING:
     from .progressive import ProgressiveCompactor
@@ -47,6 +50,7 @@ def squeeze(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
     saving the whole of them to a file first (so every byte stays recoverable)."""
     v = comp.view
     pinned = {v.first_user, v.newest_user}
+    big = max(400, min(2_000, comp.window // 2))  # characters: "long" in a small window too
     order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
     for i in order:
         if comp.view_tokens(extra) <= comp.target_tokens:
@@ -57,12 +61,15 @@ def squeeze(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
         original = v.history[i]
         args_chars = sum(len(c.arguments) for c in form.tool_calls)
         complete = len(form.tool_calls) == len(original.tool_calls)  # no result pending
-        if args_chars >= 2_000 and complete:
+        if args_chars >= big and complete:
             comp._squeeze_one(run, i, f"args-{original.uuid}", calls_json(form), "squeeze_args")
             form = v.forms[i]
-        if not isinstance(form.content, str) or len(form.content) < 2_000:
+        if not isinstance(form.content, str) or len(form.content) < min(1_200, big):
             continue
         if is_offloaded_text(form.content) and form.role == "tool":
+            tighten(comp, run, i)  # a long preview: keep the pointer and two short lines
+            continue
+        if len(form.content) < big:
             continue
         key = original.tool_call_id or f"msg-{original.uuid}"
         comp._squeeze_one(run, i, key, original.text, "squeeze")
@@ -82,3 +89,16 @@ def squeeze_one(
         return
     comp.reapply(index, entry, policy)
     run.offloaded.append(entry)
+
+
+def tighten(comp: ProgressiveCompactor, run: _Run, index: int) -> None:
+    """Shorten the placeholder of an already offloaded result to its pointer and two lines."""
+    call_id = comp.view.history[index].tool_call_id or ""
+    if comp.state.offload_policies.get(call_id) == TIGHT_POLICY.name:
+        return
+    stores = [s for s in (comp.offload, *comp.extra_stores) if s is not None]
+    entry = next((e for e in (s.get(call_id) for s in stores) if e is not None), None)
+    if entry is None:
+        return
+    comp.apply_offload(index, entry, TIGHT_POLICY)
+    run.notes.append(f"offload preview of {call_id} shortened to two lines to fit the window")

@@ -42,7 +42,7 @@ from .common import (
     _Run,
     determine_tier,
 )
-from .emergency import squeeze, squeeze_one, truncate
+from .emergency import TIGHT_POLICY, squeeze, squeeze_one, truncate
 from .harness import kept_tail, recover_overflow, run_trigger
 from .pinned import apply_pinned, budget_of, reduce_pinned
 from .stale import OWN_TOOLS, offload_stale
@@ -108,8 +108,13 @@ class ProgressiveCompactor:
                 preview_lines=config.stale_preview_lines,
                 exclude_tools=OWN_TOOLS,
             ),
+            "tight": TIGHT_POLICY,
             "squeeze": replace(
-                EMERGENCY_POLICY, name="squeeze", style="head_tail", head_chars=600, tail_chars=600
+                EMERGENCY_POLICY,
+                name="squeeze",
+                style="head_tail",
+                head_chars=self.squeeze_keep,
+                tail_chars=self.squeeze_keep,
             ),
             **(policies or {}),
         }
@@ -270,6 +275,12 @@ class ProgressiveCompactor:
         return max(300, int(self.working_window * 0.08))
 
     @property
+    def squeeze_keep(self) -> int:
+        """Characters the emergency squeeze keeps of a long text or argument (head and tail
+        each): 600, less in a window under 4,800 tokens."""
+        return max(100, min(600, self.window // 8))
+
+    @property
     def pinned_budget(self) -> int:
         """Tokens an oversized pinned message keeps in the view: 10% of the window."""
         return max(64, self.window // 10)
@@ -395,7 +406,9 @@ class ProgressiveCompactor:
             writes = message_writes(self.view.history[index])
             named = f"; writes {', '.join(writes)}" if writes else ""
             marker = f"... [truncated: full arguments in {entry.path}{named}] ..."
-            short = truncate_tool_arguments([form], tools=("*",), max_length=600, text=marker)[0]
+            short = truncate_tool_arguments(
+                [form], tools=("*",), max_length=self.squeeze_keep, text=marker
+            )[0]
             meta = dict(short.metadata)
             meta.update(cf_replaced=True, cf_args_offloaded=entry.path)
             self.view.set_form(index, replace(short, metadata=meta))
