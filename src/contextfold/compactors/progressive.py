@@ -263,6 +263,10 @@ class ProgressiveCompactor:
             end = mid if mid > start else tail
         self._offload_range(run, start, end, self.compaction_policy)
         end = self._extend_for_target(run, start, end, tail, extra)
+        if end > start and self._projected(end, extra) >= self.view_tokens(extra):
+            # the summary would take about as much as it replaces: wait for a longer head
+            run.notes.append("summarizing the head would not make the view smaller: skipped")
+            end = start
         if end > start:
             self._summarize(run, start, end, use_llm=True)
         if self.view_tokens(extra) > self.target_tokens:
@@ -290,9 +294,12 @@ class ProgressiveCompactor:
         return int(self.cfg.target_ratio * self.working_window)
 
     def _estimated_summary_tokens(self) -> int:
+        """The next compaction message: about the last one plus 200, never above its budget."""
         if self.view.compaction is not None:
-            return self.count_text(self.view.compaction.text) + 200
-        return 800
+            guess = self.count_text(self.view.compaction.text) + 200
+        else:
+            guess = 800
+        return min(guess, self.compaction_budget + 20)
 
     def _projected(self, boundary: int, extra: int) -> int:
         raw = self.view.view_tokens(boundary, compaction_tokens=self._estimated_summary_tokens())
