@@ -13,6 +13,7 @@ from contextfold import ContextManager
 from contextfold.config import ContextConfig, SummaryTriggerConfig, TruncateArgsConfig, harness
 from contextfold.summarizers.llm import LLMSummarizer
 from contextfold.testing import ScriptedLLM
+from tests.store_helpers import log_lines
 
 MARK = "... [truncated] ..."
 REPLY = (
@@ -120,9 +121,8 @@ def test_full_history_and_log_keep_the_full_arguments(tmp_path: Path) -> None:
     assert w1.tool_calls[0].parsed_arguments() == {"path": "big.py", "content": BIG}
     e1 = next(m for m in cm.history if m.tool_calls and m.tool_calls[0].id == "e1")
     assert e1.tool_calls[0].parsed_arguments()["edits"][0] == {"old": OLD, "new": NEW}
-    log = (tmp_path / "sessions/a/log.jsonl").read_text(encoding="utf-8")
-    assert MARK not in log
-    entries = [json.loads(line) for line in log.splitlines()]
+    entries = log_lines(tmp_path, "a")
+    assert MARK not in json.dumps(entries)
     assert [e["message"] for e in entries[: len(HEAD)]] == HEAD
     reopened = ContextManager(
         workspace=tmp_path, session_id="a", token_counter=QuarterCounter(), config=harness()

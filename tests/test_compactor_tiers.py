@@ -14,10 +14,11 @@ from contextfold.anchors import ALL_ANCHOR_TYPES
 from contextfold.config import LATE_COMPACTION_TIERS, progressive
 from contextfold.errors import ConfigError, InvalidMessageError
 from contextfold.messages import check_view
-from contextfold.records import CompactionRecord, Tier, read_records
+from contextfold.records import CompactionRecord, Tier
 from contextfold.summarizers.llm import LLMSummarizer
 from contextfold.testing import ScriptedLLM
 from contextfold.wire import from_openai
+from tests.store_helpers import records
 
 WINDOW = 10_000
 
@@ -90,7 +91,7 @@ def test_tier_none_returns_history_unchanged(tmp_path: Path) -> None:
     assert cm.last_prepare is not None and cm.last_prepare.tier is Tier.NONE
     assert not cm.last_prepare.changed
     assert len(view) == 4
-    assert not (tmp_path / "sessions/t/records.jsonl").exists()
+    assert records(tmp_path, "t") == []
 
 
 def test_thresholds_validated() -> None:
@@ -136,7 +137,7 @@ def test_warn_offloads_large_head_results_only(tmp_path: Path) -> None:
     placeholder = next(d for d in view if d.get("tool_call_id") == f"call_{i}")
     assert placeholder["content"].startswith("[offloaded: sessions/t/tool_results/")
     assert_valid(cm, view)
-    assert [r.tier for r in read_records(tmp_path / "sessions/t/records.jsonl")] == [Tier.WARN]
+    assert [r.tier for r in records(tmp_path, "t")] == [Tier.WARN]
 
 
 def test_soft_summarizes_oldest_half_and_leaves_room(tmp_path: Path) -> None:
@@ -236,9 +237,9 @@ def test_offload_write_error_keeps_text_and_is_recorded(tmp_path: Path) -> None:
     i = grow(cm, 0, 0.30, out_chars=1_000)
     cm.add_many(turn(i, 6_000))
     grow(cm, i + 1, 0.62, out_chars=1_000)
-    results = tmp_path / "sessions/t/tool_results"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text("not a folder")  # makes every write fail
+    blobs = tmp_path / "blobs"
+    assert not blobs.exists()
+    blobs.write_text("not a folder")  # makes every blob write fail
     view = cm.prepare()
     rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.WARN
@@ -324,10 +325,9 @@ def test_delete_session_cascades(tmp_path: Path) -> None:
     base(cm)
     grow(cm, 0, 0.85)
     cm.prepare()
-    folder = tmp_path / "sessions/t"
-    assert (folder / "log.jsonl").exists() and (folder / "records.jsonl").exists()
+    assert records(tmp_path, "t") and cm.store.head("t") > 0
     cm.delete_session()
-    assert not folder.exists()
+    assert cm.store.session("t") is None and records(tmp_path, "t") == []
     assert manager(tmp_path).history == []
 
 

@@ -14,6 +14,7 @@ from contextfold import ContextManager
 from contextfold.config import ContextConfig, EvictionConfig, SummaryTriggerConfig, harness
 from contextfold.messages import check_view
 from contextfold.wire import from_openai
+from tests.store_helpers import blob, offloads
 
 
 class QuarterCounter:
@@ -118,10 +119,11 @@ def test_bash_result_above_80k_keeps_head_tail_and_a_pointer(tmp_path: Path) -> 
     assert path in last and 'read_offloaded(id="call_big")' in last and "offset/limit" in last
     # the full history keeps every byte
     assert cm.history[-1].content == text
-    # the file is byte-exact and its sha256 is recorded
-    data = (tmp_path / "ws" / path).read_bytes()
-    assert data == text.encode("utf-8")
+    # the stored bytes are exact and their sha256 is recorded
     entry = cm.eviction_store.get("call_big")
+    assert entry is not None
+    data = blob(tmp_path / "ws", entry.sha256)
+    assert data == text.encode("utf-8")
     assert entry is not None and entry.policy == "eviction" and entry.tool_name == "bash"
     assert entry.sha256 == hashlib.sha256(data).hexdigest()
     assert entry.sha256[:16] in shown
@@ -167,7 +169,7 @@ def test_excluded_tools_are_not_evicted(tmp_path: Path, tool: str) -> None:
     view = cm.prepare()
     assert tool_content(view, "call_x") == text
     assert cm.eviction_store.get("call_x") is None
-    assert not (tmp_path / "ws/sessions/e/tool_results/call_x.txt").exists()
+    assert offloads(tmp_path / "ws", "e") == []
 
 
 def test_custom_exclusion_patterns(tmp_path: Path) -> None:
@@ -284,10 +286,9 @@ def test_progressive_ingest_offload_above_10k_uses_the_preview(tmp_path: Path) -
     assert text.splitlines()[10] not in shown
     assert 'read_offloaded(id="call_big")' in shown
     assert tool_content(view, "call_small") == small  # exactly 10,000: kept
-    path = tmp_path / "ws/sessions/e/tool_results/call_big.txt"
-    assert path.read_bytes() == text.encode()
     entry = cm.offload.get("call_big")
     assert entry is not None and entry.policy == "ingest"
+    assert blob(tmp_path / "ws", entry.sha256) == text.encode()
     assert entry.sha256 == hashlib.sha256(text.encode()).hexdigest()
     assert read_all_pages(cm, 150, id="call_big") == text.splitlines()
     assert cm.history[-3].content == text
@@ -315,8 +316,7 @@ def test_both_policies_one_store(tmp_path: Path) -> None:
     assert cm.eviction_store is cm.offload
     policies = {k: e.policy for k, e in cm.offload.entries().items()}
     assert policies == {"huge": "eviction", "mid": "ingest"}
-    index = tmp_path / "ws/sessions/e/tool_results/index.jsonl"
-    assert len(index.read_text(encoding="utf-8").splitlines()) == 2
+    assert [e.tool_call_id for e in offloads(tmp_path / "ws", "e")] == ["huge", "mid"]
 
 
 # ------------------------------------------------------------------------------- edge cases

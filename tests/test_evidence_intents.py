@@ -63,3 +63,41 @@ def test_intent_is_a_string_enum() -> None:
     assert Intent.EXPLICIT_DETAIL.value == "explicit_detail"
     assert isinstance(Intent.EXPLICIT_DETAIL, str)
     assert json.dumps(Intent.CONTINUE_PREVIOUS_FAILURE) == '"continue_previous_failure"'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What was the full error output of the first failing command?",
+        "Show me src/app.ts as you read it",
+        "show me the output of the second run of python reproduce.py",
+        "show me the output of python x.py the second time",
+        "what did pytest print before the fix?",
+        "What did python reproduce.py print the first time?",
+        "Give me the run before last of make test",
+        "第一次运行 reproduce.py 的完整输出是什么",
+        "把 `pytest -x` 第二次的完整输出给我",
+        "修复之前的报错是什么",
+        "上一次运行的输出给我看看",
+        "读到的 src/app.ts 内容是什么",
+    ],
+)
+def test_ordinal_and_file_read_questions_ask_for_evidence(text: str) -> None:
+    assert detect_intent(text) is Intent.EXPLICIT_DETAIL
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Read the file src/app.ts and fix the bug",
+        "run the tests again and show me the output",
+        "print the first line of the file",
+        "show me how to get the last element of a list",
+        "Write a function that returns the second item",
+        "Run it the first time with -v and show me the result",
+        "Show me pkg/x.py. Then fix the first time bug",
+        "第一次用这个库，怎么安装？",
+    ],
+)
+def test_ordinal_words_alone_are_not_evidence_requests(text: str) -> None:
+    assert detect_intent(text) is None

@@ -14,6 +14,7 @@ from contextfold.evidence.store import EvidenceStore
 from contextfold.messages import Message, ToolCall
 from contextfold.wire import messages_from_openai
 from tests.conftest import load_trace, trace_files
+from tests.store_helpers import session_store
 
 
 def call(call_id: str, command: str) -> Message:
@@ -68,7 +69,7 @@ def test_tokenize() -> None:
 
 
 def test_bm25_prefers_the_rare_matching_term(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     compact(
         store,
         pairs(
@@ -88,7 +89,7 @@ def test_bm25_prefers_the_rare_matching_term(tmp_path: Path) -> None:
 
 
 def test_command_query_returns_that_commands_output_first(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     tb = (
         "<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n"
         "  File \"/r/x.py\", line 3, in <module>\nKeyError: 'a'\n</output>"
@@ -122,7 +123,7 @@ def test_command_query_returns_that_commands_output_first(tmp_path: Path) -> Non
 
 
 def test_latest_failing_run_wins_among_repeats(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     compact(
         store,
         pairs(
@@ -142,7 +143,7 @@ def test_latest_failing_run_wins_among_repeats(tmp_path: Path) -> None:
 
 
 def test_preferences_subagent_and_errors(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     compact(store, [Message(role="user", content="the timeout in the uploader worries me")])
     store.add_subagent_output("run-1", "uploader finished; timeout handled")
     search = EvidenceSearch(store)
@@ -166,7 +167,7 @@ def test_preferences_subagent_and_errors(tmp_path: Path) -> None:
 
 
 def test_chinese_query(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     store.add_subagent_output("w", "子任务完成：数据库连接超时，重试三次后失败")
     store.add_subagent_output("w2", "文档已更新，没有问题")
     search = EvidenceSearch(store)
@@ -174,7 +175,7 @@ def test_chinese_query(tmp_path: Path) -> None:
 
 
 def test_incremental_sync_and_duplicates(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     search = EvidenceSearch(store)
     compact(store, pairs([("ls", "alpha")]))
     assert len(search.pointers()) == 1
@@ -183,7 +184,7 @@ def test_incremental_sync_and_duplicates(tmp_path: Path) -> None:
     compact(store, msgs)  # indexed twice: same ids, not duplicated in the index
     assert search.search("beta")[0].pointer.command == "echo"
     assert len(search) == 2
-    other = EvidenceSearch(EvidenceStore(tmp_path))  # a restart sees the same
+    other = EvidenceSearch(EvidenceStore(session_store(tmp_path)))  # a restart sees the same
     assert [p.id for p in other.pointers()] == [p.id for p in search.pointers()]
 
 
@@ -197,7 +198,7 @@ def test_trace_replay_restorable_and_command_queries_rank_first(tmp_path: Path) 
     total = top = restored = outputs = 0
     for n, path in enumerate(files):
         msgs = messages_from_openai(load_trace(path))
-        store = EvidenceStore(tmp_path / f"s{n}")
+        store = EvidenceStore(session_store(tmp_path / f"s{n}"))
         cut = len(msgs) - 6
         while cut > 0 and msgs[cut].role == "tool":
             cut -= 1

@@ -12,6 +12,7 @@ import pytest
 from contextfold.errors import ContextFoldError
 from contextfold.evidence.store import EvidenceStore, command_of
 from contextfold.messages import Message, ToolCall
+from tests.store_helpers import blob_path, events, session_store
 
 TRACEBACK = (
     "<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\n"
@@ -55,20 +56,20 @@ def index(store: EvidenceStore, messages: list[Message], **kw: object) -> object
 
 
 def test_archive_is_content_addressed_byte_exact_and_deduplicated(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     text = "héllo\r\nwörld 你好\x00\n  trailing  "
     rel, sha = store.archive(text)
     assert sha == hashlib.sha256(text.encode("utf-8")).hexdigest()
     assert rel == f"evidence/{sha[:2]}/{sha}.txt"
-    assert (tmp_path / rel).read_bytes() == text.encode("utf-8")
+    assert blob_path(tmp_path, sha).read_bytes() == text.encode("utf-8")
     rel2, sha2 = store.archive(text)
     assert (rel2, sha2) == (rel, sha)
-    files = [p for p in (tmp_path / "evidence").rglob("*") if p.is_file()]
-    assert files == [tmp_path / rel]  # one copy, no temp files left
+    files = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    assert files == [blob_path(tmp_path, sha)]  # one copy, no temp files left
 
 
 def test_lone_surrogates_survive(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     text = "bad \udcff byte"
     _rel, _ = store.archive(text)
     index(store, [Message(role="user", content=text)])
@@ -77,7 +78,7 @@ def test_lone_surrogates_survive(tmp_path: Path) -> None:
 
 
 def test_index_compaction_builds_pointers_and_links_summary(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     msgs = [
         Message(role="user", content="Fix the int parsing bug in core.py"),
         call("c1", "cd /repo && python -m pytest tests/test_core.py"),
@@ -118,13 +119,13 @@ def test_index_compaction_builds_pointers_and_links_summary(tmp_path: Path) -> N
     assert block.created_at > seqs[-1]  # type: ignore[attr-defined]
 
 
-def test_blocks_file_is_append_only_jsonl_and_reloads(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+def test_blocks_are_evidence_events_and_reload(tmp_path: Path) -> None:
+    store = EvidenceStore(session_store(tmp_path))
     b1 = index(store, [call("c1", "make"), result("c1", "built")])
     b2 = index(store, [call("c2", "make test"), result("c2", "FAILED (failures=1)")])
-    lines = (tmp_path / "compact-blocks.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[0])["id"] == "cb-1"
-    fresh = EvidenceStore(tmp_path)
+    stored = events(tmp_path, "s", "evidence")
+    assert len(stored) == 2 and stored[0]["block"]["id"] == "cb-1"
+    fresh = EvidenceStore(session_store(tmp_path))
     assert fresh.blocks() == [b1, b2]
     # later evidence keeps increasing across a reopen
     b3 = index(fresh, [call("c3", "make lint"), result("c3", "clean")])
@@ -132,26 +133,26 @@ def test_blocks_file_is_append_only_jsonl_and_reloads(tmp_path: Path) -> None:
     assert b3.id == "cb-3"  # type: ignore[attr-defined]
 
 
-def test_torn_last_line_is_skipped_and_next_append_survives(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+def test_damaged_block_event_is_skipped_and_next_append_survives(tmp_path: Path) -> None:
+    session = session_store(tmp_path)
+    store = EvidenceStore(session)
     b1 = index(store, [call("c1", "make"), result("c1", "built")])
-    with open(tmp_path / "compact-blocks.jsonl", "ab") as fh:
-        fh.write(b'{"schema_version": 1, "id": "cb-2", "evid')  # crash mid-write
-    fresh = EvidenceStore(tmp_path)
+    session.emit("evidence", {"block": "cb-2 torn"})
+    fresh = EvidenceStore(session_store(tmp_path))
     assert fresh.blocks() == [b1]
     b2 = index(fresh, [call("c2", "make test"), result("c2", "ok")])
-    again = EvidenceStore(tmp_path)
+    again = EvidenceStore(session_store(tmp_path))
     assert again.blocks() == [b1, b2]
     assert again.skipped_lines == 1
 
 
 def test_offloaded_result_points_at_its_file_and_is_archived(tmp_path: Path) -> None:
     big = "line\n" * 5000 + TRACEBACK
-    off = tmp_path / "tool_results" / "c1.txt"
-    off.parent.mkdir()
-    off.write_bytes(big.encode())
-    sha = hashlib.sha256(big.encode()).hexdigest()
-    store = EvidenceStore(tmp_path)
+    session = session_store(tmp_path)
+    sha = session.store.blobs.put(big.encode())  # what the offload store wrote
+    assert sha == hashlib.sha256(big.encode()).hexdigest()
+    offloaded_files = {"tool_results/c1.txt": big.encode()}  # e.g. a custom offload root
+    store = EvidenceStore(session, offload_lookup=offloaded_files.get)
     placeholder = result("c1", "[output offloaded to tool_results/c1.txt]")
     block = index(
         store,
@@ -165,7 +166,7 @@ def test_offloaded_result_points_at_its_file_and_is_archived(tmp_path: Path) -> 
     got = store.restore(p)
     assert got.text == big and got.source == "archived" and got.sha256_ok is True
     # the archived copy gone: the offload file is next
-    (tmp_path / p.archived_tool_result_path).unlink()
+    blob_path(tmp_path, p.sha256).unlink()
     got = store.restore(p)
     assert got.text == big and got.source == "tool_result" and got.sha256_ok is True
     assert got.problem and "archived" in got.problem
@@ -173,17 +174,24 @@ def test_offloaded_result_points_at_its_file_and_is_archived(tmp_path: Path) -> 
 
 def test_restore_priority_and_sha_mismatch(tmp_path: Path) -> None:
     transcript: dict[str, str] = {}
-    store = EvidenceStore(tmp_path, transcript_lookup=transcript.get)
+    store = EvidenceStore(session_store(tmp_path), transcript_lookup=transcript.get)
     msgs = [call("c1", "pytest"), result("c1", TRACEBACK)]
     transcript[msgs[1].uuid] = TRACEBACK
     p = index(store, msgs).evidence[-1]  # type: ignore[attr-defined]
-    archived = tmp_path / p.archived_tool_result_path
+    archived = blob_path(tmp_path, p.sha256)
 
-    # tampered archive: reported, and the next source is NOT used (the file exists)
+    # tampered archive: reported, never returned; the next source (checked) is used
     archived.write_text(TRACEBACK.replace("abc", "xyz"))
     got = store.restore(p)
-    assert got.source == "archived" and got.sha256_ok is False
-    assert got.problem and "sha256 mismatch" in got.problem and "xyz" in got.text
+    assert got.source == "transcript" and got.sha256_ok is True and "xyz" not in got.text
+    assert got.problem and "does not match its sha256" in got.problem
+
+    # a transcript that changed since indexing is reported as a mismatch
+    transcript[msgs[1].uuid] = TRACEBACK.replace("abc", "xyz")
+    got = store.restore(p)
+    assert got.source == "transcript" and got.sha256_ok is False
+    assert got.problem and "sha256 mismatch" in got.problem
+    transcript[msgs[1].uuid] = TRACEBACK
 
     # archive missing and no tool-result file: the transcript
     archived.unlink()
@@ -198,10 +206,9 @@ def test_restore_priority_and_sha_mismatch(tmp_path: Path) -> None:
 
 
 def test_restore_refuses_paths_outside_the_session(tmp_path: Path) -> None:
-    session = tmp_path / "s"
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
-    store = EvidenceStore(session)
+    store = EvidenceStore(session_store(tmp_path / "ws"))
     p = index(store, [call("c1", "ls"), result("c1", "x")]).evidence[-1]  # type: ignore[attr-defined]
     from dataclasses import replace
 
@@ -212,7 +219,7 @@ def test_restore_refuses_paths_outside_the_session(tmp_path: Path) -> None:
 
 
 def test_subagent_output_text_and_messages(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     log = "worker log\n" + TRACEBACK
     pointers = store.add_subagent_output("run-42", log, parent_message_uuid="m-parent")
     (p,) = pointers
@@ -235,7 +242,7 @@ def test_subagent_output_text_and_messages(tmp_path: Path) -> None:
 
 
 def test_same_message_indexed_twice_keeps_one_id(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     msgs = [call("c1", "ls"), result("c1", "a\nb")]
     a = index(store, msgs).evidence[-1]  # type: ignore[attr-defined]
     b = index(store, msgs).evidence[-1]  # type: ignore[attr-defined]
@@ -246,12 +253,12 @@ def test_same_message_indexed_twice_keeps_one_id(tmp_path: Path) -> None:
 def test_command_of() -> None:
     assert command_of("bash", '{"command": "ls -la"}') == "ls -la"
     assert command_of("exec", '{"cmd": ["git", "status"]}') == "git status"
-    assert command_of("read_file", '{"path": "a.py"}') == 'read_file {"path": "a.py"}'
+    assert command_of("read_file", '{"path": "a.py"}') == "read_file a.py"
     assert command_of("x", "not json") == "not json"
 
 
 def test_known_calls_give_a_lone_result_its_command(tmp_path: Path) -> None:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     c = call("c9", "pytest -k slow")
     block = index(store, [result("c9", "1 failed")], known_calls=[c])
     (p,) = block.evidence  # type: ignore[attr-defined]

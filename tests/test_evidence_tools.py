@@ -10,6 +10,7 @@ from contextfold.evidence.store import EvidenceStore
 from contextfold.evidence.tools import recall_tool
 from contextfold.messages import Message, ToolCall
 from contextfold.tools import ToolBox
+from tests.store_helpers import session_store
 
 TB = (
     "<returncode>1</returncode>\nTraceback (most recent call last):\n"
@@ -18,7 +19,7 @@ TB = (
 
 
 def setup(tmp_path: Path) -> tuple[ToolBox, EvidenceStore, EvidenceSearch]:
-    store = EvidenceStore(tmp_path)
+    store = EvidenceStore(session_store(tmp_path))
     msgs = []
     for i, (cmd, text) in enumerate([("python app.py", TB), ("cat big.txt", "z" * 50_000)]):
         args = json.dumps({"command": cmd})

@@ -281,8 +281,7 @@ def test_llm_fact_extraction_is_opt_in(tmp_path: Path) -> None:
     # only summaries were asked for: no fact-extraction prompt went to the model
     assert llm.calls and not any("Extract durable facts" in json.dumps(c) for c in llm.calls)
     # the memory flush itself still ran (extractive facts)
-    memory = (tmp_path / "memory").rglob("*.md")
-    assert any("never touch the database" in p.read_text(encoding="utf-8") for p in memory)
+    assert "never touch the database" in cm.recovery.memory.get()
     opted = ContextManager(
         tmp_path, "g", 4_000, summarizer=LLMSummarizer(llm), fact_extractor="llm"
     )

@@ -19,7 +19,9 @@ from contextfold.memory import (
     memory_tools,
 )
 from contextfold.messages import Message, ToolCall, assistant, tool, user
-from contextfold.paths import Workspace
+from contextfold.storage import MemoryStore as InMemoryStore
+from contextfold.storage import SQLiteStore
+from contextfold.storage.session import SessionStore
 from contextfold.tools import ToolBox
 from contextfold.wire import messages_from_openai
 from tests.conftest import TRACES_DIR, load_trace
@@ -122,15 +124,25 @@ def test_extractive_finds_file_changes_in_real_traces(fragment: str, expected: s
     assert any(expected in c for c in changes), changes
 
 
+def _memory(workspace: Path, agent: str = "a", **kw: Any) -> MemoryStore:
+    return MemoryStore(SessionStore(SQLiteStore(workspace), f"s-{agent}", agent), **kw)
+
+
+def _files(store: MemoryStore) -> dict[str, str]:
+    out = {"MEMORY.md": store.get()}
+    out.update({name: store.get(name) for name in store.topics()})
+    return out
+
+
 def test_flush_is_incremental_and_idempotent(workspace: Path) -> None:
-    store = MemoryStore(Workspace.at(workspace))
+    store = _memory(workspace)
     facts = ExtractiveFactExtractor().extract(_history())
     n = store.flush(facts)
     assert n == len(facts) > 5
-    before = {p.name: p.read_text(encoding="utf-8") for p in store.dir.glob("*.md")}
+    before = _files(store)
     assert store.flush(facts) == 0
-    # a fresh store (new process) recovers the known facts from the files
-    again = MemoryStore(Workspace.at(workspace))
+    # a fresh store (new process) knows the stored facts
+    again = _memory(workspace)
     assert again.flush(facts) == 0
     assert (
         again.flush(
@@ -144,7 +156,7 @@ def test_flush_is_incremental_and_idempotent(workspace: Path) -> None:
         )
         == 0
     )
-    after = {p.name: p.read_text(encoding="utf-8") for p in store.dir.glob("*.md")}
+    after = _files(again)
     assert before == after
     assert "MEMORY.md" in after and "files.md" in after and "constraints.md" in after
     index_lines = [x for x in after["MEMORY.md"].splitlines() if x.startswith("- ")]
@@ -157,7 +169,7 @@ def test_flush_is_incremental_and_idempotent(workspace: Path) -> None:
 
 
 def test_search_and_get(workspace: Path) -> None:
-    store = MemoryStore(Workspace.at(workspace))
+    store = _memory(workspace)
     assert store.search("anything") == []
     assert "no facts" in store.get()
     store.flush(ExtractiveFactExtractor().extract(_history()))
@@ -174,8 +186,35 @@ def test_search_and_get(workspace: Path) -> None:
             store.get(bad)
 
 
+def test_memory_is_scoped_by_agent_with_an_opt_in_shared_scope(workspace: Path) -> None:
+    facts = ExtractiveFactExtractor().extract(_history())
+    alice = _memory(workspace, "alice")
+    assert alice.flush(facts) == len(facts)
+    bob = _memory(workspace, "bob")
+    assert bob.search("pydantic root cause") == [] and "no facts" in bob.get()
+    assert bob.flush(facts) == len(facts)  # his own copy, not alice's
+    reader = _memory(workspace, "carol", read_agents=["alice"])
+    assert reader.search("pydantic root cause")  # allow_agents semantics
+    assert _memory(workspace, "dave", read_agents=["*"]).search("pydantic root cause")
+    sharer = _memory(workspace, "erin", share=True)
+    assert (
+        sharer.flush(
+            [Fact(topic="ops", text="The shared cache lives on redis", kind="configuration")]
+        )
+        == 1
+    )
+    assert [h.text for h in _memory(workspace, "frank").search("shared cache redis")] == [
+        "The shared cache lives on redis"
+    ]
+    assert _memory(workspace, "frank").search("pydantic root cause") == []
+    mem = InMemoryStore()
+    m = MemoryStore(SessionStore(mem, "s", "x"))
+    m.flush(facts)
+    assert m.search("pydantic root cause")[0].text == alice.search("pydantic root cause")[0].text
+
+
 def test_memory_tools(workspace: Path) -> None:
-    store = MemoryStore(Workspace.at(workspace))
+    store = _memory(workspace)
     store.flush(ExtractiveFactExtractor().extract(_history()))
     box = ToolBox(memory_tools(store))
     assert box.names() == ["memory_search", "memory_get"]

@@ -24,6 +24,7 @@ from tests.http_fakes import (
     openai_completion,
     openai_context_length_error,
 )
+from tests.store_helpers import records
 
 # the SDK's own HTTP library (httpx2 in current SDKs, httpx in older ones)
 HTTP: Any = getattr(openai._exceptions, "httpx2", None) or openai._exceptions.httpx
@@ -104,8 +105,7 @@ def test_overflow_recovers_after_exactly_one_compaction(tmp_path: Path) -> None:
     assert rec.tier is Tier.EMERGENCY and rec.changed
     assert "overflow" in rec.reason
     assert snapshot(cm) == before  # nothing in the history is lost
-    records = (tmp_path / "sessions/o/records.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(r)["strategy"] for r in records] == ["overflow_recovery"]
+    assert [r.strategy for r in records(tmp_path, "o")] == ["overflow_recovery"]
 
 
 def test_the_next_prepare_continues_from_the_recovered_view(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_other_errors_propagate_unchanged_without_compaction(
     assert info.value is exc
     assert len(calls) == 1
     assert cm.compactor.state.compactions == 0
-    assert not (tmp_path / "sessions/o/records.jsonl").exists()
+    assert records(tmp_path, "o") == []
     assert snapshot(cm) == before
 
 

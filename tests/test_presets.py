@@ -25,6 +25,7 @@ from contextfold.config import (
 from contextfold.errors import ConfigError
 from contextfold.offload import EVICTION_POLICY, OffloadPolicy
 from contextfold.records import Tier
+from tests.store_helpers import log_lines
 
 
 class QuarterCounter:
@@ -147,10 +148,10 @@ def test_harness_all_off_view_is_the_full_history(tmp_path: Path) -> None:
     assert view == sent
     rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.NONE and not rec.changed
-    assert not (tmp_path / "memory").exists()
-    assert not (tmp_path / "sessions/p/tool_results").exists()
-    assert not (tmp_path / "sessions/p/records.jsonl").exists()
-    assert (tmp_path / "sessions/p/log.jsonl").exists()
+    assert not (tmp_path / "blobs").exists()  # nothing offloaded
+    assert {e.kind for e in cm.store.read("p")} == {"message"}  # no records, offloads, state
+    assert cm.store.docs("memory") == {}
+    assert len(log_lines(tmp_path, "p")) == len(sent)
 
 
 def test_presets_are_plain_config_objects_users_can_copy_and_change() -> None:

@@ -5,7 +5,9 @@ from pathlib import Path
 
 from contextfold import ContextManager
 from contextfold.anchors import ALL_ANCHOR_TYPES, Anchor
-from contextfold.records import CompactionRecord, FileRecordStore, OffloadEntry, Tier, read_records
+from contextfold.records import CompactionRecord, OffloadEntry, StoreRecordStore, Tier
+from contextfold.storage import NewEvent, SQLiteStore
+from contextfold.storage.session import SessionStore
 from contextfold.wire import from_anthropic
 
 
@@ -39,18 +41,29 @@ def record(i: int, tier: Tier = Tier.FULL) -> CompactionRecord:
     )
 
 
-def test_record_store_round_trip_and_torn_last_line(tmp_path: Path) -> None:
-    store = FileRecordStore(lambda sid: tmp_path / sid / "records.jsonl")
+def test_record_store_round_trip_and_damaged_event(tmp_path: Path) -> None:
+    db = SQLiteStore(tmp_path)
+    session = SessionStore(db, "s", "a")
+    store = StoreRecordStore(session)
     store.append(record(1))
     store.append(record(2, Tier.WARN))
-    path = tmp_path / "s" / "records.jsonl"
-    with path.open("a") as fh:
-        fh.write('{"id": "r3", "tier": "fu')  # the writer died mid-line
+    with db.transaction() as txn:  # a record that does not parse is skipped, not fatal
+        txn.append(
+            "s",
+            [NewEvent(kind="compaction", data={"record": {"tier": "bogus"}})],
+            expected_seq=2,
+            agent_id="a",
+        )
+    session.refresh()
+    store.append(record(4))
     got = store.list("s")
-    assert [r.id for r in got] == ["r1", "r2"]
+    assert [r.id for r in got] == ["r1", "r2", "r4"]
     assert got[0] == record(1)
-    store.append(record(4))  # starts on a fresh line, the torn one stays skipped
-    assert [r.id for r in read_records(path)] == ["r1", "r2", "r4"]
+    assert store.problems and "event 2" in store.problems[0]
+    assert [
+        r.id for r in StoreRecordStore(SessionStore(SQLiteStore(tmp_path), "s", "a")).list("s")
+    ] == ["r1", "r2", "r4"]
+    db.close()
 
 
 def test_every_seed_field_is_persisted() -> None:

@@ -15,6 +15,7 @@ from contextfold.messages import check_view
 from contextfold.tokens import BpeCounter, count_message
 from contextfold.wire import from_anthropic, from_openai, to_anthropic
 from tests.conftest import load_trace, trace_files
+from tests.store_helpers import blob
 
 WINDOW = 32_000
 EXACT = BpeCounter("o200k_base")
@@ -74,7 +75,7 @@ def test_replay_trace_at_32k(path: Path, tmp_path: Path) -> None:
     originals = {m.tool_call_id: m.text for m in cm.history if m.tool_call_id}
     by_uuid = {m.uuid: m for m in cm.history}
     for call_id, entry in cm.offloaded().items():
-        raw = (tmp_path / entry.path).read_bytes()
+        raw = blob(tmp_path, entry.sha256)
         assert hashlib.sha256(raw).hexdigest() == entry.sha256
         text = raw.decode("utf-8", "surrogatepass")
         if call_id.startswith("args-"):  # long arguments of a stale call, stored whole

@@ -14,6 +14,7 @@ from contextfold.errors import InvalidMessageError
 from contextfold.messages import check_view
 from contextfold.tokens import count_tools
 from contextfold.wire import from_anthropic, from_openai
+from tests.store_helpers import blob
 
 
 def valid(view: list[dict[str, Any]]) -> None:
@@ -91,7 +92,7 @@ def test_huge_tool_call_arguments_are_squeezed_into_the_window(tmp_path: Path) -
     assert args["path"] == "a.py" and "truncated" in args["content"]
     # the full arguments are on disk and survive a reopen
     entry = next(e for k, e in cm.offloaded().items() if k.startswith("args-"))
-    saved = json.loads((tmp_path / entry.path).read_text())
+    saved = json.loads(blob(tmp_path, entry.sha256))
     assert json.loads(saved[0]["arguments"])["content"] == body
     again = ContextManager(workspace=tmp_path, session_id="a", context_window=8_000)
     assert again.view.view_dicts() == view
@@ -193,8 +194,8 @@ def test_compact_while_a_tool_runs_keeps_the_call(tmp_path: Path) -> None:
 def test_corrupt_state_file_fails_open(tmp_path: Path) -> None:
     cm = ContextManager(workspace=tmp_path, session_id="s", context_window=16_000)
     cm.add({"role": "user", "content": "hello"})
-    for bad in ("[]", '{"boundary": "abc"}', '{"last_anchors": [{"type": "bogus", "content": 1}]}'):
-        (tmp_path / "sessions/s/state.json").write_text(bad)
+    for bad in ({"boundary": "abc"}, {"last_anchors": [{"type": "bogus", "content": 1}]}):
+        cm.session.emit("state", bad)
         again = ContextManager(workspace=tmp_path, session_id="s", context_window=16_000)
         assert len(again.history) == 1
         assert any("ignored" in p for p in again.recovery.problems)

@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from contextfold.messages import Message, ToolCall, assistant, tool, user
-from contextfold.paths import Workspace
-from contextfold.sessions.index import SessionIndex, fts_query
+from contextfold.sessions.index import SessionIndex
 from contextfold.sessions.log import SessionLog
 from contextfold.sessions.tools import session_tools
+from contextfold.storage import SQLiteStore, Store
+from contextfold.storage.session import SessionStore
 from contextfold.tools import ToolBox
 from contextfold.wire import messages_from_openai
 from tests.conftest import load_trace, trace_files
 
 
-def _fill(ws: Workspace, sid: str, agent: str, msgs: list[Message]) -> SessionLog:
-    log = SessionLog(ws, sid, agent_id=agent)
-    log.append(msgs)
+def _fill(ws: Store, sid: str, agent: str, msgs: list[Message]) -> SessionLog:
+    session = SessionStore(ws, sid, agent)
+    log = SessionLog(session)
+    with session.unit():
+        log.append(msgs, ws.session(sid).messages if ws.session(sid) else 0)  # type: ignore[union-attr]
     return log
 
 
-def _world(ws: Workspace) -> None:
+def _world(ws: Store) -> None:
     _fill(
         ws,
         "alpha",
@@ -63,13 +65,10 @@ def _world(ws: Workspace) -> None:
     )
 
 
-@pytest.mark.parametrize("optimize_after", [0, 20_000])
-def test_incremental_add_and_ranked_search_with_snippets(
-    workspace: Path, optimize_after: int
-) -> None:
-    ws = Workspace.at(workspace)
+def test_ranked_search_with_snippets_current_at_once(workspace: Path) -> None:
+    ws = SQLiteStore(workspace)
     _world(ws)
-    index = SessionIndex(ws, optimize_after=optimize_after)
+    index = SessionIndex(ws)
     hits = index.search("nginx", agent_id="agent-a")
     assert {h.session_id for h in hits} == {"alpha", "beta"}
     assert all(h.agent_id == "agent-a" for h in hits)
@@ -81,63 +80,32 @@ def test_incremental_add_and_ranked_search_with_snippets(
     args_hit = index.search("nginx.conf", agent_id="agent-a")
     assert args_hit and args_hit[0].seq == 1
 
-    # incremental: new messages appended and added show up, old ones are not duplicated
-    log = SessionLog(ws, "beta")
-    entries = log.append([user("Now one about kubernetes winter")])
-    index.add("beta", "agent-a", entries)
-    index.add("beta", "agent-a", entries)  # idempotent
+    # messages are indexed with the append itself: nothing to sync, nothing duplicated
+    _fill(ws, "beta", "agent-a", [user("Now one about kubernetes winter")])
     hits = index.search("kubernetes", agent_id="agent-a")
     assert [(h.session_id, h.seq) for h in hits] == [("beta", 2)]
     assert index.list_sessions("agent-a")[0].message_count == 3
-
-    # sync picks up lines appended without add()
-    log.append([assistant("zeppelin mentioned once")])
-    assert index.search("zeppelin", agent_id="agent-a") == []
-    index.sync()
-    assert len(index.search("zeppelin", agent_id="agent-a")) == 1
+    other = SQLiteStore(workspace)  # another process's view of the same workspace
+    assert len(SessionIndex(other).search("kubernetes", agent_id="agent-a")) == 1
     assert len(index.search("nginx", agent_id=None)) == 4
     assert index.search("nginx", agent_id="agent-a", session_id="beta")[0].session_id == "beta"
-    index.close()
+    other.close()
+    ws.close()
 
 
-def test_reopen_is_incremental_and_sees_deleted_sessions(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
+def test_deleted_sessions_leave_the_index(workspace: Path) -> None:
+    ws = SQLiteStore(workspace)
     _world(ws)
-    SessionIndex(ws).close()
-    SessionLog(ws, "alpha").append([user("platypus")])
-    SessionLog(ws, "beta").delete()
-    index = SessionIndex(ws)
+    _fill(ws, "alpha", "agent-a", [user("platypus")])
+    ws.delete_session("beta")
+    index = SessionIndex(SQLiteStore(workspace))
     assert [m.session_id for m in index.list_sessions("agent-a")] == ["alpha"]
     assert len(index.search("platypus", agent_id="agent-a")) == 1
     assert len(index.search("upstream", agent_id="agent-a")) == 3  # not indexed twice
-    log = SessionLog(ws, "alpha")
-    log.delete(index)
+    ws.delete_session("alpha")
     assert index.list_sessions("agent-a") == []
     assert index.search("nginx", agent_id="agent-a") == []
-    index.close()
-
-
-@pytest.mark.parametrize("damage", ["delete", "garbage", "truncate"])
-def test_rebuild_when_missing_or_corrupt(workspace: Path, damage: str) -> None:
-    ws = Workspace.at(workspace)
-    _world(ws)
-    SessionIndex(ws).close()
-    path = ws.index_path
-    for extra in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        extra.unlink(missing_ok=True)
-    if damage == "delete":
-        path.unlink()
-    elif damage == "garbage":
-        path.write_bytes(b"this is not a database" * 100)
-    else:
-        data = path.read_bytes()
-        path.write_bytes(data[:100] + b"\x00" * (len(data) - 100))
-    index = SessionIndex(ws)
-    assert len(index.search("nginx", agent_id="agent-a")) == 3
-    assert len(index.list_sessions(None)) == 3
-    if damage != "delete":
-        assert any("rebuild" in p for p in index.problems)
-    index.close()
+    ws.close()
 
 
 @pytest.mark.parametrize(
@@ -161,22 +129,17 @@ def test_rebuild_when_missing_or_corrupt(workspace: Path, damage: str) -> None:
     ],
 )
 def test_fts_hostile_queries_never_raise(workspace: Path, query: str) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace)
     _world(ws)
     index = SessionIndex(ws)
     hits = index.search(query, agent_id="agent-a")
     assert isinstance(hits, list)
     assert index.search("nginx AND", agent_id="agent-a")  # operators are plain words
-    index.close()
-
-
-def test_fts_query_quotes_every_word() -> None:
-    assert fts_query('say "hi" OR (x') == '"say" AND """hi""" AND "OR" AND "(x"'
-    assert fts_query("*** ()") == ""
+    ws.close()
 
 
 def test_chinese_search(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace)
     _world(ws)
     index = SessionIndex(ws)
     hits = index.search("连接池", agent_id="agent-b")
@@ -185,51 +148,49 @@ def test_chinese_search(workspace: Path) -> None:
     assert index.search("测试文件", agent_id="agent-b")[0].seq == 0
     assert index.search("池连", agent_id="agent-b") == []  # a phrase, not loose characters
     assert index.search("连接池", agent_id="agent-a") == []
-    index.close()
+    ws.close()
 
 
 def test_like_fallback_without_fts5(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace, fts5=False)
     _world(ws)
-    index = SessionIndex(ws, use_fts5=False)
-    assert any("FTS5" in p for p in index.problems)
+    index = SessionIndex(ws)
     hits = index.search("upstream port", agent_id="agent-a")
     assert hits[0].session_id == "alpha" and "[port]" in hits[0].snippet
     assert index.search("连接池", agent_id="agent-b")
     assert isinstance(index.search('"foo AND OR (', agent_id="agent-a"), list)
-    index.close()
-    # switching back to FTS5 rebuilds
-    index = SessionIndex(ws)
-    assert index.fts5 and index.search("nginx", agent_id="agent-a")
-    index.close()
+    ws.close()
 
 
 def test_real_traces_indexed(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace)
     for i, path in enumerate(trace_files()[:4]):
         _fill(ws, f"t{i}", "agent-a", messages_from_openai(load_trace(path)))
     index = SessionIndex(ws)
     assert len(index.list_sessions("agent-a")) == 4
     hits = index.search("def", agent_id="agent-a", limit=5)
     assert len(hits) == 5
-    con = sqlite3.connect(ws.index_path)
-    assert con.execute("SELECT count(*) FROM sessions").fetchone()[0] == 4
-    con.close()
-    index.close()
+    ws.close()
 
 
 # --------------------------------------------------------------------------- tools
 
 
-def _boxes(ws: Workspace, **kw: object) -> tuple[SessionIndex, ToolBox, ToolBox]:
-    index = SessionIndex(ws)
-    a = ToolBox(session_tools(index, ws, agent_id="agent-a", **kw))  # type: ignore[arg-type]
-    b = ToolBox(session_tools(index, ws, agent_id="agent-b"))
+class _Index(SessionIndex):
+    def close(self) -> None:
+        self.store.close()
+
+
+def _boxes(ws: Store, **kw: object) -> tuple[_Index, ToolBox, ToolBox]:
+    assert isinstance(ws, SQLiteStore)
+    index = _Index(SQLiteStore(ws.root))
+    a = ToolBox(session_tools(index, agent_id="agent-a", **kw))  # type: ignore[arg-type]
+    b = ToolBox(session_tools(index, agent_id="agent-b"))
     return index, a, b
 
 
 def test_tools_agent_scoping(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace)
     _world(ws)
     index, a, b = _boxes(ws)
     text, err = a.run("session_list", {})
@@ -268,7 +229,7 @@ def test_tools_agent_scoping(workspace: Path) -> None:
     "sid", ["../../etc/passwd", "..", "/etc/passwd", "alpha/../gamma", "", "a\\b", "x" * 500]
 )
 def test_tools_hostile_session_ids(workspace: Path, sid: str) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace)
     _world(ws)
     index, a, _ = _boxes(ws)
     text, err = a.run("session_history", {"sessionId": sid})
@@ -280,15 +241,15 @@ def test_tools_hostile_session_ids(workspace: Path, sid: str) -> None:
 
 
 def test_session_history_paging_and_trimming(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
+    ws = SQLiteStore(workspace)
     msgs: list[Message] = [user("start")]
     for i in range(1, 50):
         call = ToolCall(id=f"c{i}", name="bash", arguments=json.dumps({"command": f"step {i}"}))
         msgs.append(assistant(f"step {i}", [call]))
         msgs.append(tool(f"c{i}", f"output {i} " + "y" * (5000 if i == 49 else 10)))
     _fill(ws, "long", "agent-a", msgs)
-    index = SessionIndex(ws)
-    box = ToolBox(session_tools(index, ws, agent_id="agent-a", max_result_chars=500))
+    index = _Index(ws)
+    box = ToolBox(session_tools(index, agent_id="agent-a", max_result_chars=500))
     total = len(msgs)
 
     text, err = box.run("session_history", {"sessionId": "long"})
@@ -321,9 +282,9 @@ def test_session_history_paging_and_trimming(workspace: Path) -> None:
 
 
 def test_tool_schemas(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
-    index = SessionIndex(ws)
-    box = ToolBox(session_tools(index, ws, agent_id="a"))
+    ws = SQLiteStore(workspace)
+    index = _Index(ws)
+    box = ToolBox(session_tools(index, agent_id="a"))
     names = [s["function"]["name"] for s in box.schemas("openai")]
     assert names == ["session_list", "session_history", "session_search"]
     anth = box.schemas("anthropic")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from contextfold import ContextManager
 from contextfold.errors import StorageError, UnsafeIdError
 from contextfold.messages import Message, ToolCall, assistant, tool, user
-from contextfold.paths import Workspace
-from contextfold.sessions.log import SessionLog, list_session_ids
+from contextfold.sessions.log import SessionLog
+from contextfold.storage import SQLiteStore, Store
+from contextfold.storage.session import SessionStore
 from contextfold.wire import messages_from_openai, to_openai
 from tests.conftest import load_trace, trace_files
 
@@ -35,115 +37,102 @@ def _history() -> list[Message]:
     ]
 
 
-def test_round_trip_keeps_uuid_ts_metadata(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
-    log = SessionLog(ws, "s1", agent_id="agent-a")
-    msgs = _history()
-    entries = log.append(msgs[:2], ts="2025-01-01T00:00:00.000Z")
-    log.append(msgs[2:])
-    assert [e.seq for e in entries] == [0, 1]
+def _log(store: Store, sid: str, agent: str = "default") -> SessionLog:
+    return SessionLog(SessionStore(store, sid, agent))
 
-    again = SessionLog(ws, "s1")
+
+def _append(log: SessionLog, msgs: list[Message]) -> None:
+    with log.session.unit():
+        log.append(
+            msgs,
+            log.session.store.session(log.session_id).messages  # type: ignore[union-attr]
+            if log.session.store.session(log.session_id)
+            else 0,
+        )
+
+
+def test_round_trip_keeps_uuid_and_metadata(workspace: Path) -> None:
+    store = SQLiteStore(workspace)
+    log = _log(store, "s1", "agent-a")
+    msgs = _history()
+    _append(log, msgs[:2])
+    _append(log, msgs[2:])
+
+    again = _log(SQLiteStore(workspace), "s1")
     read = again.read()
     assert _same(read, msgs)  # uuid, metadata, tool calls, everything
     got = list(again.iter_entries())
     assert [e.seq for e in got] == [0, 1, 2, 3, 4]
     assert [e.uuid for e in got] == [m.uuid for m in msgs]
-    assert got[0].ts == "2025-01-01T00:00:00.000Z"
-    assert got[4].ts.endswith("Z") and got[4].ts != got[0].ts
-    assert again.problems == []
-
-    lines = ws.log_path("s1").read_text(encoding="utf-8").splitlines()
-    first = json.loads(lines[2])
-    assert set(first) == {"seq", "uuid", "ts", "message", "metadata"}
-    assert first["message"]["tool_calls"][0]["function"]["name"] == "bash"
-    assert first["metadata"] == {"note": 1}
+    assert all(e.ts.endswith("Z") for e in got)
+    stored = next(iter(store.read("s1", start=2, stop=3))).data
+    assert set(stored) == {"pos", "uuid", "message", "metadata", "tokens"}
+    assert stored["message"]["tool_calls"][0]["function"]["name"] == "bash"
+    assert stored["metadata"] == {"note": 1}
 
 
-def test_meta_json(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
-    log = SessionLog(ws, "s1", agent_id="agent-a")
-    log.append([Message(role="system", content="sys")], ts="2025-01-01T00:00:00Z")
+def test_session_info_owner_and_title(workspace: Path) -> None:
+    store = SQLiteStore(workspace)
+    log = _log(store, "s1", "agent-a")
+    _append(log, [Message(role="system", content="sys")])
     long = "  Make   the parser\nhandle " + "x" * 300
-    log.append([user(long), assistant("ok")], ts="2025-01-02T00:00:00Z")
-    meta = json.loads(ws.meta_path("s1").read_text(encoding="utf-8"))
-    assert meta["session_id"] == "s1"
-    assert meta["agent_id"] == "agent-a"
-    assert meta["created_at"] == "2025-01-01T00:00:00Z"
-    assert meta["updated_at"] == "2025-01-02T00:00:00Z"
-    assert meta["message_count"] == 3
-    assert meta["title"].startswith("Make the parser handle xxx")
-    assert len(meta["title"]) == 120
+    _append(log, [user(long), assistant("ok")])
+    info = store.session("s1")
+    assert info is not None
+    assert info.agent_id == "agent-a" and info.messages == 3
+    assert info.created_at <= info.updated_at
+    assert info.title.startswith("Make the parser handle xxx") and len(info.title) == 120
     # the owner never changes, whatever a later opener says
-    other = SessionLog(ws, "s1", agent_id="agent-b")
+    other = _log(SQLiteStore(workspace), "s1", "agent-b")
     assert other.agent_id == "agent-a"
-    assert other.meta().message_count == 3
-    # meta.json lost: rebuilt from the log
-    ws.meta_path("s1").unlink()
-    rebuilt = SessionLog(ws, "s1").meta()
-    assert rebuilt.message_count == 3 and rebuilt.title == meta["title"]
+    _append(other, [user("more")])
+    again = store.session("s1")
+    assert again is not None and again.agent_id == "agent-a" and again.messages == 4
 
 
-def test_torn_last_line_is_skipped_and_cut_before_next_append(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
-    log = SessionLog(ws, "s1")
-    msgs = _history()
-    log.append(msgs[:3])
-    with ws.log_path("s1").open("ab") as fh:
-        fh.write(b'{"seq": 3, "uuid": "x", "message": {"role": "to')  # crash mid-write
-    reader = SessionLog(ws, "s1")
-    assert _same(reader.read(), msgs[:3])
-    assert reader.problems and "line 4" in reader.problems[0]
-
-    writer = SessionLog(ws, "s1")
-    writer.append(msgs[3:])
-    fresh = SessionLog(ws, "s1")
-    assert _same(fresh.read(), msgs)
-    assert [e.seq for e in fresh.iter_entries()] == [0, 1, 2, 3, 4]
-    assert fresh.problems == []
-    assert any("torn" in p for p in writer.problems)
-
-
-def test_corrupt_middle_line_raises_with_line_number(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
-    log = SessionLog(ws, "s1")
-    log.append(_history())
-    path = ws.log_path("s1")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    lines[1] = "{not json"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with pytest.raises(StorageError, match="line 2"):
-        SessionLog(ws, "s1").read()
+def test_damaged_event_raises_naming_it(workspace: Path) -> None:
+    store = SQLiteStore(workspace)
+    log = _log(store, "s1")
+    _append(log, _history())
+    con = sqlite3.connect(workspace / "store.sqlite")
+    con.execute("UPDATE events SET data='{not json' WHERE session_id='s1' AND seq=1")
+    con.commit()
+    con.close()
+    with pytest.raises(StorageError, match="s1"):
+        _log(SQLiteStore(workspace), "s1").read()
+    con = sqlite3.connect(workspace / "store.sqlite")
+    con.execute("""UPDATE events SET data='{"pos": 1}' WHERE session_id='s1' AND seq=1""")
+    con.commit()
+    con.close()
+    with pytest.raises(StorageError, match="event 1"):
+        ContextManager(workspace=workspace, session_id="s1")
 
 
 def test_hostile_session_ids_rejected(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
     for bad in ("../../etc/passwd", "..", "a/b", "", ".hidden", "x\x00y"):
         with pytest.raises(UnsafeIdError):
-            SessionLog(ws, bad)
+            ContextManager(workspace=workspace, session_id=bad)
     assert not (workspace.parent / "etc").exists()
 
 
 def test_list_and_delete(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
-    assert list_session_ids(ws) == []
+    store = SQLiteStore(workspace)
+    assert store.sessions() == []
     for sid in ("b", "a", "c"):
-        SessionLog(ws, sid).append([user(f"hello {sid}")])
-    (ws.sessions_dir / "not a session").mkdir()
-    assert list_session_ids(ws) == ["a", "b", "c"]
-    log = SessionLog(ws, "b")
-    assert log.exists()
-    log.delete()
-    assert not log.exists() and not ws.session_dir("b").exists()
-    assert list_session_ids(ws) == ["a", "c"]
+        _append(_log(store, sid), [user(f"hello {sid}")])
+    assert sorted(i.session_id for i in store.sessions()) == ["a", "b", "c"]
+    store.delete_session("b")
+    assert store.session("b") is None
+    assert sorted(i.session_id for i in store.sessions()) == ["a", "c"]
 
 
 def test_real_trace_round_trip(workspace: Path) -> None:
-    ws = Workspace.at(workspace)
     path = trace_files()[0]
     msgs = messages_from_openai(load_trace(path))
-    log = SessionLog(ws, "trace", fsync=True)
+    store = SQLiteStore(workspace)
+    log = _log(store, "trace")
     for i in range(0, len(msgs), 7):
-        log.append(msgs[i : i + 7])
-    assert SessionLog(ws, "trace").read() == msgs
-    assert SessionLog(ws, "trace").meta().message_count == len(msgs)
+        _append(log, msgs[i : i + 7])
+    assert _log(SQLiteStore(workspace), "trace").read() == msgs
+    info = store.session("trace")
+    assert info is not None and info.messages == len(msgs)

@@ -3,7 +3,6 @@ messages; compaction never changes them; the todo list is rendered into Active T
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from contextfold.config import SummaryTriggerConfig, harness
 from contextfold.errors import ContextFoldError, StorageError
 from contextfold.state import SessionState, TodoItem
 from contextfold.testing import OverflowingModel, ScriptedSummarizer, message_tokens
+from tests.store_helpers import events
 
 TODOS = [
     {"content": "Write the parser tests", "status": "completed"},
@@ -77,8 +77,7 @@ def test_state_persists_and_reloads(tmp_path: Path) -> None:
     fill(cm, turns=2)
     set_state(cm)
     cm.save_session_state()
-    path = tmp_path / "sessions/s/session_state.json"
-    assert json.loads(path.read_text(encoding="utf-8"))["plan_mode"] is True
+    assert events(tmp_path, "s", "session_state")[-1]["plan_mode"] is True
     again = manager(tmp_path)
     assert again.state == cm.state
     assert again.state.todos[1] == TodoItem(content="Fix ISO week parsing", status="in_progress")
@@ -105,8 +104,7 @@ def test_no_compaction_changes_the_state(tmp_path: Path, how: str) -> None:
     fill(cm, size=3_500 if how == "emergency" else 600)
     set_state(cm)
     cm.save_session_state()
-    path = tmp_path / "sessions/s/session_state.json"
-    before_file = path.read_bytes()
+    before_stored = events(tmp_path, "s", "session_state")
     before = SessionState.from_dict(cm.state.to_dict())
     if how == "full":
         rec = cm.compact(force=True)
@@ -123,7 +121,7 @@ def test_no_compaction_changes_the_state(tmp_path: Path, how: str) -> None:
         rec = cm.last_prepare  # type: ignore[assignment]
     assert rec is not None and rec.changed and rec.summarized > 0
     assert cm.state == before
-    assert path.read_bytes() == before_file
+    assert events(tmp_path, "s", "session_state") == before_stored
     assert manager(tmp_path).state == before
     text = compaction_text(cm.prepare())
     section = text.split("## Active Tasks\n", 1)[1].split("\n\n", 1)[0]
@@ -187,10 +185,8 @@ def test_bad_todo_status_and_corrupt_state_file(tmp_path: Path) -> None:
     cm = manager(tmp_path)
     with pytest.raises(ContextFoldError):
         cm.state.set_todos([{"content": "x", "status": "blocked"}])
-    path = tmp_path / "sessions/s/session_state.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("{not json", encoding="utf-8")
-    with pytest.raises(StorageError, match=r"session_state\.json"):
+    cm.session.emit("session_state", {"todos": [{"content": "x", "status": "blocked"}]})
+    with pytest.raises(StorageError, match=r"session state of 's' \(event 0\)"):
         manager(tmp_path)
 
 
@@ -208,4 +204,4 @@ def test_delete_session_removes_the_state(tmp_path: Path) -> None:
     set_state(cm)
     cm.save_session_state()
     cm.delete_session()
-    assert not (tmp_path / "sessions/s/session_state.json").exists()
+    assert events(tmp_path, "s", "session_state") == []

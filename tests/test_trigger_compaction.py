@@ -17,6 +17,7 @@ from contextfold.summarizers.extractive import ExtractiveSummarizer
 from contextfold.summarizers.llm import LLMSummarizer
 from contextfold.testing import ScriptedLLM, ScriptedSummarizer
 from contextfold.wire import from_openai
+from tests.store_helpers import log_lines
 
 SECTIONS = ("## SESSION INTENT", "## SUMMARY", "## ARTIFACTS", "## NEXT STEPS")
 FOUR_SECTION_REPLY = (
@@ -349,23 +350,26 @@ def test_summarizer_failure_falls_back_to_extractive(tmp_path: Path) -> None:
 
 def test_flush_before_compact_writes_memory_once(tmp_path: Path) -> None:
     seen: list[bool] = []
-    memory = tmp_path / "memory" / "MEMORY.md"
+    holder: list[ContextManager] = []
 
     def summarize(request: SummaryRequest) -> str:
-        seen.append(memory.exists())  # the flush runs before the summary
+        # the flush runs before the summary, in the compaction's unit of work
+        cm = holder[0]
+        seen.append(bool(cm.session.pending_docs("memory") or cm.store.docs("memory")))
         return FOUR_SECTION_REPLY
 
     summ = ScriptedSummarizer(default=None, steps=[summarize, summarize])
     cm = manager(
         tmp_path, SummaryTriggerConfig(trigger_messages=10, keep_messages=4), summarizer=summ
     )
+    holder.append(cm)
     base(cm)
     cm.add({"role": "user", "content": "Use PORT=8080 for the dev server."})
     for i in range(5):
         cm.add_many(turn(i))
     cm.prepare()
     assert seen == [True]
-    text = memory.read_text(encoding="utf-8")
+    text = cm.recovery.memory.get()
     assert "You must never edit tests/." in text
     assert "PORT=8080" in text
     first = text
@@ -376,7 +380,7 @@ def test_flush_before_compact_writes_memory_once(tmp_path: Path) -> None:
     cm.prepare()
     assert seen == [True, True]
     summ.assert_done()
-    text = memory.read_text(encoding="utf-8")
+    text = cm.recovery.memory.get()
     assert text.startswith(first)
     fact_lines = [ln for ln in text.splitlines() if ln.startswith("- [")]
     assert len(fact_lines) == len(set(fact_lines))
@@ -411,9 +415,8 @@ def test_raw_log_keeps_every_message_through_compaction(tmp_path: Path) -> None:
     for i in range(12):
         cm.add_many(turn(i))
         cm.prepare()
-    lines = (tmp_path / "sessions/t/log.jsonl").read_text(encoding="utf-8").splitlines()
-    assert len(lines) == len(cm.history) == 26
-    logged = [json.loads(ln) for ln in lines]
+    logged = log_lines(tmp_path, "t")
+    assert len(logged) == len(cm.history) == 26
     assert [e["uuid"] for e in logged] == [m.uuid for m in cm.history]
     assert logged[1]["message"] == TASK
     assert cm.compactor.state.compactions >= 2

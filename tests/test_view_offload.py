@@ -8,8 +8,9 @@ import pytest
 from contextfold.errors import InvalidMessageError, StorageError, UnsafeIdError
 from contextfold.messages import Message, ToolCall, check_view
 from contextfold.offload import COMPACTION_POLICY, EVICTION_POLICY, OffloadStore, placeholder
-from contextfold.paths import Workspace, check_session_id, safe_name
+from contextfold.paths import check_session_id, safe_name
 from contextfold.view import HistoryView
+from tests.store_helpers import blob_path, session_store
 
 
 def count(m: Message) -> int:
@@ -103,27 +104,29 @@ def test_boundary_keeps_pinned_messages_and_counts_incrementally() -> None:
 
 
 def test_offload_store_is_byte_exact_and_idempotent(tmp_path: Path) -> None:
-    ws = Workspace.at(tmp_path)
-    store = OffloadStore(ws, "s1")
+    store = OffloadStore(session_store(tmp_path, "s1"))
     text = "line one\nzwei 二\n\udcff tail\n" * 500
     e1 = store.write("call_1", text, message_uuid="u", policy="compaction", tool_name="bash")
-    path = tmp_path / e1.path
+    assert e1.path == "sessions/s1/tool_results/call_1.txt"
+    path = blob_path(tmp_path, e1.sha256)
     assert path.read_bytes() == text.encode("utf-8", "surrogatepass")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == e1.sha256
     mtime = path.stat().st_mtime_ns
     e2 = store.write("call_1", text, message_uuid="u", policy="compaction")
     assert e2 == e1 and path.stat().st_mtime_ns == mtime
     assert store.read("call_1") == text
-    # the index survives a reopen
-    assert OffloadStore(ws, "s1").read("call_1") == text
+    # the entry survives a reopen (an offload event of the session)
+    again = OffloadStore(session_store(tmp_path, "s1"))
+    again.load(again.session.read(kinds=["offload"]))
+    assert again.read("call_1") == text
     page = store.read_page("call_1", offset=2, limit=2)
     assert "lines 3-4 of" in page and "more lines" in page
 
 
 def test_tampered_offload_is_reported(tmp_path: Path) -> None:
-    store = OffloadStore(Workspace.at(tmp_path), "s1")
+    store = OffloadStore(session_store(tmp_path, "s1"))
     e = store.write("c", "abc" * 2000, message_uuid="u", policy="ingest")
-    (tmp_path / e.path).write_text("tampered")
+    blob_path(tmp_path, e.sha256).write_text("tampered")
     with pytest.raises(StorageError, match="sha256"):
         store.read("c")
 
@@ -143,13 +146,15 @@ def test_tampered_offload_is_reported(tmp_path: Path) -> None:
     ],
 )
 def test_hostile_tool_call_ids_stay_inside(tmp_path: Path, hostile: str) -> None:
-    ws = Workspace.at(tmp_path)
-    store = OffloadStore(ws, "s1")
+    store = OffloadStore(session_store(tmp_path, "s1"))
     e = store.write(hostile, "data" * 1500, message_uuid="u", policy="compaction")
-    target = (tmp_path / e.path).resolve()
-    assert store.dir.resolve() in target.parents
-    assert len(target.name) < 120
+    # the name shown (and written by export) stays one file name inside the session's folder
+    shown = Path(e.path)
+    assert shown.parent == Path("sessions/s1/tool_results") and ".." not in shown.parts
+    assert len(shown.name) < 120 and "\x00" not in e.path
     assert store.read(hostile) == "data" * 1500
+    assert store.read_page(e.path).startswith(f"[{e.path} |")
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and "passwd" in p.name] == []
 
 
 def test_safe_names_do_not_collide() -> None:
@@ -164,16 +169,18 @@ def test_hostile_session_ids_are_rejected(bad: str) -> None:
 
 
 def test_read_page_refuses_paths_outside(tmp_path: Path) -> None:
-    store = OffloadStore(Workspace.at(tmp_path), "s1")
+    store = OffloadStore(session_store(tmp_path, "s1"))
     store.write("c", "x\n" * 3000, message_uuid="u", policy="compaction")
     (tmp_path / "secret.txt").write_text("secret")
-    for ref in ["../../secret.txt", str(tmp_path / "secret.txt"), "../index.jsonl"]:
+    refs = ["../../secret.txt", str(tmp_path / "secret.txt"), "../index.jsonl", "store.sqlite"]
+    refs += ["sessions/s1/tool_results/../../../secret.txt", "/sessions/s1/tool_results/c.txt/.."]
+    for ref in refs:
         with pytest.raises(StorageError):
             store.read_page(ref)
 
 
 def test_placeholders_follow_the_seeds(tmp_path: Path) -> None:
-    store = OffloadStore(Workspace.at(tmp_path), "s1")
+    store = OffloadStore(session_store(tmp_path, "s1"))
     text = "\n".join(f"row {i}" for i in range(5000))
     e = store.write("tc_001", text, message_uuid="u", policy="compaction")
     ph = placeholder(e, text, COMPACTION_POLICY)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import shutil
+import threading
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -36,11 +37,13 @@ from .offload import (
 )
 from .overflow import is_context_overflow
 from .paths import Workspace, check_session_id
-from .records import CompactionRecord, FileRecordStore, OffloadEntry, Tier, atomic_write_text
+from .records import CompactionRecord, OffloadEntry, StoreRecordStore, Tier
 from .recovery import Recovery, RestoreHit
 from .responses import parse_inputs, response_message
-from .sessions.log import SessionLog
+from .sessions.log import SessionLog, entry_of
 from .state import SessionState, load_state, save_state
+from .storage import ENV_VAR, SQLiteStore, Store, open_store
+from .storage.session import SessionStore
 from .summarizers.base import Summarizer
 from .surface import AnthropicView, OpenAIView, ViewMessages
 from .tokens import Calibration, MessageTokenCache, TokenCounter, count_tools, get_counter
@@ -56,10 +59,7 @@ T = TypeVar("T")
 OnCompaction = Callable[[CompactionRecord], None]
 
 
-try:
-    import fcntl
-except ImportError:  # not POSIX: the size check still runs, without the lock
-    fcntl = None  # type: ignore[assignment]
+DEFAULT_WORKSPACE = "./.contextfold"
 
 
 def _encodable(msg: Message) -> bool:
@@ -75,14 +75,29 @@ class ContextManager:
 
     ``add`` appends to the full, persisted history; ``prepare`` derives the view to send now
     (compacting when needed); nothing is ever removed from the history.
+
+    Persistence goes through a :class:`~contextfold.storage.Store`: ``workspace=`` a folder
+    (embedded SQLite + blob files, the default ``./.contextfold``; a folder written by an older
+    release is migrated on first open), or ``store=`` a Store or a URL (``memory://``,
+    ``postgresql://...``; ``$CONTEXTFOLD_STORE`` when neither is given). Each public call is
+    one atomic unit: it is stored entirely or not at all (then :class:`StorageError` is raised,
+    the manager reloads what is stored, and the same call can be retried).
+
+    Thread-safety: every public method holds the manager's lock, so one manager may be shared
+    by threads (calls are serialized; ``call``/``acall`` do not hold it while the model runs).
+    Two managers (threads, processes or hosts) on one session never corrupt it: the second
+    writer to fall behind gets :class:`~contextfold.storage.ConcurrentWriteError` and reloads;
+    retrying continues from the latest log. ``close()`` (or ``with``) releases the store the
+    manager opened.
     """
 
     def __init__(
         self,
-        workspace: str | Path = "./.contextfold",
+        workspace: str | Path | None = None,
         session_id: str = "default",
         context_window: int = 128_000,
         *,
+        store: Store | str | Path | None = None,
         preset: str | ContextConfig | None = None,
         config: ContextConfig | None = None,
         summarizer: Summarizer | None = None,
@@ -90,11 +105,14 @@ class ContextManager:
         agent_id: str = "default",
         on_compaction: OnCompaction | None = None,
         fact_extractor: Any = None,
+        share_memory: bool = False,
     ) -> None:
         if not isinstance(context_window, int) or context_window <= 0:
             raise ConfigError(f"context_window must be a positive integer, got {context_window!r}")
         if config is not None and preset is not None:
             raise ConfigError("pass either preset or config, not both")
+        if workspace is not None and store is not None:
+            raise ConfigError("pass either workspace (a folder) or store, not both")
         self.config = config or resolve_preset(preset)
         #: The window in use: ``context_window``, or lower once a provider's overflow error stated
         #: a smaller one (see ``learned_window``).
@@ -103,23 +121,64 @@ class ContextManager:
         self.learned_window: LearnedWindow | None = None
         self.session_id = check_session_id(session_id)
         self.agent_id = check_session_id(agent_id)
-        self.ws = Workspace.at(workspace)
         self.on_compaction = on_compaction
+        self.share_memory = share_memory
         self.counter = get_counter(token_counter)
+        self.summarizer = summarizer
+        self._fact_extractor = fact_extractor
+        self._lock = threading.RLock()
+        self._alocks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self.store, self._owns_store = self._open_store(workspace, store)
+        root = self.store.root if isinstance(self.store, SQLiteStore) else None
+        #: The workspace folder (None for a store that is not a folder).
+        self.ws: Workspace | None = Workspace.at(root) if root is not None else None
+        self._problems: list[str] = []
+        self._tool_tokens: dict[str, int] = {}
+        self._open()
+
+    @staticmethod
+    def _open_store(
+        workspace: str | Path | None, store: Store | str | Path | None
+    ) -> tuple[Store, bool]:
+        if store is not None and not isinstance(store, str | Path):
+            return store, False
+        target = store if store is not None else workspace
+        if target is None:
+            import os
+
+            target = os.environ.get(ENV_VAR) or DEFAULT_WORKSPACE
+        if isinstance(target, str) and "://" not in target:
+            target = Path(target)
+        opened = open_store(target)
+        if isinstance(opened, SQLiteStore):
+            from .migrate import migrate_on_open
+
+            try:
+                migrate_on_open(opened)
+            except BaseException:
+                opened.close()
+                raise
+        return opened, True
+
+    def _open(self) -> None:
+        """(Re)build every in-memory part from what is stored."""
+        self.session = SessionStore(self.store, self.session_id, self.agent_id)
         self._cache = MessageTokenCache(self.counter)
         self.calibration = Calibration()
-        self.log = SessionLog(self.ws, self.session_id, agent_id=self.agent_id)
-        self.offload = OffloadStore(self.ws, self.session_id)
+        self.learned_window = None
+        self.window = self.configured_window
+        self.log = SessionLog(self.session)
+        self.offload = OffloadStore(self.session)
         ev = self.config.eviction
         self.eviction_store = (
-            OffloadStore(self.ws, self.session_id, root=Path(ev.offload_root) / self.session_id)
+            OffloadStore(
+                self.session, root=Path(ev.offload_root) / self.session_id, name="offload_root"
+            )
             if ev is not None and ev.offload_root is not None
             else self.offload
         )
-        self.record_store = FileRecordStore(self.ws.records_path)
-        self.session_state = load_state(self.ws.session_dir(self.session_id) / "session_state.json")
+        self.record_store = StoreRecordStore(self.session)
         self.view = HistoryView(self._cache.count)
-        self.summarizer = summarizer
         tiers = self.config.tiers
         self.compactor = ProgressiveCompactor(
             view=self.view,
@@ -127,33 +186,34 @@ class ContextManager:
             config=tiers or TierConfig(),
             session_id=self.session_id,
             count_text=self.counter.count_text,
-            summarizer=summarizer,
+            summarizer=self.summarizer,
             offload=self.offload,
             record_store=self.record_store,
             truncate_args=self.config.truncate_args,
             summary_style=self.config.summary_style,
             summary_prompt=self.config.summary.summary_prompt if self.config.summary else None,
             scale=self.calibration.apply,
-            active_tasks=self.session_state.active_task_lines,
+            active_tasks=lambda: self.session_state.active_task_lines(),
             policies=self._policies(),
         )
         if self.eviction_store is not self.offload:
             self.compactor.extra_stores.append(self.eviction_store)
-        self.recovery = Recovery(self, fact_extractor=fact_extractor)
+        old = getattr(self, "recovery", None)
+        self.recovery = Recovery(self, fact_extractor=self._fact_extractor)
+        if old is not None:
+            self.recovery.problems = old.problems
         self.compactor.before_summarize = self.recovery.before_summarize
         self.compactor.index_range = self.recovery.index_range
         #: The last compaction that changed the view (None until one did).
         self.last_record: CompactionRecord | None = None
         #: The record of the last prepare()/compact(), including "no compaction needed".
         self.last_prepare: CompactionRecord | None = None
-        self._alocks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
-        self._known_log_size: int | None = None  # set by _load()
         self._last_estimate = 0
         #: tokens of the last call that calibration must not scale (tool schemas, injection)
         self._last_fixed = 0
-        self._tool_tokens: dict[str, int] = {}
         #: window minus the last view (with schemas and output reserve): room for evidence
-        self._room = context_window
+        self._room = self.window
+        self.session_state = SessionState()
         self._load()
 
     # ------------------------------------------------------------------ policies
@@ -173,31 +233,51 @@ class ContextManager:
         return out
 
     # ------------------------------------------------------------------ persistence
-    @property
-    def _state_path(self) -> Path:
-        return self.ws.state_path(self.session_id)
-
     def _load(self) -> None:
-        history = self.log.read()
-        self._known_log_size = self._log_size()
-        for i, msg in enumerate(history):
-            self.view.append(msg, i)
-        path = self._state_path
-        if not path.exists():
+        offloads = []
+        entries = []
+        for event in self.session.read(kinds=["message", "offload"]):
+            if event.kind == "offload":
+                offloads.append(event)
+                continue
+            entries.append(entry_of(event))
+        answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
+        for entry in entries:
+            msg = entry.message
+            if entry.tokens is not None:
+                self._cache.seed(msg, entry.tokens)
+            if msg.tool_calls:
+                self.view.expect_answers(
+                    len(self.view), {c.id for c in msg.tool_calls if c.id in answered}
+                )
+            self.view.append(msg, entry.seq)
+        self.offload.load(offloads)
+        if self.eviction_store is not self.offload:
+            self.eviction_store.load(offloads)
+        # user data, not derived: a damaged snapshot is an error naming it, never dropped
+        self.session_state = load_state(self.session)
+        with self.view.deferred_sums():
+            self._load_view_state()
+
+    def _load_view_state(self) -> None:
+        last = self.session.read_last(1, ["state"])
+        calibration = self.store.get_doc("calibration", f"{self.session_id}/calibration")
+        if not last:
             self._reapply_offloads({})
-            return
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            self._load_state(data)
-        except (ValueError, TypeError, KeyError, OSError) as exc:
-            # the state is derived (the log is the truth): start the view over, say why
-            self.recovery.note_problem(f"compactor state {path} ignored: {exc}")
-            self.compactor.state = CompactorState()
-            self.calibration = Calibration()
-            self.compactor.scale = self.calibration.apply
-            self._reapply_offloads({})
+        else:
+            try:
+                self._load_state(last[0].data)
+            except (ValueError, TypeError, KeyError) as exc:
+                # the state is derived (the log is the truth): start the view over, say why
+                self.recovery.note_problem(f"compactor state (event {last[0].seq}) ignored: {exc}")
+                self.compactor.state = CompactorState()
+                self.calibration = Calibration()
+                self.compactor.scale = self.calibration.apply
+                self._reapply_offloads({})
+        if calibration is not None:
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                self.calibration = Calibration.from_dict(calibration)
+                self.compactor.scale = self.calibration.apply
 
     def _load_state(self, data: Mapping[str, Any]) -> None:
         st = self.compactor.state
@@ -239,10 +319,10 @@ class ContextManager:
                 continue
             self.compactor.reapply(idx, entry, policies.get(key, entry.policy))
 
-    def _save_state(self) -> None:
+    def _state_data(self) -> dict[str, Any]:
         st: CompactorState = self.compactor.state
         comp = self.view.compaction
-        data = {
+        return {
             "boundary": self.view.boundary,
             "boundary_uuid": st.boundary_uuid,
             "compaction_text": st.compaction_text,
@@ -255,7 +335,51 @@ class ContextManager:
             "calibration": self.calibration.to_dict(),
             "learned_window": self.learned_window.to_dict() if self.learned_window else None,
         }
-        atomic_write_text(self._state_path, json.dumps(data, ensure_ascii=False))
+
+    def _save_state(self) -> None:
+        """A ``state`` event with the compactor's state (in the current unit)."""
+        self.session.emit("state", self._state_data())
+        self._save_calibration()
+
+    def _save_calibration(self) -> None:
+        self.session.put_doc(
+            "calibration", f"{self.session_id}/calibration", self.calibration.to_dict()
+        )
+
+    @contextlib.contextmanager
+    def _unit(self) -> Iterator[None]:
+        """One atomic unit: everything stored inside commits together, or nothing does. On a
+        storage failure the manager reloads what is stored, then the error is raised."""
+        with self._lock:
+            try:
+                with self.session.unit():
+                    yield
+            except StorageError:
+                self._reload_after_failure()
+                raise
+
+    def _reload_after_failure(self) -> None:
+        try:
+            self._open()
+        except ContextFoldError as exc:  # the store is unreadable too: say so, keep the error
+            self._problems.append(f"reloading after a failed write failed: {exc}")
+
+    def refresh(self) -> None:
+        """Reload the session from the store (after another writer appended to it)."""
+        with self._lock:
+            self._open()
+
+    def close(self) -> None:
+        """Release the store this manager opened (a store passed in is left open)."""
+        with self._lock:
+            if self._owns_store:
+                self.store.close()
+
+    def __enter__(self) -> ContextManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ adding
     @property
@@ -272,30 +396,31 @@ class ContextManager:
         return self.add_many([message])[-1]
 
     def add_many(self, messages: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
-        """Append several messages at once (all or nothing)."""
-        start = len(self.view)
-        # dicts get a uuid derived from (session, position): stable across replays, so the
-        # same history always gives the same view (evidence ids derive from it)
-        parsed = parse_inputs(messages, start, self._uuid_for)
-        if not parsed:
-            return []
-        self.view.check_batch(parsed, start)  # all or nothing: validate before writing
-        try:
-            with self._single_writer():
-                entries = self.log.append(parsed)
-        except UnicodeEncodeError:
+        """Append several messages at once: all or nothing (validated first, then stored in one
+        unit)."""
+        with self._lock:
+            start = len(self.view)
+            # dicts get a uuid derived from (session, position): stable across replays, so the
+            # same history always gives the same view (evidence ids derive from it)
+            parsed = parse_inputs(messages, start, self._uuid_for)
+            if not parsed:
+                return []
+            self.view.check_batch(parsed, start)  # all or nothing: validate before writing
             bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
-            raise InvalidMessageError(
-                "text is not valid Unicode (lone surrogates); decode tool output with "
-                "errors='replace' before adding it",
-                index=bad,
-            ) from None
-        self.recovery.on_logged(entries)
-        for i, msg in enumerate(parsed):
-            self.view.append(msg, start + i)
-            if msg.role == "tool":
-                self._ingest(start + i)
-        return parsed
+            if bad is not None:
+                raise InvalidMessageError(
+                    "text is not valid Unicode (lone surrogates); decode tool output with "
+                    "errors='replace' before adding it",
+                    index=bad,
+                )
+            tokens = [self._cache.count(m) for m in parsed]
+            with self._unit():
+                self.log.append(parsed, start, tokens)
+                for i, msg in enumerate(parsed):
+                    self.view.append(msg, start + i)
+                    if msg.role == "tool":
+                        self._ingest(start + i)
+            return parsed
 
     def add_response(self, response: Any, *, choice: int = 0) -> Message:
         """Record the assistant turn of a model's response: an OpenAI ``ChatCompletion`` (its
@@ -320,33 +445,6 @@ class ContextManager:
         return self.add_many(
             [replace(m, uuid=self._uuid_for(start + i)) for i, m in enumerate(converted)]
         )
-
-    def _log_size(self) -> int:
-        try:
-            return self.ws.log_path(self.session_id).stat().st_size
-        except FileNotFoundError:
-            return 0
-
-    @contextlib.contextmanager
-    def _single_writer(self) -> Iterator[None]:
-        """Append only if nobody else appended since we last read or wrote the log: a second
-        live manager on the same session would otherwise interleave positions and uuids."""
-        folder = self.ws.session_dir(self.session_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / ".lock", "a+b") as lock:
-            if fcntl is not None:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                if self._known_log_size is not None and self._log_size() != self._known_log_size:
-                    raise StorageError(
-                        f"session {self.session_id!r} was changed by another writer since it was "
-                        "opened here; open a new ContextManager to continue from the latest log"
-                    )
-                yield
-                self._known_log_size = self._log_size()
-            finally:
-                if fcntl is not None:
-                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def _uuid_for(self, position: int) -> str:
         return str(
@@ -426,13 +524,16 @@ class ContextManager:
         without compaction O(new messages); treat them as read-only or pass ``copy=True``."""
         if format not in ("openai", "anthropic"):
             raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
-        schema_tokens = self._schema_tokens(tools)
-        extra = self.config.reserve_output_tokens + schema_tokens
-        record = self._compact_if_needed(extra + self.recovery.injection_reserve())
-        self._finish(record)
-        self._check_fits(extra, schema_tokens, record)
-        self._last_fixed = schema_tokens
-        return self._render(format, copy=copy)
+        with self._lock:
+            schema_tokens = self._schema_tokens(tools)
+            extra = self.config.reserve_output_tokens + schema_tokens
+            with self._unit():
+                record = self._compact_if_needed(extra + self.recovery.injection_reserve())
+                self._finish(record)
+            self._announce(record)
+            self._check_fits(extra, schema_tokens, record)
+            self._last_fixed = schema_tokens
+            return self._render(format, copy=copy)
 
     @overload
     async def aprepare(
@@ -516,12 +617,12 @@ class ContextManager:
         if record.changed:
             self.last_record = record
             self.recovery.after_compaction(record)
-            try:
-                self._save_state()
-            except ContextFoldError as exc:  # fail-open: the state is derived, the log is not
-                self.recovery.note_problem(f"saving compactor state failed: {exc}")
-            if self.on_compaction is not None:
-                self.on_compaction(record)
+            self._save_state()
+
+    def _announce(self, record: CompactionRecord) -> None:
+        """After the compaction's unit committed."""
+        if record.changed and self.on_compaction is not None:
+            self.on_compaction(record)
 
     def _render(self, format: str, *, copy: bool = False) -> OpenAIView | AnthropicView:
         inject = self.recovery.safe_injection()
@@ -575,11 +676,13 @@ class ContextManager:
     def reset_window(self) -> None:
         """Forget a window learned from overflow errors (e.g. after switching to a bigger
         model): ``context_window`` applies again."""
-        self._set_window(None)
-        try:
-            self._save_state()
-        except ContextFoldError as exc:
-            self.recovery.note_problem(f"saving compactor state failed: {exc}")
+        with self._lock:
+            self._set_window(None)
+            try:
+                with self._unit():
+                    self._save_state()
+            except ContextFoldError as exc:
+                self.recovery.note_problem(f"saving compactor state failed: {exc}")
 
     # ------------------------------------------------------------------ manual compaction
     def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
@@ -595,8 +698,10 @@ class ContextManager:
                 ) from None
         else:
             chosen = Tier.FULL if force else None
-        record = self.compactor.run(force=chosen, reason="manual /compact" if force else "")
-        self._finish(record)
+        with self._unit():
+            record = self.compactor.run(force=chosen, reason="manual /compact" if force else "")
+            self._finish(record)
+        self._announce(record)
         return record
 
     # ------------------------------------------------------------------ usage / calibration
@@ -617,12 +722,13 @@ class ContextManager:
         message_tokens = int(input_tokens) - self._last_fixed
         if message_tokens <= 0:
             return self.calibration.scale
-        scale = self.calibration.observe(self._last_estimate, message_tokens)
-        try:
-            self._save_state()
-        except ContextFoldError as exc:
-            self.recovery.note_problem(str(exc))
-        return scale
+        with self._lock:
+            scale = self.calibration.observe(self._last_estimate, message_tokens)
+            try:
+                self._save_calibration()
+            except ContextFoldError as exc:  # the scale is re-learned from the next calls
+                self.recovery.note_problem(f"saving the calibration failed: {exc}")
+            return scale
 
     # ------------------------------------------------------------------ overflow recovery
     def call(
@@ -676,7 +782,7 @@ class ContextManager:
             except Exception as exc2:
                 self._raise_overflow(exc2, record)
                 raise
-        if extract_input_tokens(result) is not None:  # calibration writes state.json
+        if extract_input_tokens(result) is not None:  # calibration is stored
             async with self._async_lock():
                 await run_off_loop(lambda: self.report_usage(response=result))
         return result
@@ -690,9 +796,13 @@ class ContextManager:
         turned off) is raised again."""
         if not self.config.overflow_recovery or not is_context_overflow(exc):
             raise exc
-        note = learn_from_overflow(self, exc)
-        record = self.compactor.recover_overflow(extra_tokens=self._extra_tokens(tools), note=note)
-        self._finish(record)
+        with self._unit():
+            note = learn_from_overflow(self, exc)
+            record = self.compactor.recover_overflow(
+                extra_tokens=self._extra_tokens(tools), note=note
+            )
+            self._finish(record)
+        self._announce(record)
         return record
 
     def _recover(
@@ -728,7 +838,8 @@ class ContextManager:
     # ------------------------------------------------------------------ records, tools, state
     def records(self) -> list[CompactionRecord]:
         """Every persisted CompactionRecord of this session, oldest first."""
-        return self.record_store.list(self.session_id)
+        with self._lock:
+            return self.record_store.list(self.session_id)
 
     @property
     def toolbox(self) -> ToolBox:
@@ -741,62 +852,48 @@ class ContextManager:
 
     def handle_tool_call(self, call: Mapping[str, Any]) -> dict[str, Any]:
         """Run one of contextfold's agent tools; returns the tool message (errors included)."""
-        return self.toolbox.handle(call)
+        with self._lock:
+            return self.toolbox.handle(call)
 
     def restore(self, query: str, k: int = 5) -> list[RestoreHit]:
         """Evidence that left the view, best match first, with its original text."""
-        return self.recovery.restore(query, k)
+        with self._lock:
+            return self.recovery.restore(query, k)
 
     def add_subagent_output(
         self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None = None
     ) -> list[EvidencePointer]:
-        return self.recovery.add_subagent_output(run_id, messages_or_text, parent_message_uuid)
+        with self._unit():
+            return self.recovery.add_subagent_output(run_id, messages_or_text, parent_message_uuid)
 
     def recover_tool_result(self, tool_call_id: str) -> str | None:
-        return self.recovery.recover_tool_result(tool_call_id)
+        with self._lock:
+            return self.recovery.recover_tool_result(tool_call_id)
 
     @property
     def state(self) -> SessionState:
         return self.session_state
 
     def save_session_state(self) -> None:
-        save_state(self.ws.session_dir(self.session_id) / "session_state.json", self.session_state)
+        """Store the session state (plan mode, todos, tasks, permissions) as a snapshot."""
+        with self._unit():
+            save_state(self.session, self.session_state)
 
     def offloaded(self) -> dict[str, OffloadEntry]:
         return self.offload.entries()
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:
-        """Cascade cleanup: log, tool results, records, evidence, state, index rows
-        (and the evicted files under a custom offload root). The manager stays usable: the
-        session starts again empty."""
-        self.recovery.forget_session()
-        folder = self.ws.session_dir(self.session_id)
-        if folder.exists():
-            shutil.rmtree(folder)
-        if self.eviction_store is not self.offload and self.eviction_store.dir.exists():
-            shutil.rmtree(self.eviction_store.dir)
-        self.log = SessionLog(self.ws, self.session_id, agent_id=self.agent_id)
-        self._known_log_size = 0
-        self.offload = OffloadStore(self.ws, self.session_id)
-        if self.eviction_store.dir == self.offload.dir or self.config.eviction is None:
-            self.eviction_store = self.offload
-        else:
-            self.eviction_store = OffloadStore(
-                self.ws, self.session_id, root=self.eviction_store.dir
-            )
-        self.calibration = Calibration()
-        self.session_state = SessionState()
-        self.compactor.active_tasks = self.session_state.active_task_lines
-        self._cache = MessageTokenCache(self.counter)
-        self.view = HistoryView(self._cache.count)
-        self.compactor.view = self.view
-        self.compactor.offload = self.offload
-        self.compactor.extra_stores = (
-            [] if self.eviction_store is self.offload else [self.eviction_store]
-        )
-        self.compactor.scale = self.calibration.apply
-        self.compactor.state = CompactorState()
-        self.last_record = None
-        self.last_prepare = None
-        self._set_window(None)
+        """Cascade cleanup: the session's events (messages, records, offloads,
+        evidence, state), documents and index rows in one step, and the evicted files under a
+        custom offload root. The manager stays usable: the session starts again empty."""
+        with self._lock:
+            self.recovery.forget_session()
+            self.store.delete_session(self.session_id)
+            root = self.eviction_store.root
+            if self.eviction_store is not self.offload and root is not None and root.exists():
+                try:
+                    shutil.rmtree(root)
+                except OSError as exc:
+                    raise StorageError(f"cannot delete {root}: {exc}") from exc
+            self._open()

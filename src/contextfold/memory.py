@@ -1,10 +1,10 @@
 """Long-term memory: flush facts before compaction (seed 002, section 3.1).
 
 Before messages leave the view, facts (requirements, configuration, file changes, conclusions,
-constraints) are extracted and written to ``<ws>/memory/MEMORY.md`` (an index, one line per
-fact with a link to its topic file) and ``<ws>/memory/<topic>.md``. Writing is incremental and
-never duplicates a fact: each fact line carries a hash of its normalized text, and the set of
-known hashes is recovered by parsing the topic files, so the Markdown files are the only state.
+constraints) are extracted and stored as documents of the store, scoped by agent, each with a
+hash of its normalized text so a fact is never stored twice. ``memory_get`` renders MEMORY.md
+(an index, one line per fact) and one Markdown file per topic from them; ``contextfold export``
+writes those files.
 
 Extraction is extractive (deterministic, no LLM) by default; :class:`LLMFactExtractor` asks a
 chat model for JSON lines and falls back to the extractive one when that fails.
@@ -12,18 +12,14 @@ chat model for JSON lines and falls back to the extractive one when that fails.
 
 from __future__ import annotations
 
-import itertools
 import json
-import math
 import re
 import threading
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .errors import StorageError, ToolArgumentsError, UnsafeIdError
+from .errors import ToolArgumentsError, UnsafeIdError
 from .memory_extract import FACT_PROMPT as FACT_PROMPT
 from .memory_extract import (
     KINDS,
@@ -39,7 +35,10 @@ from .memory_extract import (
 from .memory_extract import MAX_FACT_CHARS as MAX_FACT_CHARS
 from .memory_extract import ChatModelLike as ChatModelLike
 from .memory_extract import normalize as normalize
-from .paths import Workspace, confined, safe_name
+from .paths import safe_name
+from .storage.base import SearchDoc
+from .storage.session import SessionStore
+from .storage.util import utc_now
 from .tools import Tool
 
 INDEX_NAME = "MEMORY.md"
@@ -57,163 +56,174 @@ class MemoryHit:
 
 # --------------------------------------------------------------------------- store
 
+NAMESPACE = "memory"
+#: Facts in this scope are readable by every agent (written only by owners who opt in).
+SHARED_SCOPE = "*shared*"
+
 _FACT_LINE = re.compile(
     r"^- \((?P<kind>[a-z_]+)\) (?P<text>.*?) <!-- cf:(?P<h>[0-9a-f]+)(?: [^>]*)? -->$"
 )
-_TOKEN = re.compile(r"[a-z0-9_]+|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 
 
-def _terms(text: str) -> list[str]:
-    toks = _TOKEN.findall(text.lower())
-    out = [t for t in toks if len(t) > 1 or not t.isascii()]
-    # CJK bigrams make multi-character words rank above scattered single characters
-    cjk = [t for t in toks if not t.isascii()]
-    out.extend(a + b for a, b in itertools.pairwise(cjk))
+def parse_topic_file(text: str) -> list[tuple[str, str, str]]:
+    """(kind, text, hash) of each fact line of a topic file (legacy ``memory/*.md``)."""
+    out = []
+    for line in text.splitlines():
+        m = _FACT_LINE.match(line)
+        if m:
+            out.append((m.group("kind"), m.group("text"), m.group("h")))
     return out
 
 
+def fact_key(scope: str, h: str) -> str:
+    # "agent:" cannot start a session id, so delete_session never touches memory
+    return f"agent:{scope}/{h}"
+
+
+def fact_doc(scope: str, h: str, value: Mapping[str, Any]) -> SearchDoc:
+    return SearchDoc(
+        namespace=NAMESPACE,
+        doc_id=fact_key(scope, h),
+        scope=scope,
+        session_id="",
+        fields={"body": str(value.get("text", "")), "topic": str(value.get("title", ""))},
+        meta={k: value.get(k) for k in ("kind", "text", "file", "title")},
+    )
+
+
 class MemoryStore:
-    """``<ws>/memory/``: MEMORY.md (index) plus one Markdown file per topic."""
+    """Long-term memory of one agent: facts are documents of the store (namespace
+    ``memory``) scoped by agent, found through the store's search index.
 
-    def __init__(self, workspace: Workspace) -> None:
-        self.workspace = workspace
-        self.dir = workspace.memory_dir
+    ``read_agents``: other agents whose memory this one may read (``allow_agents``
+    semantics; ``"*"`` = all). ``share=True``: new facts go to the shared scope, readable by
+    every agent of the store (the owner opts in). MEMORY.md and the topic files are rendered
+    from the facts (``memory_get``, ``contextfold export``).
+    """
+
+    def __init__(
+        self,
+        session: SessionStore,
+        *,
+        read_agents: Sequence[str] = (),
+        share: bool = False,
+    ) -> None:
+        self.session = session
+        self.store = session.store
+        self.agent_id = session.agent_id
+        self.write_scope = SHARED_SCOPE if share else self.agent_id
         self._lock = threading.Lock()
-        self._hashes: set[str] | None = None
-
-    @property
-    def index_path(self) -> Path:
-        return self.dir / INDEX_NAME
+        self._seen: set[str] = set()
+        if "*" in read_agents:
+            self.scopes: list[str] | None = None
+        else:
+            self.scopes = list(dict.fromkeys([self.agent_id, *read_agents, SHARED_SCOPE]))
 
     def topic_file(self, topic: str) -> str:
         name = safe_name(topic.strip().lower().replace(" ", "-") or "misc", what="topic")
         return "topics.md" if name.upper() == "MEMORY" else f"{name}.md"
 
-    def _load_facts(self) -> list[tuple[str, str, str, str]]:
-        """(topic file, kind, text, hash) of every stored fact."""
-        out: list[tuple[str, str, str, str]] = []
-        if not self.dir.is_dir():
-            return out
-        for path in sorted(self.dir.glob("*.md")):
-            if path.name == INDEX_NAME:
-                continue
-            try:
-                lines = path.read_text(encoding="utf-8").splitlines()
-            except OSError as exc:
-                raise StorageError(f"cannot read {path}: {exc}") from exc
-            for line in lines:
-                m = _FACT_LINE.match(line)
-                if m:
-                    out.append((path.name, m.group("kind"), m.group("text"), m.group("h")))
+    def _facts(self) -> list[dict[str, Any]]:
+        """Readable facts, oldest first."""
+        out: list[dict[str, Any]] = []
+        for scope in self.scopes if self.scopes is not None else [""]:
+            prefix = f"agent:{scope}/" if scope else "agent:"
+            out.extend(self.store.docs(NAMESPACE, prefix=prefix).values())
+        out.sort(key=lambda f: (str(f.get("ts", "")), int(f.get("n", 0))))
         return out
 
     def flush(self, facts: Sequence[Fact]) -> int:
-        """Write the facts not stored yet; returns how many were new."""
+        """Write the facts not stored yet (in the caller's unit of work); how many were new."""
         with self._lock:
-            if self._hashes is None:
-                self._hashes = {h for *_, h in self._load_facts()}
-            by_file: dict[str, list[str]] = {}
-            titles: dict[str, str] = {}
-            index_lines: list[str] = []
+            new = 0
+            stamp = utc_now()
+            docs = []
             for fact in facts:
                 text = clean_fact(fact.text)
                 if not text:
                     continue
                 h = fact_hash(text)
-                if h in self._hashes:
+                key = fact_key(self.write_scope, h)
+                if key in self._seen or self.store.get_doc(NAMESPACE, key) is not None:
                     continue
-                self._hashes.add(h)
+                self._seen.add(key)
                 kind = fact.kind if fact.kind in KINDS else "conclusion"
-                fname = self.topic_file(fact.topic or TOPIC_OF_KIND[kind])
-                titles.setdefault(fname, fact.topic or TOPIC_OF_KIND[kind])
-                src = f" src:{safe_name(fact.source_uuid)}" if fact.source_uuid else ""
-                by_file.setdefault(fname, []).append(f"- ({kind}) {text} <!-- cf:{h}{src} -->")
-                index_lines.append(f"- [{titles[fname]}]({fname}) ({kind}) {text}")
-            if not index_lines:
-                return 0
-            try:
-                self.dir.mkdir(parents=True, exist_ok=True)
-                for fname, lines in by_file.items():
-                    path = self.dir / fname
-                    head = "" if path.exists() else f"# {titles[fname]}\n\n"
-                    with path.open("a", encoding="utf-8") as fh:
-                        fh.write(head + "\n".join(lines) + "\n")
-                head = (
-                    ""
-                    if self.index_path.exists()
-                    else "# Memory\n\nOne line per fact; details in the topic files.\n\n"
-                )
-                with self.index_path.open("a", encoding="utf-8") as fh:
-                    fh.write(head + "\n".join(index_lines) + "\n")
-            except OSError as exc:
-                self._hashes = None  # re-read the files next time
-                raise StorageError(f"cannot write memory in {self.dir}: {exc}") from exc
-            return len(index_lines)
+                title = fact.topic or TOPIC_OF_KIND[kind]
+                value = {
+                    "kind": kind,
+                    "text": text,
+                    "title": title,
+                    "file": self.topic_file(title),
+                    "source": fact.source_uuid or "",
+                    "ts": stamp,
+                    "n": new,
+                }
+                self.session.put_doc(NAMESPACE, key, value)
+                docs.append(fact_doc(self.write_scope, h, value))
+                new += 1
+            if docs:
+                self.session.index(docs)
+            return new
 
     def search(self, query: str, limit: int = 10) -> list[MemoryHit]:
-        """Facts ranked by a BM25-like score over their words (CJK characters and bigrams)."""
-        q = set(_terms(query))
-        if not q or limit <= 0:
+        """Facts ranked by the store's BM25 over their words."""
+        if limit <= 0:
             return []
-        facts = self._load_facts()
-        docs = [_terms(text) for _, _, text, _ in facts]
-        n = len(docs)
-        if not n:
-            return []
-        avg = sum(len(d) for d in docs) / n or 1.0
-        df: Counter[str] = Counter()
-        for d in docs:
-            df.update(set(d) & q)
-        scored: list[tuple[float, int]] = []
-        for i, d in enumerate(docs):
-            tf = Counter(t for t in d if t in q)
-            if not tf:
-                continue
-            score = 0.0
-            for term, f in tf.items():
-                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
-                score += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * len(d) / avg))
-            scored.append((score, i))
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        hits = []
-        for score, i in scored[:limit]:
-            fname, kind, text, _ = facts[i]
-            hits.append(
-                MemoryHit(topic=fname[:-3], kind=kind, text=text, score=round(score, 4), path=fname)
+        hits = self.store.search(NAMESPACE, query, scopes=self.scopes, limit=limit)
+        out = []
+        for h in hits:
+            fname = str(h.meta.get("file") or "misc.md")
+            out.append(
+                MemoryHit(
+                    topic=fname[:-3],
+                    kind=str(h.meta.get("kind", "")),
+                    text=str(h.meta.get("text", "")),
+                    score=round(h.score, 4),
+                    path=fname,
+                )
             )
-        return hits
+        return out
 
     def topics(self) -> list[str]:
-        if not self.dir.is_dir():
-            return []
-        return sorted(p.name for p in self.dir.glob("*.md") if p.name != INDEX_NAME)
+        return sorted({str(f.get("file")) for f in self._facts() if f.get("file")})
+
+    def render(self, name: str) -> str | None:
+        """MEMORY.md or one topic file, rendered from the facts (None: no such topic)."""
+        facts = self._facts()
+        if name == INDEX_NAME:
+            head = "# Memory\n\nOne line per fact; details in the topic files.\n\n"
+            if not facts:
+                return "# Memory\n\n(no facts stored yet)\n"
+            lines = [
+                f"- [{f.get('title')}]({f.get('file')}) ({f.get('kind')}) {f.get('text')}"
+                for f in facts
+            ]
+            return head + "\n".join(lines) + "\n"
+        mine = [f for f in facts if f.get("file") == name]
+        if not mine:
+            return None
+        lines = [
+            f"- ({f.get('kind')}) {f.get('text')} <!-- cf:{fact_hash(str(f.get('text')))} -->"
+            for f in mine
+        ]
+        return f"# {mine[0].get('title')}\n\n" + "\n".join(lines) + "\n"
 
     def get(self, topic_or_path: str | None = None) -> str:
-        """MEMORY.md (default) or a topic file, by topic name or file name; confined to memory/."""
+        """MEMORY.md (default) or a topic, by topic name or file name."""
         raw = (topic_or_path or "").strip()
         if raw in ("", INDEX_NAME, "MEMORY", "index"):
             name = INDEX_NAME
         elif "/" in raw or "\\" in raw or ".." in raw or "\x00" in raw:
-            target = self.dir / raw
-            confined(self.dir, target)  # raises UnsafeIdError for anything outside
-            if target.parent.resolve() != self.dir.resolve():
-                raise UnsafeIdError(f"memory path {raw!r} must name a file in {self.dir}")
-            name = target.name
+            raise UnsafeIdError(f"memory path {raw!r} escapes the memory topics: name a topic")
         elif raw.endswith(".md"):
             name = raw if safe_name(raw, what="memory file") == raw else self.topic_file(raw[:-3])
         else:
             name = self.topic_file(raw)
-        path = self.dir / name
-        confined(self.dir, path)
-        try:
-            return path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            if name == INDEX_NAME:
-                return "# Memory\n\n(no facts stored yet)\n"
+        text = self.render(name)
+        if text is None:
             known = ", ".join(t[:-3] for t in self.topics()) or "none"
-            raise ToolArgumentsError(f"no memory topic {raw!r}; topics: {known}") from None
-        except OSError as exc:
-            raise StorageError(f"cannot read {path}: {exc}") from exc
+            raise ToolArgumentsError(f"no memory topic {raw!r}; topics: {known}")
+        return text
 
 
 def memory_tools(store: MemoryStore) -> list[Tool]:

@@ -1,7 +1,8 @@
 """One offload store, several policies (seed 000 section 3, seed 002 section 2.2).
 
-The store writes a tool result byte-exact to ``sessions/<id>/tool_results/<safe id>.txt`` and
-remembers its sha256; a policy decides *when* to offload and *what placeholder* stays in the
+The store keeps a tool result byte-exact as a blob (sha256) and records an ``offload`` event in
+the session's log; the placeholder names it ``sessions/<id>/tool_results/<safe id>.txt`` (the
+file ``contextfold export`` writes). A policy decides *when* to offload and *what placeholder* stays in the
 view. Writing is idempotent per tool call id, and every failure raises :class:`StorageError`
 so the caller can keep the original text and record why (fail-open).
 """
@@ -11,15 +12,16 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import hashlib
-import json
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import StorageError, UnsafeIdError
-from .paths import Workspace, confined, safe_name
+from .errors import StorageError
+from .paths import confined, safe_name
 from .records import OffloadEntry
+from .storage.base import Event
+from .storage.session import SessionStore
 
 #: Prefixes that mark content as already offloaded (ours, and the seed's OffloadHook marker).
 OFFLOADED_PREFIXES = ("[offloaded:", "[输出已保存至", "[evicted:")
@@ -118,27 +120,36 @@ def placeholder(entry: OffloadEntry, text: str, policy: OffloadPolicy) -> str:
 
 
 class OffloadStore:
-    """Files of one session. ``root`` overrides the folder (seed 002's offloadRoot)."""
+    """Offloaded results of one session: bytes in the store's blobs (by sha256), one
+    ``offload`` event per result in the session's log.
 
-    def __init__(self, workspace: Workspace, session_id: str, *, root: Path | None = None) -> None:
-        self.workspace = workspace
-        self.session_id = session_id
-        self.dir = root if root is not None else workspace.tool_results_dir(session_id)
-        self._index_path = self.dir / "index.jsonl"
+    ``root`` (seed 002's offloadRoot) also writes each result as a plain file in that folder
+    (atomically), for people and tools that want files; the blob stays the source of truth.
+    """
+
+    def __init__(
+        self, session: SessionStore, *, root: Path | None = None, name: str = "default"
+    ) -> None:
+        self.session = session
+        self.session_id = session.session_id
+        self.root = root
+        self.name = name
         self._entries: dict[str, OffloadEntry] = {}
-        self._load_index()
 
-    # -------------------------------------------------------------- index
-    def _load_index(self) -> None:
-        if not self._index_path.exists():
-            return
-        with self._index_path.open("r", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                try:
-                    entry = OffloadEntry.from_dict(json.loads(line))
-                except (ValueError, TypeError, AttributeError):
-                    continue  # torn or foreign line: the file itself is still there
-                self._entries[entry.tool_call_id] = entry
+    @property
+    def dir(self) -> Path | None:
+        return self.root
+
+    def load(self, events: Iterable[Event]) -> None:
+        """Take the entries of stored ``offload`` events written by this store."""
+        for ev in events:
+            if ev.data.get("store", "default") != self.name:
+                continue
+            try:
+                entry = OffloadEntry.from_dict(ev.data["entry"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            self._entries[entry.tool_call_id] = entry
 
     def entries(self) -> dict[str, OffloadEntry]:
         return dict(self._entries)
@@ -146,15 +157,11 @@ class OffloadStore:
     def get(self, tool_call_id: str) -> OffloadEntry | None:
         return self._entries.get(tool_call_id)
 
-    def _relative(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.workspace.root.resolve()).as_posix()
-        except ValueError:
-            return str(path.resolve())
-
-    def file_for(self, tool_call_id: str) -> Path:
+    def _path_for(self, tool_call_id: str) -> str:
         name = safe_name(tool_call_id, what="tool call id") + ".txt"
-        return confined(self.dir, self.dir / name)
+        if self.root is None:  # the name shown in placeholders (and written by export)
+            return f"sessions/{self.session_id}/tool_results/{name}"
+        return str(confined(self.root, self.root / name))
 
     # -------------------------------------------------------------- write / read
     def write(
@@ -171,18 +178,15 @@ class OffloadStore:
         digest = hashlib.sha256(data).hexdigest()
         known = self._entries.get(tool_call_id)
         if known is not None and known.sha256 == digest:
-            path = (
-                self.workspace.root / known.path
-                if not Path(known.path).is_absolute()
-                else Path(known.path)
-            )
-            if path.exists():
-                return known
-        path = self.file_for(tool_call_id)
+            return known
+        path = self._path_for(tool_call_id)
+        self.session.store.blobs.put(data)
+        if self.root is not None:
+            _mirror(Path(path), data)
         entry = OffloadEntry(
             tool_call_id=tool_call_id,
             message_uuid=message_uuid,
-            path=self._relative(path),
+            path=path,
             sha256=digest,
             chars=len(text),
             bytes=len(data),
@@ -190,24 +194,9 @@ class OffloadStore:
             policy=policy,
             tool_name=tool_name,
         )
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            with tmp.open("wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-            with self._index_path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(entry.to_dict(), ensure_ascii=False) + "\n")
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise StorageError(f"offload of tool result {tool_call_id!r} failed: {exc}") from exc
+        self.session.emit("offload", {"entry": entry.to_dict(), "store": self.name})
         self._entries[tool_call_id] = entry
         return entry
-
-    def path_of(self, entry: OffloadEntry) -> Path:
-        p = Path(entry.path)
-        return p if p.is_absolute() else self.workspace.root / p
 
     def read(self, tool_call_id: str) -> str:
         """The exact stored text; raises StorageError if missing or its sha256 does not match."""
@@ -215,35 +204,36 @@ class OffloadStore:
         if entry is None:
             raise StorageError(f"no offloaded result for tool call {tool_call_id!r}")
         try:
-            data = self.path_of(entry).read_bytes()
-        except OSError as exc:
+            data = self.session.store.blobs.get(entry.sha256)
+        except StorageError as exc:
             raise StorageError(f"offloaded result {entry.path} is unreadable: {exc}") from exc
-        if hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise StorageError(f"offloaded result {entry.path} does not match its sha256")
         return data.decode("utf-8", "surrogatepass")
 
-    def read_page(self, ref: str, *, offset: int = 0, limit: int = 200) -> str:
-        """Lines ``offset``..``offset+limit`` of an offloaded file, by tool call id or path.
+    def find(self, ref: str) -> OffloadEntry | None:
+        """The entry named by a tool call id or by the path shown in its placeholder."""
+        entry = self._entries.get(ref)
+        if entry is not None:
+            return entry
+        clean = ref.strip()
+        while clean.startswith("./"):
+            clean = clean[2:]
+        if not clean or ".." in Path(clean).parts:
+            return None
+        for e in self._entries.values():
+            if e.path == clean or e.path.endswith("/" + clean):
+                return e
+        return None
 
-        Paths are confined to this session's folder: ``../`` or absolute paths elsewhere fail.
+    def read_page(self, ref: str, *, offset: int = 0, limit: int = 200) -> str:
+        """Lines ``offset``..``offset+limit`` of an offloaded result, by tool call id or path.
+
+        Only results of this session can be named: any other path is refused.
         """
         if offset < 0 or limit <= 0:
             raise StorageError("offset must be >= 0 and limit > 0")
-        entry = self._entries.get(ref)
+        entry = self.find(ref)
         if entry is None:
-            candidate = Path(ref)
-            base = self.dir
-            full = candidate if candidate.is_absolute() else self.workspace.root / candidate
-            if not candidate.is_absolute() and not str(ref).startswith(("sessions/", "./")):
-                full = base / candidate
-            try:
-                full = confined(base, full)
-            except UnsafeIdError:
-                raise StorageError(f"{ref!r} is not an offloaded result of this session") from None
-            match = [e for e in self._entries.values() if self.path_of(e).resolve() == full]
-            if not match:
-                raise StorageError(f"{ref!r} is not an offloaded result of this session")
-            entry = match[0]
+            raise StorageError(f"{ref!r} is not an offloaded result of this session")
         text = self.read(entry.tool_call_id)
         lines = text.split("\n")
         if text.endswith("\n"):
@@ -261,3 +251,16 @@ class OffloadStore:
             else ""
         )
         return header + "\n" + "\n".join(page) + more
+
+
+def _mirror(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write {path}: {exc}") from exc

@@ -1,4 +1,4 @@
-"""Workspace layout and safe file names for ids that come from outside.
+"""The workspace folder and safe file names for ids that come from outside.
 
 Ids (session, tool call, agent) are chosen by callers and by models, so they are hostile until
 proven otherwise. :func:`safe_name` maps any id to a single path component that cannot escape
@@ -54,46 +54,10 @@ def confined(base: Path, candidate: Path) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Workspace:
-    """Where everything lives. One folder per session; deleting it removes all of that session."""
+    """The workspace folder (the embedded store lives there: see contextfold.storage)."""
 
     root: Path
 
     @classmethod
     def at(cls, root: str | Path) -> Workspace:
         return cls(Path(root))
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.root / "sessions"
-
-    @property
-    def memory_dir(self) -> Path:
-        return self.root / "memory"
-
-    @property
-    def index_path(self) -> Path:
-        return self.root / "index.sqlite"
-
-    def session_dir(self, session_id: str) -> Path:
-        return self.sessions_dir / check_session_id(session_id)
-
-    def log_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "log.jsonl"
-
-    def meta_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "meta.json"
-
-    def state_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "state.json"
-
-    def records_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "records.jsonl"
-
-    def tool_results_dir(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "tool_results"
-
-    def blocks_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "compact-blocks.jsonl"
-
-    def evidence_dir(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / "evidence"

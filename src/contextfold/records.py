@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .anchors import Anchor, AnchorType
-from .errors import StorageError
+
+if TYPE_CHECKING:
+    from .storage.session import SessionStore
 
 
 class Tier(str, Enum):
@@ -128,63 +126,27 @@ class RecordStore(Protocol):
     def list(self, session_id: str) -> list[CompactionRecord]: ...
 
 
-class FileRecordStore:
-    """Append-only JSONL, one file per session (``sessions/<id>/records.jsonl``).
+class StoreRecordStore:
+    """Compaction records as ``compaction`` events of the session's log (one per record,
+    in the same unit of work as the compaction's offloads, evidence and state)."""
 
-    ``path_for`` maps a session id to its file. A torn last line (crash mid-write) is skipped
-    when reading; a corrupt line elsewhere is skipped and counted in ``problems``.
-    """
-
-    def __init__(self, path_for: Any) -> None:
-        self._path_for = path_for
+    def __init__(self, session: SessionStore) -> None:
+        self.session = session
+        #: Records that could not be read back (damaged events), newest last.
         self.problems: list[str] = []
 
     def append(self, record: CompactionRecord) -> None:
-        path: Path = self._path_for(record.session_id)
-        line = json.dumps(record.to_dict(), ensure_ascii=False) + "\n"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _ensure_line_start(path)
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write(line)
-        except OSError as exc:
-            raise StorageError(f"cannot append compaction record to {path}: {exc}") from exc
+        self.session.emit("compaction", {"record": record.to_dict()})
 
     def list(self, session_id: str) -> list[CompactionRecord]:
-        path: Path = self._path_for(session_id)
-        return read_records(path, self.problems)
-
-
-def _ensure_line_start(path: Path) -> None:
-    """If a previous writer died mid-line, start the next record on a fresh line."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return
-    if size == 0:
-        return
-    with path.open("rb") as fh:
-        fh.seek(size - 1)
-        last = fh.read(1)
-    if last != b"\n":
-        with path.open("ab") as fh:
-            fh.write(b"\n")
-
-
-def read_records(path: Path, problems: list[str] | None = None) -> list[CompactionRecord]:
-    if not path.exists():
-        return []
-    out: list[CompactionRecord] = []
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+        out: list[CompactionRecord] = []
+        events = self.session.store.read(session_id, kinds=["compaction"])
+        for ev in events:
             try:
-                out.append(CompactionRecord.from_dict(json.loads(line)))
-            except (ValueError, TypeError, KeyError) as exc:
-                if problems is not None:
-                    problems.append(f"{path}:{lineno}: skipped unreadable record ({exc})")
-    return out
+                out.append(CompactionRecord.from_dict(ev.data["record"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                self.problems.append(f"event {ev.seq}: skipped unreadable record ({exc})")
+        return out
 
 
 def _k(tokens: int) -> str:
@@ -223,16 +185,3 @@ def format_notification(record: CompactionRecord) -> str:
     if record.error and not record.error.startswith("emergency"):
         parts.append(f"⚠ {record.error.splitlines()[0][:80]}")
     return first + "\n   " + " | ".join(parts)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a whole file atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise StorageError(f"cannot write {path}: {exc}") from exc

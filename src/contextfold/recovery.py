@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
+from .evidence.fields import call_fields, describe, is_own_tool
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
+from .evidence.rank import CallLog
 from .evidence.search import EvidenceSearch, Hit
 from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
@@ -58,6 +60,18 @@ class Recovery:
         self._injection_key: tuple[str, int] | None = None
         self._injection: str | None = None
         self._intent_cache: tuple[str, Any] | None = None
+        self._calls = CallLog()
+        self._calls_seen = 0
+
+    def session_calls(self) -> CallLog:
+        """Every tool call of the session in order (ordinals in recall questions count these,
+        also the runs still in view); grown from the history on demand."""
+        history = self.cm.view.history
+        for msg in history[self._calls_seen :]:
+            for call in msg.tool_calls:
+                self._calls.add(call.id, call_fields(call.name, call.arguments))
+        self._calls_seen = len(history)
+        return self._calls
 
     def _fact_extractor(self, choice: Any) -> Any:
         """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
@@ -95,37 +109,44 @@ class Recovery:
     def store(self) -> EvidenceStore:
         if self._store is None:
             self._store = EvidenceStore(
-                self.cm.ws.session_dir(self.cm.session_id), transcript_lookup=self._transcript
+                self.cm.session,
+                transcript_lookup=self._transcript,
+                offload_lookup=self._offloaded_bytes,
             )
         return self._store
 
     @property
     def search(self) -> EvidenceSearch:
         if self._search is None:
-            self._search = EvidenceSearch(self.store)
+            self._search = EvidenceSearch(self.store, calls=self.session_calls)
         self._search.sync()
         return self._search
 
     @property
     def memory(self) -> MemoryStore:
         if self._memory is None:
-            self._memory = MemoryStore(self.cm.ws)
+            self._memory = MemoryStore(
+                self.cm.session,
+                read_agents=self.cm.config.allow_agents,
+                share=self.cm.share_memory,
+            )
         return self._memory
 
     @property
     def index(self) -> SessionIndex:
         if self._index is None:
-            self._index = SessionIndex(self.cm.ws)
+            self._index = SessionIndex(self.cm.store)
         return self._index
 
-    def on_logged(self, entries: Sequence[Any]) -> None:
-        """Keep an open session index current (incremental, only this session's new lines)."""
-        if self._index is None or not entries:
-            return
-        try:
-            self._index.add(self.cm.session_id, self.cm.agent_id, entries)
-        except ContextFoldError as exc:
-            self.note_problem(f"session index update failed: {exc}")
+    def _offloaded_bytes(self, path: str) -> bytes | None:
+        for store in (self.cm.offload, self.cm.eviction_store):
+            entry = store.find(path)
+            if entry is not None:
+                try:
+                    return self.cm.store.blobs.get(entry.sha256)
+                except StorageError:
+                    return None
+        return None
 
     def _transcript(self, message_uuid: str) -> str | None:
         idx = self.cm.view.uuids.get(message_uuid)
@@ -175,7 +196,7 @@ class Recovery:
             if p.tool_use_id is None:
                 continue
             kinds = ",".join(p.content_types[:2])
-            what = p.command or p.tool_name or "tool result"
+            what = describe(p)
             lines.append(f"{p.id}: {what[:80]} [{kinds}]")
         return lines[-12:]
 
@@ -224,11 +245,16 @@ class Recovery:
             self.note_problem(f"evidence indexing failed: {exc}")
 
     def after_compaction(self, record: CompactionRecord) -> None:
-        """Warn-tier offloads summarize nothing, but what they moved out is evidence too."""
-        if not self.enabled or record.tier is not Tier.WARN or not record.offloaded:
+        """Outputs a compaction offloaded but left in the view as a placeholder (any tier, not
+        only warn) summarize nothing, yet what they moved out is evidence too. Those already
+        indexed (offloaded inside a summarized range) are not indexed twice."""
+        if not self.enabled or not record.offloaded:
             return
-        by_id = {m.tool_call_id: m for m in self.cm.view.history if m.tool_call_id}
-        msgs = [by_id[e.tool_call_id] for e in record.offloaded if e.tool_call_id in by_id]
+        indexed = {p.tool_use_id for p in self.store.pointers() if p.tool_use_id}
+        wanted = {e.tool_call_id for e in record.offloaded} - indexed
+        if not wanted:
+            return
+        msgs = [m for m in self.cm.view.history if m.tool_call_id in wanted and m.role == "tool"]
         try:
             self.store.index_compaction(
                 messages=msgs,
@@ -239,7 +265,7 @@ class Recovery:
                 token_after=record.tokens_after,
                 boundary_uuid=record.boundary_uuid,
                 natural_summary="",
-                tier="warn",
+                tier=record.tier.value,
                 strategy="offload",
             )
         except ContextFoldError as exc:
@@ -271,6 +297,7 @@ class Recovery:
             p
             for p in self.store.pointers()
             if {"stack_trace", "error", "test_output"} & set(p.content_types)
+            and not is_own_tool(p.tool_name)
         ]
         failing.sort(key=lambda p: p.created_at, reverse=True)
         return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing[:k]]
@@ -365,7 +392,6 @@ class Recovery:
             box = ToolBox([self._read_offloaded_tool()])
             for tool in session_tools(
                 self.index,
-                self.cm.ws,
                 agent_id=self.cm.agent_id,
                 allow_agents=self.cm.config.allow_agents,
             ):
@@ -386,12 +412,10 @@ class Recovery:
         return read_offloaded_tool(stores)
 
     def forget_session(self) -> None:
-        try:
-            self.index.remove_session(self.cm.session_id)
-        except ContextFoldError as exc:
-            self.note_problem(str(exc))
         self._store = None
         self._search = None
+        self._calls = CallLog()
+        self._calls_seen = 0
         self._injection_key = None
         self._injection = None
         self._intent_cache = None

@@ -1,20 +1,18 @@
 """Session state that compaction never touches (seed 002, section 4).
 
-Plan mode, the todo list, background tasks and permissions live beside the messages in
-``sessions/<id>/session_state.json``. No compaction strategy reads or changes them; the todo
+Plan mode, the todo list, background tasks and permissions live beside the messages, as
+``session_state`` snapshots in the session's log (the newest one wins). No compaction strategy reads or changes them; the todo
 list is only *rendered* into the compaction message's Active Tasks section.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .errors import ContextFoldError, StorageError
-from .records import atomic_write_text
+from .storage.session import SessionStore
 
 TODO_STATUSES = ("pending", "in_progress", "completed")
 _MARK = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]"}
@@ -61,14 +59,19 @@ class SessionState:
         )
 
 
-def load_state(path: Path) -> SessionState:
-    if not path.exists():
+def load_state(session: SessionStore) -> SessionState:
+    """The newest ``session_state`` snapshot of the session (empty state when none)."""
+    last = session.read_last(1, ["session_state"])
+    if not last:
         return SessionState()
     try:
-        return SessionState.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, TypeError) as exc:
-        raise StorageError(f"session state {path} is unreadable: {exc}") from exc
+        return SessionState.from_dict(last[0].data)
+    except (ValueError, TypeError, ContextFoldError) as exc:
+        raise StorageError(
+            f"session state of {session.session_id!r} (event {last[0].seq}) is unreadable: {exc}"
+        ) from exc
 
 
-def save_state(path: Path, state: SessionState) -> None:
-    atomic_write_text(path, json.dumps(state.to_dict(), ensure_ascii=False, indent=1))
+def save_state(session: SessionStore, state: SessionState) -> None:
+    """Append a snapshot (in the current unit of work)."""
+    session.emit("session_state", state.to_dict())

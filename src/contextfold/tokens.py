@@ -440,6 +440,10 @@ class MessageTokenCache:
 
     get = count
 
+    def seed(self, msg: Message, tokens: int) -> None:
+        """Remember a count stored with the message (reopening does not re-tokenize)."""
+        self._entries[msg.uuid] = (msg, tokens)
+
     def count_many(self, msgs: Iterable[Message]) -> int:
         return sum(self.count(m) for m in msgs)
 

@@ -13,7 +13,9 @@ result. This is computed once, here, and every strategy cuts only at :meth:`lega
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from copy import deepcopy
 from dataclasses import replace
 from typing import Any
@@ -130,6 +132,27 @@ class HistoryView:
             self.newest_user = n
         self._push_form(self._assistant_form(msg, n) if msg.tool_calls else msg)
 
+    _deferred = False
+    _stale = False
+
+    @contextlib.contextmanager
+    def deferred_sums(self) -> Iterator[None]:
+        """Many set_form calls at once (reloading a session): the prefix sums are rebuilt once
+        at the end instead of after each call."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+            if self._stale:
+                self._stale = False
+                self._cum[1:] = list(itertools.accumulate(self._tokens))
+
+    def expect_answers(self, index: int, call_ids: set[str]) -> None:
+        """Reloading a stored log: the calls of message ``index`` are answered later in the
+        same batch, so its view form is final at once (no provisional form to count)."""
+        self._answered[index] = set(call_ids)
+
     def _push_form(self, form: Message) -> None:
         tokens = self._count(form)
         self.forms.append(form)
@@ -166,7 +189,9 @@ class HistoryView:
         self._tokens[index] = new
         self._dicts[index] = to_openai(form)
         delta = new - old
-        if delta:
+        if delta and self._deferred:
+            self._stale = True
+        elif delta:
             cum = self._cum
             for j in range(index + 1, len(cum)):
                 cum[j] += delta

@@ -5,8 +5,8 @@ write and that other processes may still be writing. :class:`WorkspaceTools` off
 tools an agent gets from ``ContextManager.toolbox`` (``recall``, ``read_offloaded``,
 ``session_list`` / ``session_history`` / ``session_search``, ``memory_search`` /
 ``memory_get``), answered by the same handlers, with two differences: ``recall`` and
-``read_offloaded`` take a ``sessionId`` (there is no current session), and every call first
-catches up with what other processes wrote since the last one.
+``read_offloaded`` take a ``sessionId`` (there is no current session), and every call sees
+what other processes have committed to the store (nothing is cached or rebuilt here).
 
 Access is scoped like the session tools: an agent reads its own sessions and those of the
 agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,10 @@ from .offload import OffloadStore
 from .offload_tool import READ_OFFLOADED_DESCRIPTION, READ_OFFLOADED_PROPERTIES, read_offloaded
 from .paths import Workspace, check_session_id
 from .sessions.index import SessionIndex
-from .sessions.log import SessionLog
+from .sessions.log import entry_of
 from .sessions.tools import AgentScope, session_tools
+from .storage import Store
+from .storage.session import SessionStore
 from .tools import Tool, ToolBox
 
 #: sessions whose evidence index stays in memory between calls (a long-running server)
@@ -54,25 +55,22 @@ def open_workspace(path: str | Path) -> Workspace:
 
 
 class _Transcript:
-    """uuid -> text of one session's log, read when a restore first needs it, and again
-    when a uuid is missing and the log has grown since."""
+    """uuid -> text of one session's messages, read when a restore first needs it, and again
+    when a uuid is missing and the session has grown since."""
 
-    def __init__(self, workspace: Workspace, session_id: str) -> None:
-        self.workspace = workspace
+    def __init__(self, store: Store, session_id: str) -> None:
+        self.store = store
         self.session_id = session_id
         self._texts: dict[str, str] = {}
-        self._size = -1
+        self._head = -1
 
     def __call__(self, message_uuid: str) -> str | None:
         if message_uuid not in self._texts:
-            try:
-                size = self.workspace.log_path(self.session_id).stat().st_size
-            except OSError:
-                return None
-            if size != self._size:
-                log = SessionLog(self.workspace, self.session_id)
-                self._texts = {m.uuid: m.text for m in log.read()}
-                self._size = size
+            head = self.store.head(self.session_id)
+            if head != self._head:
+                events = self.store.read(self.session_id, kinds=["message"])
+                self._texts = {(e := entry_of(ev)).uuid: e.message.text for ev in events}
+                self._head = head
         return self._texts.get(message_uuid)
 
 
@@ -85,24 +83,32 @@ class WorkspaceTools:
         *,
         agent_id: str = "default",
         allow_agents: Collection[str] = (),
+        store: Store | None = None,
     ) -> None:
+        from .export import open_cli_store
+
         self.ws = open_workspace(workspace)
+        self._owns_store = store is None
+        #: the workspace's store (a store passed in is used as is and left open)
+        self.store = store if store is not None else open_cli_store(str(self.ws.root), None)
         try:
             self.agent_id = check_session_id(agent_id)
         except UnsafeIdError as exc:
             raise ConfigError(f"agent id: {exc}") from None
         self.allow_agents = frozenset(allow_agents)
         self.scope = AgentScope(self.agent_id, self.allow_agents)
-        self.index = SessionIndex(self.ws)
-        #: per-session evidence indexes, most recently used last (at most MAX_OPEN_SESSIONS)
+        self.index = SessionIndex(self.store)
+        #: per-session evidence stores, most recently used last (at most MAX_OPEN_SESSIONS)
         self._evidence: OrderedDict[str, tuple[EvidenceStore, EvidenceSearch]] = OrderedDict()
         self._lock = threading.Lock()
         box = ToolBox([self._recall(), self._read_offloaded()])
         for tool in session_tools(
-            self.index, self.ws, agent_id=self.agent_id, allow_agents=self.allow_agents
+            self.index, agent_id=self.agent_id, allow_agents=self.allow_agents
         ):
-            box.register(self._synced(tool))
-        for tool in memory_tools(MemoryStore(self.ws)):
+            box.register(tool)
+        # memory as this agent sees it (never written from here)
+        reader = SessionStore(self.store, "workspace-tools", self.agent_id)
+        for tool in memory_tools(MemoryStore(reader, read_agents=tuple(self.allow_agents))):
             box.register(tool)
         self.toolbox = box
 
@@ -117,45 +123,54 @@ class WorkspaceTools:
             return self.toolbox.run(name, arguments)
 
     def close(self) -> None:
-        self.index.close()
+        if self._owns_store:
+            self.store.close()
 
     # ------------------------------------------------------------------ scoping
-    def _synced(self, tool: Tool) -> Tool:
-        """A session tool that first indexes what other processes appended."""
-        inner = tool.handler
-
-        def handler(args: Mapping[str, Any]) -> str:
-            self.index.sync()
-            return inner(args)
-
-        return replace(tool, handler=handler)
-
     def _owned_session(self, args: Mapping[str, Any], tool: str) -> str:
         """The ``sessionId`` argument, checked: it exists and this agent may read it."""
         try:
             sid = check_session_id(args.get("sessionId"))  # type: ignore[arg-type]
         except UnsafeIdError as exc:
             raise ToolArgumentsError(f"{tool}: {exc}") from None
-        log = SessionLog(self.ws, sid)
-        if not log.exists():
+        info = self.store.session(sid)
+        if info is None:
             raise ToolArgumentsError(f"{tool}: no session {sid!r}")
-        self.scope.check(log.agent_id)
+        self.scope.check(info.agent_id)
         return sid
 
     # ------------------------------------------------------------------ recall
     def _evidence_of(self, sid: str) -> tuple[EvidenceStore, EvidenceSearch]:
         got = self._evidence.get(sid)
-        if got is None:
+        session = SessionStore(self.store, sid, "workspace-tools")
+        if got is None or got[0].session.head != session.head:  # grown: read it afresh
+            offloads = self._offloads(session)
             store = EvidenceStore(
-                self.ws.session_dir(sid), transcript_lookup=_Transcript(self.ws, sid)
+                session,
+                transcript_lookup=_Transcript(self.store, sid),
+                offload_lookup=lambda path: self._offloaded_bytes(offloads, path),
             )
             got = (store, EvidenceSearch(store))
             self._evidence[sid] = got
             while len(self._evidence) > MAX_OPEN_SESSIONS:
                 self._evidence.popitem(last=False)
         self._evidence.move_to_end(sid)
-        got[1].sync()
         return got
+
+    @staticmethod
+    def _offloads(session: SessionStore) -> list[OffloadStore]:
+        events = list(session.read(kinds=["offload"]))
+        stores = [OffloadStore(session), OffloadStore(session, name="offload_root")]
+        for s in stores:
+            s.load(events)
+        return stores
+
+    def _offloaded_bytes(self, stores: list[OffloadStore], path: str) -> bytes | None:
+        for s in stores:
+            entry = s.find(path)
+            if entry is not None:
+                return self.store.blobs.get(entry.sha256)
+        return None
 
     def _recall(self) -> Tool:
         def handler(args: Mapping[str, Any]) -> str:
@@ -180,7 +195,8 @@ class WorkspaceTools:
         def handler(args: Mapping[str, Any]) -> str:
             sid = self._owned_session(args, "read_offloaded")
             rest = {k: v for k, v in args.items() if k != "sessionId"}
-            return read_offloaded([OffloadStore(self.ws, sid)], rest)
+            session = SessionStore(self.store, sid, "workspace-tools")
+            return read_offloaded(self._offloads(session), rest)
 
         return Tool(
             name="read_offloaded",

@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="token counter of the contextfold manager (heuristic, o200k_base ...; "
         "default: the library default). The benchmark itself always counts o200k.",
     )
+    p.add_argument(
+        "--no-recall",
+        action="store_true",
+        help="skip the recall measurement (restore every output that left the view, asked as "
+        "a user would, per tool style)",
+    )
     p.add_argument("--no-html", action="store_true", help="skip the HTML report")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -334,11 +340,37 @@ def main(argv: list[str] | None = None) -> int:
     targets: list[dict[str, Any]] = []
     for w in windows:
         targets += evaluate_targets(results["aggregates"], w)
+    presets = [s for s in strategies if s in CONTEXTFOLD]
+    if not args.no_recall and presets:
+        from .recall import run_recall
+        from .recall_report import recall_targets
+
+        progress = _Progress(enabled=not args.no_progress)
+        try:
+            recall = run_recall(
+                traces,
+                window=windows[0],
+                preset=presets[0],
+                jobs=max(1, args.jobs),
+                progress=progress,
+            )
+        finally:
+            progress.close()
+        results["recall"] = recall["summary"]
+        targets += recall_targets(recall["summary"])
     results["targets"] = targets
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     print_tables(results, sys.stdout, plain=args.plain)
+    if results.get("recall"):
+        from .recall_report import recall_rows, recall_title
+
+        headers, rows = recall_rows(results["recall"])
+        print(recall_title(results["recall"]))
+        print(format_plain(headers, rows))
+        for e in results["recall"].get("errors", []):
+            print(f"error: recall {e}", file=sys.stderr)
     for t in targets:
         print(("  [met]    " if t["met"] else "  [MISSED] ") + t["text"])
     if config.jobs > 1:

@@ -364,6 +364,10 @@ def render(results: Mapping[str, Any], targets: Sequence[Mapping[str, Any]] = ()
                 f"{timeline_svg(series, events, int(w), strategies)}</div>"
             )
         parts.append("</div>")
+    if results.get("recall"):
+        from .recall_report import recall_html
+
+        parts.append(recall_html(results["recall"]))
     parts.append("</body></html>")
     return "\n".join(parts)
 

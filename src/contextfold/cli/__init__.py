@@ -1,4 +1,4 @@
-"""Command line: compact, demo, records, restore, blocks, sessions, mcp, bench.
+"""Command line: compact, demo, records, restore, blocks, sessions, mcp, serve, bench.
 
 Each subcommand lives in its own module with a ``register(subparsers)`` function; add a new
 one to :data:`COMMAND_MODULES`. Exit codes: 0 done, 1 nothing found or a view over the window,
@@ -14,12 +14,22 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from .. import export
 from ..errors import ContextFoldError
+from ..gateway import cli as cmd_serve  # `contextfold serve`: its parser lives with the gateway
 from . import cmd_compact, cmd_evidence, cmd_mcp, cmd_sessions
 from .cmd_compact import DEMO_ATTRIBUTION, demo_trace_path, load_transcript
 
 #: Modules that add subcommands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[ModuleType, ...] = (cmd_compact, cmd_evidence, cmd_sessions, cmd_mcp)
+COMMAND_MODULES: tuple[ModuleType, ...] = (
+    cmd_compact,
+    cmd_evidence,
+    cmd_sessions,
+    cmd_mcp,
+    export,
+    cmd_serve,
+    export,
+)
 
 #: exit status of a command whose output pipe was closed (128 + SIGPIPE, like other tools)
 EXIT_BROKEN_PIPE = 141

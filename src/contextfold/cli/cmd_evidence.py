@@ -31,10 +31,13 @@ def _records_table(records: Sequence[CompactionRecord]) -> str:
 
 
 def cmd_records(args: argparse.Namespace, out: TextIO) -> int:
-    from ..records import read_records
+    from ..export import records_of
 
-    ws = existing_session(args.workspace, args.session)
-    records = read_records(ws.records_path(args.session))
+    store = existing_session(args.workspace, args.session)
+    try:
+        records = records_of(store, args.session)
+    finally:
+        store.close()
     if not records:
         print(f"no compaction records for session {args.session!r} in {args.workspace}", file=out)
         return 1
@@ -76,7 +79,7 @@ def _print_body(out: TextIO, command: str | None, problem: str | None, text: str
 def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     from ..manager import ContextManager
 
-    existing_session(args.workspace, args.session)
+    existing_session(args.workspace, args.session).close()
     cm = ContextManager(workspace=args.workspace, session_id=args.session)
     query = args.query.strip()
     if EVIDENCE_ID.match(query):
@@ -113,11 +116,14 @@ def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
-    from ..evidence.store import EvidenceStore
+    from ..evidence.fields import describe
+    from ..export import blocks_of
 
-    ws = existing_session(args.workspace, args.session)
-    store = EvidenceStore(ws.session_dir(args.session))
-    blocks = store.blocks()
+    store = existing_session(args.workspace, args.session)
+    try:
+        blocks = blocks_of(store, args.session)
+    finally:
+        store.close()
     if not blocks:
         print(f"no compaction blocks for session {args.session!r}", file=out)
         return 1
@@ -129,7 +135,7 @@ def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
         )
         for p in b.evidence:
             print(
-                f"   {p.id} {','.join(p.content_types):<24} {(p.command or p.tool_name or '')[:70]}",
+                f"   {p.id} {','.join(p.content_types):<24} {describe(p)[:70]}",
                 file=out,
             )
     return 0

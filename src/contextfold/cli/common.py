@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from ..errors import ConfigError, UnsafeIdError
-from ..paths import Workspace
+from ..export import open_cli_store
+from ..paths import Workspace, check_session_id
+from ..storage import Store
 from ..workspace_tools import open_workspace
 
 DEFAULT_WORKSPACE = "./.contextfold"
@@ -60,13 +62,16 @@ def existing_workspace(path: str) -> Workspace:
     return open_workspace(path)
 
 
-def existing_session(path: str, session_id: str) -> Workspace:
-    """The workspace at ``path`` holding ``session_id``; ConfigError naming what is missing."""
-    ws = existing_workspace(path)
+def existing_session(path: str, session_id: str) -> Store:
+    """The store of the workspace at ``path``, holding ``session_id`` (close it when done);
+    ConfigError naming what is missing."""
+    existing_workspace(path)
     try:
-        folder = ws.session_dir(session_id)
+        check_session_id(session_id)
     except UnsafeIdError as exc:
         raise ConfigError(str(exc)) from None
-    if not folder.is_dir():
+    store = open_cli_store(path, None)
+    if store.session(session_id) is None:
+        store.close()
         raise ConfigError(f"no session {session_id!r} in the workspace at {Path(path)}")
-    return ws
+    return store

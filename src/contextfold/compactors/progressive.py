@@ -12,6 +12,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from ..anchors import (
     Anchor,
@@ -136,13 +137,18 @@ class ProgressiveCompactor:
     ) -> ProgressiveCompactor:
         """A compactor for the seed's list interfaces without a ContextManager. With a
         ``workspace`` it offloads and records there; without one it only summarizes."""
-        from ..paths import Workspace
-        from ..records import FileRecordStore
+        from ..records import StoreRecordStore
+        from ..storage import open_store
+        from ..storage.session import SessionStore
         from ..tokens import MessageTokenCache, get_counter
 
         tc = get_counter(counter)
         cache = MessageTokenCache(tc)
-        ws = Workspace.at(workspace) if workspace is not None else None
+        ss = (
+            SessionStore(open_store(Path(workspace)), session_id, "default")
+            if workspace is not None
+            else None
+        )
         return cls(
             view=HistoryView(cache.count),
             window=context_window,
@@ -150,8 +156,8 @@ class ProgressiveCompactor:
             session_id=session_id,
             count_text=tc.count_text,
             summarizer=summarizer,
-            offload=OffloadStore(ws, session_id) if ws is not None else None,
-            record_store=FileRecordStore(ws.records_path) if ws is not None else None,
+            offload=OffloadStore(ss) if ss is not None else None,
+            record_store=StoreRecordStore(ss) if ss is not None else None,
         )
 
     # ------------------------------------------------------------------ measuring

@@ -1,15 +1,20 @@
 """Recoverable compaction (seed 004): evidence that left the view can be found and restored.
 
-* :mod:`.model`: CompactBlock, CompactSummaryItem, EvidencePointer (JSON, schema version 1)
+* :mod:`.model`: CompactBlock, CompactSummaryItem, EvidencePointer (JSON, schema version 2)
 * :mod:`.classify`: content types and anchors of a text
+* :mod:`.fields`: what a tool call was about (paths, patterns, URLs, action, line range), for
+  shell and file tools alike; the named fields a search backend indexes
+* :mod:`.rank`: reading a recall question (paths, ordinals in English and Chinese) and ordering
+  the candidates (match level, ordinal, recency), as pure functions
 * :mod:`.store`: content-addressed bodies, ``compact-blocks.jsonl``, restore with sha256 check
-* :mod:`.search`: BM25 + the seed's preferences, incremental
+* :mod:`.search`: candidate retrieval (BM25 and exact lookups), incremental
 * :mod:`.intents`: which user messages ask for old evidence (English and Chinese)
 * :mod:`.inject`: the ``<system-reminder>`` block, within a token budget, safely quoted
 * :mod:`.tools`: the ``recall`` agent tool
 """
 
 from .classify import CONTENT_TYPES, classify, extract_anchors, normalize_command
+from .fields import OWN_TOOLS, CallFields, call_fields, evidence_fields, is_own_tool
 from .inject import build_injection
 from .intents import Intent, detect_intent
 from .model import (
@@ -19,13 +24,17 @@ from .model import (
     EvidenceFormatError,
     EvidencePointer,
 )
+from .rank import CallLog, parse_ordinal, parse_query, rerank
 from .search import EvidenceSearch, Hit, tokenize
 from .store import EvidenceStore, OffloadInfo, RestoredText
 from .tools import recall_tool
 
 __all__ = [
     "CONTENT_TYPES",
+    "OWN_TOOLS",
     "SCHEMA_VERSION",
+    "CallFields",
+    "CallLog",
     "CompactBlock",
     "CompactSummaryItem",
     "EvidenceFormatError",
@@ -37,10 +46,16 @@ __all__ = [
     "OffloadInfo",
     "RestoredText",
     "build_injection",
+    "call_fields",
     "classify",
     "detect_intent",
+    "evidence_fields",
     "extract_anchors",
+    "is_own_tool",
     "normalize_command",
+    "parse_ordinal",
+    "parse_query",
     "recall_tool",
+    "rerank",
     "tokenize",
 ]

@@ -23,6 +23,7 @@ CONTENT_TYPES: tuple[str, ...] = (
     "file_content",
     "log",
     "command_output",
+    "message",
 )
 
 #: Scan at most this many characters at each end of a text.
@@ -114,8 +115,11 @@ def _ratio(lines: list[str], pattern: re.Pattern[str]) -> float:
     return sum(1 for ln in sample if pattern.search(ln)) / len(sample)
 
 
-def classify(text: str) -> tuple[str, ...]:
-    """The content types of ``text``, in :data:`CONTENT_TYPES` order; never empty."""
+def classify(text: str, role: str = "tool") -> tuple[str, ...]:
+    """The content types of ``text``, in :data:`CONTENT_TYPES` order; never empty.
+
+    Only a tool result can be ``command_output``: prose from any other ``role`` (an assistant
+    or user message, a sub-agent's text) that has no other type is a ``message``."""
     s = _scan_text(text)
     found: set[str] = set()
     if any(p.search(s) for p in _STACK):
@@ -139,7 +143,7 @@ def classify(text: str) -> tuple[str, ...]:
     if len(lines) >= 2 and _ratio(lines, _LOG) >= 0.3:
         found.add("log")
     if not found or found == {"error"}:
-        found.add("command_output")
+        found.add("command_output" if role == "tool" else "message")
     return tuple(t for t in CONTENT_TYPES if t in found)
 
 
@@ -238,13 +242,14 @@ def extract_anchors(text: str, command: str | None = None) -> tuple[str, ...]:
     code = exit_code(s)
     if code is not None:
         out.append(f"exit_code:{code}")
-    excs = [_short_exc(m.group(1)) for m in _PY_EXC.finditer(s)]
-    excs += [_short_exc(m.group(1)) for m in _PY_TB_EXC.finditer(s)]
-    excs += [_short_exc(m.group(1)) for m in _JAVA_EXC.finditer(s)]
-    if _GO_PANIC.search(s) or _RUST_PANIC.search(s):
-        excs.append("panic")
-    # the last exception is usually the one that matters: list it first
-    out.extend(f"exception:{e}" for e in reversed(excs))
+    found = [(m.start(1), _short_exc(m.group(1))) for m in _PY_EXC.finditer(s)]
+    found += [(m.start(1), _short_exc(m.group(1))) for m in _PY_TB_EXC.finditer(s)]
+    found += [(m.start(1), _short_exc(m.group(1))) for m in _JAVA_EXC.finditer(s)]
+    panic = _GO_PANIC.search(s) or _RUST_PANIC.search(s)
+    if panic:
+        found.append((panic.start(), "panic"))
+    # the last exception in the text is usually the one that matters: list it first
+    out.extend(f"exception:{e}" for _, e in sorted(found, reverse=True))
     tests: list[str] = [m.group(1) for m in _PYTEST_FAILED.finditer(s)]
     tests += [m.group(1) for m in _PYTEST_FAILED2.finditer(s)]
     tests += [f"{m.group(2)}.{m.group(1)}" for m in _UNITTEST_FAIL.finditer(s)]

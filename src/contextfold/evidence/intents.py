@@ -96,6 +96,31 @@ _EN_DETAIL = [
     re.compile(r"\bwhat (?:kind of )?" + _EN_NOUN + r" (?:did|was|were)\b[^?\n]*?" + _EN_PAST, _I),
 ]
 
+# asking for one run among several, or for a file as it was read (issue 11)
+_EN_ORDINAL = (
+    r"(?:the )?(?:first|second|third|fourth|fifth|\d+(?:st|nd|rd|th)|last|latest|previous|prior|"
+    r"earlier|original|initial|penultimate)\s+(?:run|time|attempt|try|execution|output|result|"
+    r"one|read)s?\b|\b(?:the )?(?:run|time|one) before (?:the )?last\b|"
+    r"\bbefore (?:the |my |your |our )?(?:fix|fixing|change|patch|edit)\b"
+)
+_EN_DETAIL += [
+    re.compile(
+        r"\b(?:show|print|paste|post|give|display|send|let me see|can i see|restore|recover|"
+        r"bring back)\b(?:[^.?!\n]|\.(?=\S)){0,80}?\b(?:" + _EN_ORDINAL + ")",
+        _I,
+    ),
+    re.compile(
+        r"\bwhat (?:did|was|were)\b[^?\n]{0,100}?\b(?:print|output|say|show|return|report|"
+        r"give|look like|contain)\w*\b[^?\n]{0,40}?(?:" + _EN_ORDINAL + ")",
+        _I,
+    ),
+    re.compile(
+        r"\b(?:show|print|paste|give|display|let me see|can i see)\b(?:[^.?!\n]|\.(?=\S)){0,80}?"
+        r"\bas (?:you|we|it) (?:read|saw|showed|printed|viewed|opened|was)\b",
+        _I,
+    ),
+]
+
 _EN_VERIFY = [
     re.compile(
         r"\bare you (?:really |absolutely |completely |100% )?(?:sure|certain|confident|positive)\b"
@@ -198,6 +223,14 @@ _ZH_DETAIL = [
     ),
     re.compile(_ZH_NOUN + r".{0,10}?(?:恢复|找回|调出)", _I),
     re.compile(r"(?:恢复|找回|调出)(?:一下)?.{0,20}?" + _ZH_NOUN, _I),
+]
+
+_ZH_DETAIL += [
+    re.compile(
+        r"(?:第[一二两三四五六七八九十\d]+次|上一次|上次|最后一次|最近一次|倒数第[一二三\d]次|首次|"
+        r"修复(?:之|以)?前|修改(?:之|以)?前|改(?:之|以)?前).{0,30}?(?:输出|报错|结果|内容|错误|日志)"
+    ),
+    re.compile(r"(?:之前|刚才|上次|当时)?读到的.{0,60}?(?:内容|输出)"),
 ]
 
 _ZH_VERIFY = [

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from ..errors import ContextFoldError
 
-SCHEMA_VERSION = 1
+#: 2 added what a tool call was about (paths, patterns, urls, action, lines, shell); records
+#: of version 1 get them derived from their command when read.
+SCHEMA_VERSION = 2
 
 SourceScope = Literal["main_agent", "sub_agent"]
 SOURCE_SCOPES: frozenset[str] = frozenset({"main_agent", "sub_agent"})
@@ -103,6 +105,16 @@ class EvidencePointer:
     #: (a sub-agent's plain-text output).
     role: str = "tool"
     created_at: int = 0
+    #: Files the call named (as written there), search patterns, URLs (schema 2).
+    paths: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+    #: read | write | edit | search | run | other (schema 2; None: unknown).
+    action: str | None = None
+    #: The line range a read shows, ``first-last`` (``first-`` when open-ended).
+    lines: str | None = None
+    #: Whether ``command`` is a shell command line (else a file tool's short form).
+    shell: bool = False
 
     @property
     def is_tool_result(self) -> bool:
@@ -121,7 +133,7 @@ class EvidencePointer:
         scope = _as_str(d.get("sourceScope"), "sourceScope", "main_agent")
         if scope not in SOURCE_SCOPES:
             raise EvidenceFormatError(f"unknown sourceScope {scope!r}")
-        return cls(
+        pointer = cls(
             id=_as_str(d.get("id"), "id", ""),
             message_uuid=_as_opt_str(d.get("messageUuid"), "messageUuid"),
             tool_use_id=_as_opt_str(d.get("toolUseId"), "toolUseId"),
@@ -141,7 +153,39 @@ class EvidencePointer:
             tool_name=_as_opt_str(d.get("toolName"), "toolName"),
             role=_as_str(d.get("role"), "role", "tool"),
             created_at=_as_int(d.get("createdAt"), "createdAt", 0),
+            paths=_as_strs(d.get("paths"), "paths"),
+            patterns=_as_strs(d.get("patterns"), "patterns"),
+            urls=_as_strs(d.get("urls"), "urls"),
+            action=_as_opt_str(d.get("action"), "action"),
+            lines=_as_opt_str(d.get("lines"), "lines"),
+            shell=bool(d.get("shell", False)),
         )
+        version = d.get("schema_version", 1)
+        if isinstance(version, int) and version < 2:
+            return _upgrade_v1(pointer)
+        return pointer
+
+
+def _upgrade_v1(p: EvidencePointer) -> EvidencePointer:
+    """A version-1 pointer with what its call was about derived from its command (version 1
+    stored a shell command line, or ``name {json arguments}`` for other tools)."""
+    if p.role != "tool" or not p.command:
+        return p
+    from .fields import call_fields, lines_text  # fields imports this module
+
+    name = p.tool_name or "bash"
+    prefix = f"{p.tool_name} " if p.tool_name else None
+    rest = p.command[len(prefix) :] if prefix and p.command.startswith(prefix + "{") else None
+    got = call_fields(name, rest) if rest is not None else call_fields(name, {"command": p.command})
+    return dataclasses.replace(
+        p,
+        paths=got.paths,
+        patterns=got.patterns,
+        urls=got.urls,
+        action=got.action,
+        lines=lines_text(got.lines) or None,
+        shell=got.shell,
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

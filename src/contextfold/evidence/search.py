@@ -1,131 +1,59 @@
-"""Ranked retrieval over the evidence of a session (seed 004, section 5.3).
+"""Candidate retrieval over the evidence of a session (seed 004, section 5.3; issue 11).
 
-BM25 over each evidence body plus its hints (command, anchors, content types), with the seed's
-preferences on top: sub-agent output, tool results, and stack traces / errors / test output
-rank higher, and so does recent evidence. A command named in the query (in backticks, or
-verbatim) is the strongest signal: "show me the full error output of `pytest -x`" ranks the
-output of ``pytest -x`` first.
+BM25 over each evidence body plus its hints (command, tool, paths, patterns, URLs, anchors,
+content types, all from :func:`.fields.evidence_fields`' sources), and exact lookups for what a
+question can name: a command (in backticks or verbatim, also by its first line), a file path in
+any form (by path suffix), a URL, a search pattern, a tool, an exception type. The candidates
+and what matched go to :func:`.rank.rerank`, which decides the order (match level, ordinal,
+recency, the seed's preferences for tool results and failures).
 
-The index keeps term frequencies only, not texts: bodies are read from disk for the top hits.
-It grows incrementally: :meth:`EvidenceSearch.sync` indexes blocks appended since the last call.
+BM25 is the store's persisted index (one row per pointer, written with its block: bodies are
+never re-read to build it); the exact lookups are built from the pointers' metadata when the
+session's evidence is first searched, then grown as blocks are appended. Bodies are read for
+the top hits only.
+contextfold's own tool results (recall, read_offloaded, session_*, memory_*) are never indexed.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import re
 from array import array
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .classify import normalize_command
+from .fields import CallFields, command_head, is_own_tool, path_suffixes, pattern_key
 from .model import CompactBlock, EvidencePointer
-from .store import EvidenceStore
+from .rank import (
+    CallLog,
+    Candidate,
+    QuerySpec,
+    lines_match,
+    parse_query,
+    path_strength,
+    primary_exception,
+    rerank,
+    strip_ordinals,
+)
+from .store import NAMESPACE, EvidenceStore
+from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
 
-#: Characters of a body that are indexed (head and tail of very large outputs).
-INDEX_CHARS = 200_000
-K1 = 1.2
-B = 0.75
-#: Runs of a command named in the query score above this; BM25 scores stay far below.
-COMMAND_EXACT_BONUS = 1_000.0
-COMMAND_PARTIAL_BONUS = 12.0
-ANCHOR_BONUS = 4.0
-SNIPPET_CHARS = 400
-#: A query term in more documents than this only re-scores documents already matched.
-COMMON_DF = 1_000
+#: Documents taken from BM25 alone into re-ranking.
+BM25_CANDIDATES = 60
+#: BM25 rows fetched from the store for a query (re-ranking may drop some).
+BM25_FETCH = 200
 
-_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
-_SPLIT = re.compile(r"[_./:\-]+")
-_PATH_SPLIT = re.compile(r"[./:\-]+")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SPAN = re.compile(r"`([^`]{6,})`")
 _QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
-_ERRORISH = re.compile(
-    r"error|fail|traceback|stack|exception|crash|broke|报错|错误|失败|异常|堆栈|崩溃", re.IGNORECASE
-)
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-STOPWORDS = _words(
-    "a an and are as at be by can could did do does for from give had has have how i in is it "
-    "its me my of on or our please show that the their them then there these this those to us "
-    "was we were what when where which who why will with would you your full entire complete "
-    "again earlier before previous last time 的 了 吗 我 你 把 给 一下 刚才 之前"
-)
-
-
-#: Words that name a kind of evidence rather than a particular one.
-GENERIC = _words(
-    "error errors output outputs log logs trace traces stack traceback tracebacks failure "
-    "failures failed fail failing result results message messages test tests run exception "
-    "报错 错误 输出 日志 堆栈 失败 异常 结果 测试"
-)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercase words; identifiers also split on ``_./:-`` and camelCase (whole token kept);
-    CJK runs as character bigrams (a single character stays a unigram)."""
-    out: list[str] = []
-    for m in _WORD.finditer(text):
-        word = m.group(0).strip("./:-")
-        if not word:
-            continue
-        low = word.lower()
-        out.append(low)
-        coarse = [p for p in _PATH_SPLIT.split(word) if p]
-        if len(coarse) > 1:
-            out.extend(p.lower() for p in coarse if "_" in p)
-        parts = [p for p in _SPLIT.split(word) if p]
-        if len(parts) > 1 or _CAMEL.search(word):
-            for part in parts:
-                sub = _CAMEL.split(part)
-                if len(sub) > 1:
-                    out.append(part.lower())
-                out.extend(s.lower() for s in sub if len(s) > 1 or s.isdigit())
-    for m in _CJK.finditer(text):
-        run = m.group(0)
-        if len(run) == 1:
-            out.append(run)
-        else:
-            out.extend(run[i : i + 2] for i in range(len(run) - 1))
-    return out
-
-
-def _index_text(text: str) -> str:
-    if len(text) <= INDEX_CHARS:
-        return text
-    half = INDEX_CHARS // 2
-    return text[:half] + "\n" + text[-half:]
-
-
-def snippet(text: str, terms: Iterable[str], width: int = SNIPPET_CHARS) -> str:
-    """A short excerpt of ``text``: around the last line naming a query term (errors are
-    usually at the end), else the head."""
-    if len(text) <= width:
-        return text
-    low = text.lower()
-    best = -1
-    for term in terms:
-        if len(term) >= 3:
-            best = max(best, low.rfind(term))
-    if best < 0:
-        return text[: width - 1] + "…"
-    start = max(0, text.rfind("\n", 0, max(0, best - width // 3)) + 1)
-    start = min(start, max(0, best - width // 2))
-    piece = text[start : start + width]
-    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
 
 
 def _failed(p: EvidencePointer) -> bool:
-    """A non-zero exit code or a stack trace."""
-    if "stack_trace" in p.content_types:
-        return True
-    return any(a.startswith("exit_code:") and a != "exit_code:0" for a in p.anchors)
+    """A non-zero exit code; when the output reports none, a stack trace."""
+    code = next((a for a in p.anchors if a.startswith("exit_code:")), None)
+    if code is not None:
+        return code != "exit_code:0"
+    return "stack_trace" in p.content_types
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -136,15 +64,27 @@ class Hit:
 
 
 class EvidenceSearch:
-    """An in-memory BM25 index over a store's evidence, grown incrementally."""
+    """Evidence search of one session: the store's BM25 plus exact lookups by what a question
+    names (built from pointer metadata, grown incrementally)."""
 
-    def __init__(self, store: EvidenceStore) -> None:
+    def __init__(
+        self, store: EvidenceStore, *, calls: Callable[[], CallLog | None] | None = None
+    ) -> None:
         self.store = store
+        #: The session's calls in order (ordinals count them); None: the indexed ones only.
+        self.calls = calls
+        self._log = CallLog()
+        self._paths: dict[str, list[int]] = {}
+        self._full_paths: dict[str, list[int]] = {}
+        self._urls: dict[str, list[int]] = {}
+        self._patterns: dict[str, list[int]] = {}
+        self._pattern_words: dict[str, set[str]] = {}
+        self._tools: dict[str, list[int]] = {}
+        #: exception type -> documents that show it; the one each output ends with
+        self._exceptions: dict[str, list[int]] = {}
+        self._primary: list[str | None] = []
         self._pointers: list[EvidencePointer] = []
         self._by_id: dict[str, int] = {}
-        self._postings: dict[str, tuple[array[int], array[int]]] = {}
-        self._lengths: array[int] = array("i")
-        self._total_len = 0
         self._commands: dict[str, list[int]] = {}
         self._anchors: dict[str, list[int]] = {}
         self._blocks_seen = 0
@@ -154,7 +94,6 @@ class EvidenceSearch:
         self._pref: array[float] = array("d")
         self._pref_error: array[float] = array("d")
         self._anchor_keys: dict[str, set[str]] = {}
-        self._dicts: dict[str, dict[int, int]] = {}
         self._cmd_by_token: dict[str, set[str]] = {}
         self._cmd_by_key: dict[str, set[str]] = {}
 
@@ -177,32 +116,22 @@ class EvidenceSearch:
             self.add(pointer)
 
     def add(self, pointer: EvidencePointer, text: str | None = None) -> None:
-        """Index one pointer (its body is read from the store unless given)."""
+        """Take one pointer into the exact lookups (its words are in the store's index,
+        written with its block; ``text`` is not needed)."""
         if pointer.id in self._by_id:  # same evidence indexed again: keep the first, no dupes
             return
-        if text is None:
-            text = self.store.restore(pointer).text
+        if pointer.role == "tool" and is_own_tool(pointer.tool_name):
+            return  # a recall / session / memory result is a view of evidence, not evidence
         doc = len(self._pointers)
         self._pointers.append(pointer)
         self._by_id[pointer.id] = doc
-        hints = " ".join((pointer.command or "", *pointer.anchors, *pointer.content_types))
-        counts = Counter(tokenize(_index_text(text)))
-        # hints count double: they are what a question names
-        for tok in tokenize(hints):
-            counts[tok] += 2
-        length = sum(counts.values())
-        self._lengths.append(length)
-        self._total_len += length
-        for term, tf in counts.items():
-            posting = self._postings.get(term)
-            if posting is None:
-                posting = (array("i"), array("i"))
-                self._postings[term] = posting
-            posting[0].append(doc)
-            posting[1].append(tf)
         if pointer.command:
-            norm = normalize_command(pointer.command)
-            if norm:
+            # the whole command, and its first line (how a heredoc or script is named)
+            for norm in dict.fromkeys(
+                (normalize_command(pointer.command), command_head(pointer.command))
+            ):
+                if not norm:
+                    continue
                 if norm not in self._commands:
                     toks = set(tokenize(norm))
                     for tok in toks:
@@ -221,6 +150,36 @@ class EvidenceSearch:
                     for tok in set(tokenize(key)):
                         self._anchor_keys.setdefault(tok, set()).add(key)
                 docs.append(doc)
+        for path in pointer.paths:
+            sufs = path_suffixes(path)
+            for suf in sufs:
+                self._paths.setdefault(suf, []).append(doc)
+            if sufs:
+                self._full_paths.setdefault(sufs[0], []).append(doc)
+        for url in pointer.urls:
+            self._urls.setdefault(url, []).append(doc)
+        for pat in pointer.patterns:
+            key = pattern_key(pat)
+            if key:
+                if key not in self._patterns:  # findable from its longest word
+                    word = max(key.split(), key=len)
+                    self._pattern_words.setdefault(word, set()).add(key)
+                self._patterns.setdefault(key, []).append(doc)
+        if pointer.tool_name:
+            self._tools.setdefault(pointer.tool_name, []).append(doc)
+        self._primary.append(primary_exception(pointer))
+        for name in dict.fromkeys(a[10:] for a in pointer.anchors if a.startswith("exception:")):
+            self._exceptions.setdefault(name, []).append(doc)
+        self._log.add(
+            pointer.tool_use_id or pointer.id,
+            CallFields(
+                tool=pointer.tool_name or "",
+                command=pointer.command or "",
+                paths=pointer.paths,
+                action=pointer.action or "other",
+                shell=pointer.shell,
+            ),
+        )
         self._max_created = max(self._max_created, pointer.created_at)
         self._created.append(pointer.created_at)
         self._failed.append(_failed(pointer))
@@ -253,9 +212,16 @@ class EvidenceSearch:
         candidates: set[str] = set()
         for tok in set(tokenize(query)):
             candidates.update(self._cmd_by_key.get(tok, ()))
-        for cmd in candidates:
-            if cmd not in named and len(cmd) >= 6 and cmd in flat_query:
-                (exact if not quoted else partial).update(self._commands[cmd])
+        verbatim = [c for c in candidates if c not in named and len(c) >= 6 and c in flat_query]
+        # a whole (multi-line) command in backticks: quotes inside it are part of it
+        spans = [normalize_command(m.group(1)) for m in _SPAN.finditer(query)]
+        for cmd in verbatim:
+            longer = [*verbatim, *(q for q in quoted if q in self._commands)]
+            if any(cmd != other and cmd in other for other in longer):
+                continue  # "python x.py" inside "python x.py --fast": the longer one is meant
+            # quotes inside the command ("sed -n '1,5p' x.py") do not make it a fragment
+            whole = all(q in cmd for q in quoted) or any(span.startswith(cmd) for span in spans)
+            (exact if whole else partial).update(self._commands[cmd])
         # a quoted fragment of a longer command: every word of it is a word of the command
         for q in quoted:
             if len(q) < 4:
@@ -268,100 +234,133 @@ class EvidenceSearch:
                     partial.update(self._commands[cmd])
         return exact, partial - exact
 
-    def _bm25(self, terms: Iterable[str]) -> dict[int, float]:
-        """BM25 scores. Terms are taken rarest first; once some documents are scored, a term
-        found in more than :data:`COMMON_DF` documents only adds to those candidates instead
-        of walking its whole posting list (it could not lift an unmatched document far)."""
-        n = len(self._pointers)
-        avgdl = self._total_len / n if n else 1.0
-        scores: dict[int, float] = {}
-        lengths = self._lengths
-        norm = K1 * (1.0 - B)
-        per_len = K1 * B / avgdl
-        present = [(len(self._postings[t][0]), t) for t in terms if t in self._postings]
-        for df, term in sorted(present):
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-            if idf < 0.05:  # in nearly every document: no signal, only cost
-                continue
-            docs, tfs = self._postings[term]
-            get = scores.get
-            if df > COMMON_DF and scores and len(scores) < df:
-                lookup = self._term_dict(term)
-                for doc in list(scores):
-                    tf = lookup.get(doc)
-                    if tf is not None:
-                        scores[doc] += idf * tf * (K1 + 1.0) / (tf + norm + per_len * lengths[doc])
-                continue
-            for doc, tf in zip(docs, tfs, strict=True):
-                scores[doc] = get(doc, 0.0) + idf * tf * (K1 + 1.0) / (
-                    tf + norm + per_len * lengths[doc]
-                )
-        return scores
+    def _bm25(self, terms: Iterable[str], limit: int = BM25_FETCH) -> dict[int, float]:
+        """BM25 scores from the store's index (this session's evidence only)."""
+        words = list(terms)
+        if not words:
+            return {}
+        session = self.store.session
+        hits = session.store.search(
+            NAMESPACE, " ".join(words), session_id=session.session_id, limit=limit
+        )
+        prefix = f"{session.session_id}:"
+        out: dict[int, float] = {}
+        for h in hits:
+            doc = self._by_id.get(h.doc_id[len(prefix) :] if h.doc_id.startswith(prefix) else "")
+            if doc is not None:
+                out[doc] = h.score
+        return out
 
-    def _term_dict(self, term: str) -> dict[int, int]:
-        docs, tfs = self._postings[term]
-        cached = self._dicts.get(term)
-        if cached is None or len(cached) != len(docs):
-            cached = dict(zip(docs, tfs, strict=True))
-            self._dicts[term] = cached
-        return cached
+    def _bm25_of(self, terms: Iterable[str], docs: set[int]) -> dict[int, float]:
+        """BM25 of ``terms`` for the given documents only."""
+        if not docs:
+            return {}
+        scores = self._bm25(terms, limit=max(BM25_FETCH, 4 * len(docs)))
+        return {d: s for d, s in scores.items() if d in docs}
+
+    def _path_docs(self, spec: QuerySpec) -> set[int]:
+        docs: set[int] = set()
+        for qp in spec.paths:
+            docs.update(self._paths.get(qp, ()))
+            for suf in path_suffixes(qp)[1:]:
+                docs.update(self._full_paths.get(suf, ()))
+        return docs
+
+    def _pattern_docs(self, query: str) -> set[int]:
+        flat = f" {pattern_key(query)} "
+        keys = {k for w in set(flat.split()) for k in self._pattern_words.get(w, ())}
+        return {
+            d for key in keys if len(key) >= 2 and f" {key} " in flat for d in self._patterns[key]
+        }
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
         """The ``k`` best pieces of evidence for ``query``, best first."""
         self.sync()
         if not self._pointers or k <= 0:
             return []
-        terms = [t for t in dict.fromkeys(tokenize(query)) if t not in STOPWORDS]
-        scores = self._bm25(terms)
+        spec = parse_query(query, self._tools)
+        clean = strip_ordinals(query)
+        terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
+        scores = self._bm25([t for t in terms if t not in FILLER])
         exact, partial = self._command_matches(query)
-        wants_error = bool(_ERRORISH.search(query))
-        created = self._created
-        top = self._max_created
-        for doc in partial:
-            scores[doc] = scores.get(doc, 0.0) + COMMAND_PARTIAL_BONUS
         low_query = query.lower()
+        anchor_hits: dict[int, int] = {}
         for term in terms:
             for anchor in self._anchor_keys.get(term, ()):
                 if anchor in low_query:
                     for doc in self._anchors[anchor]:
-                        scores[doc] = scores.get(doc, 0.0) + ANCHOR_BONUS
-        pref = self._pref_error if wants_error else self._pref
-        ranked = heapq.nlargest(
-            k,
-            (
-                (base * pref[doc] * (1.0 + 0.1 * created[doc] / top), created[doc], doc)
-                for doc, base in scores.items()
-                if doc not in exact
-            ),
+                        anchor_hits[doc] = anchor_hits.get(doc, 0) + 1
+        path_docs = self._path_docs(spec)
+        url_docs = {d for u in spec.urls for d in self._urls.get(u, ())}
+        pattern_docs = self._pattern_docs(query)
+        tool_docs = {d for t in spec.tools for d in self._tools.get(t, ())}
+        exc = set(spec.exceptions)
+        exc_docs = {d for e in exc for d in self._exceptions.get(e, ())}
+        pref = self._pref_error if spec.wants_error else self._pref
+        created = self._created
+        top = self._max_created
+        best = heapq.nlargest(
+            BM25_CANDIDATES,
+            scores,
+            key=lambda d: scores[d] * pref[d] * (1.0 + 0.1 * created[d] / top),
         )
-        if exact:
-            ranked = sorted(self._rank_runs(exact, terms, wants_error) + ranked, reverse=True)[:k]
+        docs = set(best) | exact | partial | path_docs | url_docs | pattern_docs | exc_docs
+        docs |= set(anchor_hits)
+        if tool_docs and (path_docs or pattern_docs or url_docs):
+            docs |= tool_docs & (path_docs | pattern_docs | url_docs)
+        if spec.ordinal is not None and not (exact or path_docs or exc_docs):
+            docs |= {
+                d
+                for d, p in enumerate(self._pointers)
+                if p.role == "tool" and (self._failed[d] or not spec.wants_failing)
+            }
+        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact | partial)))
+        handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
+        extra_terms = [t for t in terms if t not in named and t not in handles]
+        strong = exact | partial | path_docs | url_docs | pattern_docs | exc_docs
+        extra = self._bm25_of(
+            [t for t in extra_terms if t not in GENERIC and t not in FILLER], strong
+        )
+        log = self.calls() if self.calls is not None else None
+        log = log if log is not None and len(log) else self._log
+        positions = log.positions
+        cands: list[Candidate] = []
+        for doc in docs:
+            p = self._pointers[doc]
+            seq = positions.get(p.tool_use_id or p.id)
+            if seq is None:
+                seq = self._log.positions.get(p.tool_use_id or p.id, -1)
+            cands.append(
+                Candidate(
+                    pointer=p,
+                    seq=seq,
+                    bm25=scores.get(doc, 0.0) * (1.0 + 0.1 * created[doc] / top),
+                    command=2 if doc in exact else 1 if doc in partial else 0,
+                    path=path_strength(spec.paths, p.paths) if doc in path_docs else 0,
+                    lines=lines_match(spec.lines, p.lines),
+                    tool=doc in tool_docs,
+                    pattern=doc in pattern_docs,
+                    url=doc in url_docs,
+                    anchors=anchor_hits.get(doc, 0),
+                    exception=doc in exc_docs,
+                    primary=self._primary[doc] in exc,
+                    failed=self._failed[doc],
+                    pref=pref[doc],
+                    extra=extra.get(doc, 0.0),
+                )
+            )
+        ranked = rerank(cands, spec, calls=log)[:k]
         hits: list[Hit] = []
-        for score, _, doc in ranked:
-            pointer = self._pointers[doc]
-            body = self.store.restore(pointer).text
+        for c in ranked:
+            body = self.store.restore(c.pointer).text
             hits.append(
-                Hit(pointer=pointer, score=round(score, 4), text_preview=snippet(body, terms))
+                Hit(
+                    pointer=c.pointer,
+                    score=round(c.score, 4),
+                    text_preview=snippet(body, terms),
+                )
             )
         return hits
-
-    def _rank_runs(
-        self, exact: set[int], terms: list[str], wants_error: bool
-    ) -> list[tuple[float, int, int]]:
-        """Runs of a command named in the query rank above everything else. Generic words
-        ("error", "output") cannot tell them apart: a failing run wins when the query asks for
-        an error, then specific extra words ("the ImportError one"), then the latest run."""
-        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact)))
-        extra = self._bm25([t for t in terms if t not in named and t not in GENERIC])
-        order = sorted(exact, key=lambda d: self._created[d])
-        out: list[tuple[float, int, int]] = []
-        for rank, doc in enumerate(order):
-            score = COMMAND_EXACT_BONUS + 2.0 * rank / max(1, len(order) - 1)
-            if wants_error and self._failed[doc]:
-                score += 15.0
-            score += min(10.0, 4.0 * extra.get(doc, 0.0))
-            out.append((score, self._created[doc], doc))
-        return out
 
 
 def _preference(p: EvidencePointer, wants_error: bool) -> float:

@@ -1,9 +1,10 @@
 """The recoverable store: content-addressed bodies plus the thin index (seed 004, 2 and 4).
 
-Layout inside a session folder::
-
-    evidence/<sha[:2]>/<sha>.txt     byte-exact UTF-8 bodies, written once (temp file + rename)
-    compact-blocks.jsonl             one CompactBlock per line, append-only
+Bodies are blobs of the session's store (by sha256; a pointer names one as
+``evidence/<sha[:2]>/<sha>.txt``, the file ``contextfold export`` writes). Each
+:class:`CompactBlock` is an ``evidence`` event of the session's log, and each of its pointers a
+row of the store's search index (namespace ``"evidence"``), written in the same unit of work as
+the compaction that made it: nothing is rebuilt when a session is reopened.
 
 :class:`EvidenceStore` turns the range of messages a compaction just removed from the view into
 a :class:`CompactBlock` (:meth:`EvidenceStore.index_compaction`), files a sub-agent's output
@@ -14,19 +15,17 @@ the seed's priority (:meth:`EvidenceStore.restore`).
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ..errors import StorageError, UnsafeIdError
 from ..messages import Message
-from ..paths import confined
-from .classify import classify, extract_anchors, link_summary_item, summary_hints
+from ..storage.base import SearchDoc
+from ..storage.session import SessionStore
+from .classify import classify, extract_anchors, link_summary_item, normalize_command, summary_hints
+from .fields import CallFields, call_fields, is_own_tool, lines_text
 from .model import CompactBlock, EvidenceFormatError, EvidencePointer
 
 PREVIEW_CHARS = 240
@@ -34,10 +33,13 @@ PREVIEW_CHARS = 240
 MIN_ASSISTANT_CHARS = 40
 MAX_COMMAND_CHARS = 500
 
-_ARCHIVED = re.compile(r"evidence/[0-9a-f]{2}/[0-9a-f]{64}\.txt")
+_ARCHIVED = re.compile(r"evidence/[0-9a-f]{2}/([0-9a-f]{64})\.txt")
+NAMESPACE = "evidence"
 
 RestoreSource = Literal["archived", "tool_result", "transcript", "preview"]
 TranscriptLookup = Callable[[str], "str | None"]
+#: Bytes of an offloaded result by the path shown in its placeholder (None when unknown).
+OffloadLookup = Callable[[str], "bytes | None"]
 
 
 class OffloadInfo(Protocol):
@@ -79,99 +81,125 @@ def _preview(text: str) -> str:
 
 
 def command_of(name: str, arguments: str) -> str:
-    """A short human form of a tool call: the shell command for bash-like tools, else JSON."""
-    try:
-        args = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return arguments[:MAX_COMMAND_CHARS]
-    if isinstance(args, dict):
-        for key in ("command", "cmd", "script"):
-            value = args.get(key)
-            if isinstance(value, str) and value.strip():
-                return value[:MAX_COMMAND_CHARS]
-            if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                return " ".join(value)[:MAX_COMMAND_CHARS]
-    text = json.dumps(args, ensure_ascii=False, sort_keys=True)
-    return f"{name} {text}"[:MAX_COMMAND_CHARS]
+    """A short human form of a tool call: the shell command for bash-like tools, else the tool
+    with its path and short arguments (``Read /src/app.ts offset=10``)."""
+    return call_fields(name, arguments).command[:MAX_COMMAND_CHARS]
+
+
+def _anchors(text: str, call: CallFields | None) -> tuple[str, ...]:
+    """The text's anchors; a shell command adds its own, a file tool the files it named."""
+    if call is None or call.shell:
+        return extract_anchors(text, call.command if call is not None else None)
+    found = extract_anchors(text)
+    extra = tuple(f"file:{p}" for p in call.paths if f"file:{p}" not in found)
+    return found + extra
 
 
 # --------------------------------------------------------------------------- the store
 
 
+def command_key(command: str | None) -> str:
+    """One index token standing for a normalized command (finds every run of it)."""
+    norm = normalize_command(command or "")
+    if not norm:
+        return ""
+    return "cmdx" + hashlib.sha256(_encode(norm)).hexdigest()[:16]
+
+
+def search_docs(
+    session_id: str, owner: str, block: CompactBlock, text_of: Callable[[EvidencePointer], str]
+) -> list[SearchDoc]:
+    """The index rows of a block's pointers (body, command, hints, command key)."""
+    docs = []
+    for p in block.evidence:
+        if p.role == "tool" and is_own_tool(p.tool_name):
+            continue  # a recall / session / memory result is a view of evidence, not evidence
+        hints = " ".join(
+            (
+                p.tool_name or "",
+                *p.paths,
+                *p.patterns,
+                *p.urls,
+                *p.anchors,
+                *p.content_types,
+            )
+        )
+        docs.append(
+            SearchDoc(
+                namespace=NAMESPACE,
+                doc_id=f"{session_id}:{p.id}",
+                scope=owner,
+                session_id=session_id,
+                fields={
+                    "body": text_of(p),
+                    "command": p.command or "",
+                    "hints": hints,
+                    "key": command_key(p.command),
+                },
+                meta={"pointer": p.to_dict()},
+            )
+        )
+    return docs
+
+
 class EvidenceStore:
-    """Bodies and the compact-blocks index of one session folder."""
+    """Bodies and the compact blocks of one session."""
 
     def __init__(
-        self, session_dir: Path, *, transcript_lookup: TranscriptLookup | None = None
+        self,
+        session: SessionStore,
+        *,
+        transcript_lookup: TranscriptLookup | None = None,
+        offload_lookup: OffloadLookup | None = None,
     ) -> None:
-        self.session_dir = Path(session_dir)
-        self.evidence_dir = self.session_dir / "evidence"
-        self.blocks_path = self.session_dir / "compact-blocks.jsonl"
+        self.session = session
         self.transcript_lookup = transcript_lookup
-        self._blocks: list[CompactBlock] = []
-        self._offset = 0
-        self._skipped_lines = 0
+        self.offload_lookup = offload_lookup
+        self._blocks: list[CompactBlock] | None = None
+        self._skipped = 0
         self._n_evidence = 0
-        #: tool call id -> (tool name, command), for results whose call left the view earlier.
-        self._calls: dict[str, tuple[str, str]] = {}
+        #: tool call id -> what the call was about, for results whose call left the view earlier.
+        self._calls: dict[str, CallFields] = {}
+        #: body text of pointers made since the last block was appended (for the index)
+        self._texts: dict[str, str] = {}
 
     # ----------------------------------------------------------------- bodies
 
-    def _rel(self, path: Path) -> str:
-        return path.relative_to(self.session_dir).as_posix()
-
     def archive_bytes(self, data: bytes) -> tuple[str, str]:
-        """Store ``data`` once under its sha256; returns (path relative to the session, sha)."""
-        sha = sha256_hex(data)
-        folder = self.evidence_dir / sha[:2]
-        target = folder / f"{sha}.txt"
-        if target.exists() and target.stat().st_size == len(data):
-            return self._rel(target), sha
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                # No fsync per body (a compaction may archive hundreds): the rename makes the
-                # file appear whole or not at all, and a body emptied by a power cut is caught
-                # by the size check above (rewritten) or by the sha256 check on restore.
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-        except OSError as exc:
-            raise StorageError(f"cannot archive evidence {sha[:12]} under {folder}: {exc}") from exc
-        return self._rel(target), sha
+        """Store ``data`` once under its sha256; returns (its name, sha)."""
+        sha = self.session.store.blobs.put(data)
+        return f"evidence/{sha[:2]}/{sha}.txt", sha
 
     def archive(self, text: str) -> tuple[str, str]:
-        """Store ``text`` (UTF-8, byte-exact) once; returns (relative path, sha256)."""
+        """Store ``text`` (UTF-8, byte-exact) once; returns (name, sha256)."""
         return self.archive_bytes(_encode(text))
 
-    def _resolve(self, path: str) -> Path:
-        if _ARCHIVED.fullmatch(path):  # our own layout: cannot escape, skip resolving links
-            return self.session_dir / path
-        p = Path(path)
-        return confined(self.session_dir, p if p.is_absolute() else self.session_dir / p)
+    def _bytes_at(self, path: str) -> bytes:
+        """The bytes a pointer path names; OSError-like failures raise StorageError."""
+        m = _ARCHIVED.fullmatch(path)
+        if m is not None:
+            return self.session.store.blobs.get(m.group(1))
+        if "\x00" in path or ".." in path.replace("\\", "/").split("/"):
+            raise UnsafeIdError(f"path {path!r} escapes the session")
+        data = self.offload_lookup(path) if self.offload_lookup is not None else None
+        if data is None:
+            raise StorageError(f"{path!r} is not a stored body of this session")
+        return data
 
     def _read_offloaded(self, info: OffloadInfo) -> bytes | None:
         try:
-            return self._resolve(str(info.path)).read_bytes()
-        except (OSError, UnsafeIdError):
+            return self.session.store.blobs.get(str(info.sha256))
+        except StorageError:
             return None
 
     # ----------------------------------------------------------------- indexing
-
-    def _evidence_count(self) -> int:
-        self.blocks()
-        return self._n_evidence
 
     def note_calls(self, messages: Sequence[Message]) -> None:
         """Remember the tool calls in ``messages`` (not indexed) so that results indexed later
         get their command: e.g. a result offloaded on arrival whose call is still in view."""
         for msg in messages:
             for call in msg.tool_calls:
-                self._calls[call.id] = (call.name, command_of(call.name, call.arguments))
+                self._calls[call.id] = call_fields(call.name, call.arguments)
 
     def _pointer(
         self,
@@ -183,18 +211,20 @@ class EvidenceStore:
         message_uuid: str | None,
         tool_use_id: str | None = None,
         tool_result_path: str | None = None,
-        tool_name: str | None = None,
-        command: str | None = None,
+        call: CallFields | None = None,
         source_scope: Literal["main_agent", "sub_agent"] = "main_agent",
         agent_run_id: str | None = None,
         parent_message_uuid: str | None = None,
     ) -> EvidencePointer:
         rel, sha = self.archive_bytes(data)
+        command = call.command if call is not None else None
         key = "\x00".join(
             [source_scope, agent_run_id or "", message_uuid or "", tool_use_id or "", sha]
         )
+        pointer_id = "ev-" + hashlib.sha256(_encode(key)).hexdigest()[:12]
+        self._texts[pointer_id] = text
         return EvidencePointer(
-            id="ev-" + hashlib.sha256(_encode(key)).hexdigest()[:12],
+            id=pointer_id,
             message_uuid=message_uuid,
             tool_use_id=tool_use_id,
             tool_result_path=tool_result_path,
@@ -202,15 +232,21 @@ class EvidenceStore:
             source_scope=source_scope,
             agent_run_id=agent_run_id,
             parent_message_uuid=parent_message_uuid,
-            content_types=classify(text),
-            anchors=extract_anchors(text, command),
+            content_types=classify(text, role),
+            anchors=_anchors(text, call),
             sha256=sha,
             chars=len(text),
             preview=_preview(text),
             command=command,
-            tool_name=tool_name,
+            tool_name=call.tool if call is not None else None,
             role=role,
             created_at=seq,
+            paths=call.paths if call is not None else (),
+            patterns=call.patterns if call is not None else (),
+            urls=call.urls if call is not None else (),
+            action=call.action if call is not None else None,
+            lines=lines_text(call.lines) or None if call is not None else None,
+            shell=call.shell if call is not None else False,
         )
 
     def _pointers_for(
@@ -223,8 +259,8 @@ class EvidenceStore:
         out: list[EvidencePointer] = []
         for msg in messages:
             if msg.role == "assistant":
-                for call in msg.tool_calls:
-                    self._calls[call.id] = (call.name, command_of(call.name, call.arguments))
+                for tc in msg.tool_calls:
+                    self._calls[tc.id] = call_fields(tc.name, tc.arguments)
                 if len(msg.text.strip()) < MIN_ASSISTANT_CHARS:
                     continue
             elif msg.role not in ("tool", "user"):
@@ -234,10 +270,12 @@ class EvidenceStore:
                 continue
             data = _encode(text)
             tool_result_path: str | None = None
-            name: str | None = None
-            command: str | None = None
+            call: CallFields | None = None
             if msg.role == "tool":
                 call_id = msg.tool_call_id or ""
+                call = self._calls.get(call_id)
+                if call is not None and is_own_tool(call.tool):
+                    continue  # contextfold's own tool results are views of evidence, not evidence
                 info = offloaded.get(call_id) or offloaded.get(msg.uuid)
                 if info is not None:
                     tool_result_path = str(info.path)
@@ -245,9 +283,6 @@ class EvidenceStore:
                     if body is not None:
                         data = body
                         text = _decode(body)
-                known = self._calls.get(call_id)
-                if known is not None:
-                    name, command = known
             seq += 1
             out.append(
                 self._pointer(
@@ -258,8 +293,7 @@ class EvidenceStore:
                     message_uuid=msg.uuid,
                     tool_use_id=msg.tool_call_id,
                     tool_result_path=tool_result_path,
-                    tool_name=name,
-                    command=command,
+                    call=call,
                     **scope,
                 )
             )
@@ -290,7 +324,7 @@ class EvidenceStore:
         which is scanned for tool calls only) get the call's command.
         """
         self.note_calls(known_calls)
-        seq = self._evidence_count() + len(self._blocks)
+        seq = self._evidence_count() + len(self._load())
         pointers = self._pointers_for(
             messages,
             offloaded,
@@ -301,7 +335,7 @@ class EvidenceStore:
         )
         items = tuple(link_summary_item(k, t, pointers) for k, t in summary_items_source)
         block = CompactBlock(
-            id=f"cb-{len(self._blocks) + 1}",
+            id=f"cb-{len(self._load()) + 1}",
             compact_boundary_uuid=boundary_uuid,
             token_before=token_before,
             token_after=token_after,
@@ -324,7 +358,7 @@ class EvidenceStore:
         """File a worker's transcript (or its plain-text output) under ``sourceScope=sub_agent``."""
         if not isinstance(run_id, str) or not run_id:
             raise UnsafeIdError(f"sub-agent run id must be a non-empty string, got {run_id!r}")
-        seq = self._evidence_count() + len(self._blocks)
+        seq = self._evidence_count() + len(self._load())
         if isinstance(messages_or_text, str):
             text = messages_or_text
             pointers = [
@@ -349,7 +383,7 @@ class EvidenceStore:
                 parent_message_uuid=parent_message_uuid,
             )
         block = CompactBlock(
-            id=f"cb-{len(self._blocks) + 1}",
+            id=f"cb-{len(self._load()) + 1}",
             compact_boundary_uuid=parent_message_uuid,
             natural_summary=f"Output of sub-agent run {run_id} ({len(pointers)} items).",
             evidence=tuple(pointers),
@@ -360,58 +394,50 @@ class EvidenceStore:
         self._append(block)
         return pointers
 
-    # ----------------------------------------------------------------- the index file
+    # ----------------------------------------------------------------- the blocks
 
     def _append(self, block: CompactBlock) -> None:
-        self.blocks()  # catch up with anything another writer appended
-        line = json.dumps(block.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
-        try:
-            self.session_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.blocks_path, "ab") as fh:
-                if fh.tell() > 0:
-                    with open(self.blocks_path, "rb") as rd:
-                        rd.seek(-1, os.SEEK_END)
-                        if rd.read(1) != b"\n":  # a torn line: close it, it will be skipped
-                            fh.write(b"\n")
-                fh.write(_encode(line))
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            raise StorageError(f"cannot append to {self.blocks_path}: {exc}") from exc
-        self.blocks()
+        blocks = self._load()
+        docs = search_docs(
+            self.session.session_id,
+            self.session.agent_id,
+            block,
+            lambda p: self._texts.pop(p.id, p.preview),
+        )
+        self._texts.clear()
+        self.session.emit("evidence", {"block": block.to_dict()})
+        self.session.index(docs)
+        blocks.append(block)
+        self._n_evidence += len(block.evidence)
+
+    def _load(self) -> list[CompactBlock]:
+        if self._blocks is None:
+            blocks: list[CompactBlock] = []
+            for ev in self.session.read(kinds=["evidence"]):
+                try:
+                    blocks.append(CompactBlock.from_dict(ev.data["block"]))
+                except (KeyError, EvidenceFormatError, TypeError, ValueError):
+                    self._skipped += 1
+            self._blocks = blocks
+            self._n_evidence = sum(len(b.evidence) for b in blocks)
+        return self._blocks
+
+    def _evidence_count(self) -> int:
+        self._load()
+        return self._n_evidence
 
     def blocks(self) -> list[CompactBlock]:
-        """All blocks in order; reads only what was appended since the last call. Lines that
-        do not parse (a torn write) are skipped."""
-        try:
-            size = self.blocks_path.stat().st_size
-        except FileNotFoundError:
-            return list(self._blocks)
-        except OSError as exc:
-            raise StorageError(f"cannot read {self.blocks_path}: {exc}") from exc
-        if size < self._offset:  # replaced by someone: start over
-            self._blocks, self._offset, self._n_evidence = [], 0, 0
-        if size > self._offset:
-            with open(self.blocks_path, "rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read(size - self._offset)
-            end = chunk.rfind(b"\n") + 1  # only complete lines; a partial tail waits
-            for raw in chunk[:end].splitlines():
-                if not raw.strip():
-                    continue
-                try:
-                    block = CompactBlock.from_dict(json.loads(_decode(raw)))
-                except (ValueError, EvidenceFormatError):
-                    self._skipped_lines += 1
-                    continue
-                self._blocks.append(block)
-                self._n_evidence += len(block.evidence)
-            self._offset += end
-        return list(self._blocks)
+        """All blocks in order (read from the log once, then kept current)."""
+        return list(self._load())
 
     @property
     def skipped_lines(self) -> int:
-        return self._skipped_lines
+        return self._skipped
+
+    def newest_created(self) -> int:
+        """The largest ``created_at`` given so far (0 before any)."""
+        blocks = self._load()
+        return blocks[-1].created_at if blocks else 0
 
     def pointers(self) -> list[EvidencePointer]:
         return [p for b in self.blocks() for p in b.evidence]
@@ -430,12 +456,12 @@ class EvidenceStore:
         self, path: str, pointer: EvidencePointer, source: RestoreSource, notes: list[str]
     ) -> RestoredText | None:
         try:
-            data = self._resolve(path).read_bytes()
+            data = self._bytes_at(path)
         except UnsafeIdError as exc:
             notes.append(f"{source} path refused: {exc}")
             return None
-        except OSError as exc:
-            notes.append(f"{source} copy {path!r} unreadable ({type(exc).__name__})")
+        except StorageError as exc:
+            notes.append(f"{source} copy {path!r} unreadable ({exc})")
             return None
         return self._checked(_decode(data), data, pointer, source, notes)
 
@@ -485,10 +511,13 @@ class EvidenceStore:
 
 
 __all__ = [
+    "NAMESPACE",
     "EvidenceStore",
     "OffloadInfo",
     "RestoredText",
+    "command_key",
     "command_of",
     "link_summary_item",
+    "search_docs",
     "summary_hints",
 ]

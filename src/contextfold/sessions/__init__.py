@@ -1,7 +1,7 @@
-"""Raw session logs, their search index and the session_* agent tools (seed 002, section 5)."""
+"""Raw session logs, search over them and the session_* agent tools (seed 002, section 5)."""
 
-from .index import SearchHit, SessionIndex, fts5_available
-from .log import LogEntry, SessionLog, SessionMeta, list_session_ids, read_meta
+from .index import SearchHit, SessionIndex
+from .log import LogEntry, SessionLog, SessionMeta, read_entries
 from .tools import session_tools
 
 __all__ = [
@@ -10,8 +10,6 @@ __all__ = [
     "SessionIndex",
     "SessionLog",
     "SessionMeta",
-    "fts5_available",
-    "list_session_ids",
-    "read_meta",
+    "read_entries",
     "session_tools",
 ]

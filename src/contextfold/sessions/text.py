@@ -1,15 +1,12 @@
-"""Text of the session index: what is indexed and how queries and snippets are made.
+"""Text of session search.
 
-CJK characters are split by zero-width spaces before indexing (and in queries) so that the
-``unicode61`` tokenizer matches Chinese/Japanese substrings as phrases; :func:`join_cjk`
-undoes it for display. Bodies are stored zlib-compressed (:func:`zip_text`).
+What is indexed of a message, and snippets cut around the query words (ranking and
+tokenizing are the store's: :mod:`contextfold.storage.text`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,13 +23,8 @@ _CJK_MARK_GAP = re.compile(f"(?<=[{_CJK_CLASS}])\\]\\[(?=[{_CJK_CLASS}])")
 _SNIP_OPEN, _SNIP_CLOSE, _SNIP_ELLIPSIS = "[", "]", "…"
 
 
-def split_cjk(text: str) -> str:
-    """Make every CJK character its own token (zero-width spaces around each)."""
-    return _CJK.sub(f"{_ZWSP}\\1{_ZWSP}", text) if _CJK.search(text) else text
-
-
 def join_cjk(text: str) -> str:
-    """Undo :func:`split_cjk` for display, merging adjacent highlighted CJK characters."""
+    """Snippet text for display: adjacent highlighted CJK characters merged into one mark."""
     if _ZWSP not in text:
         return text
     return _CJK_MARK_GAP.sub("", text.replace(_ZWSP, ""))
@@ -73,33 +65,6 @@ def message_search_text(msg: Message, *, max_chars: int, max_tool_chars: int) ->
     return _head_tail(text, max_tool_chars if msg.role == "tool" else max_chars)
 
 
-def fts_query(query: str, *, op: str = "AND") -> str:
-    """User text as a safe FTS5 MATCH expression: every word becomes a quoted phrase."""
-    phrases: list[str] = []
-    for chunk in split_cjk(query).split():
-        if not any(ch.isalnum() for ch in chunk):
-            continue
-        phrases.append('"' + chunk.replace('"', '""') + '"')
-    return f" {op} ".join(phrases)
-
-
-def like_terms(query: str) -> list[str]:
-    return [t for t in query.split() if any(ch.isalnum() for ch in t)]
-
-
-def scope_key(kind: str, value: str) -> str:
-    """One FTS token standing for an agent or session id (hashed: ids are arbitrary text)."""
-    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:20]
-
-
-def zip_text(text: str) -> bytes:
-    return zlib.compress(text.encode("utf-8", "surrogatepass"), 1)
-
-
-def unzip_text(blob: bytes | None) -> str:
-    return zlib.decompress(blob).decode("utf-8", "surrogatepass") if blob else ""
-
-
 def make_snippet(body: str, terms: Sequence[str], width: int = 180) -> str:
     """A window of ``body`` around the densest cluster of ``terms``, hits in [brackets]."""
     body = join_cjk(body)
@@ -125,13 +90,7 @@ def make_snippet(body: str, terms: Sequence[str], width: int = 180) -> str:
 
 
 __all__ = [
-    "fts_query",
     "join_cjk",
-    "like_terms",
     "make_snippet",
     "message_search_text",
-    "scope_key",
-    "split_cjk",
-    "unzip_text",
-    "zip_text",
 ]

@@ -15,10 +15,10 @@ from typing import Any
 
 from ..errors import StorageError, ToolArgumentsError, UnsafeIdError
 from ..messages import Message
-from ..paths import Workspace, check_session_id
+from ..paths import check_session_id
 from ..tools import Tool
 from .index import SessionIndex
-from .log import LogEntry, SessionLog
+from .log import LogEntry, read_entries
 
 DEFAULT_LAST_N = 20
 MAX_LAST_N = 200
@@ -104,7 +104,6 @@ def render_message(
 
 def session_tools(
     index: SessionIndex,
-    workspace: Workspace,
     *,
     agent_id: str,
     allow_agents: Collection[str] = (),
@@ -132,10 +131,10 @@ def session_tools(
         last_n = _int_arg(args, "lastN", DEFAULT_LAST_N, 1, MAX_LAST_N)
         offset = _int_arg(args, "offset", 0, 0, 10**9)
         max_chars = _int_arg(args, "maxChars", max_result_chars, 1, MAX_CHARS_CAP)
-        log = SessionLog(workspace, sid)
-        if not log.exists():
+        info = index.store.session(sid)
+        if info is None:
             raise ToolArgumentsError(f"session_history: no session {sid!r}")
-        owner = log.agent_id
+        owner = info.agent_id
         wanted = args.get("agentId")
         if wanted not in (None, "") and wanted != owner:
             raise ToolArgumentsError(
@@ -143,15 +142,17 @@ def session_tools(
             )
         scope.check(owner)
         try:
-            entries = list(log.iter_entries())
+            # only the newest lastN + offset messages are read, never the whole log
+            entries = read_entries(index.store, sid, last=last_n + offset)
         except StorageError as exc:
             raise ToolArgumentsError(
                 f"session_history: cannot read session {sid!r}: {exc}"
             ) from None
-        total = len(entries)
+        total = info.messages
+        base = total - len(entries)  # position of entries[0]
         stop = max(0, total - offset)
         start = max(0, stop - last_n)
-        chosen = entries[start:stop]
+        chosen = entries[max(0, start - base) : max(0, stop - base)] if stop > start else []
         header = (
             f"Session {sid} (agent {owner}): messages {start}-{stop - 1} of {total} "
             f"(seq numbers; oldest first)."
@@ -169,8 +170,6 @@ def session_tools(
                 f"{start} earlier message(s): call session_history with "
                 f'{{"sessionId": "{sid}", "offset": {total - start}, "lastN": {last_n}}}.'
             )
-        if log.problems:
-            more.append("Note: " + "; ".join(log.problems))
         return "\n\n".join([header, *body, *more])
 
     def session_search(args: Mapping[str, Any]) -> str:

@@ -41,6 +41,7 @@ EventKind = Literal[
     "state",  # compactor state / calibration / learned window changed (snapshot)
     "session_state",  # plan mode, todos, tasks, permissions (snapshot)
     "subagent",  # a sub-agent's output archived as evidence: {"blocks": [...]}
+    "evidence",  # messages that left the view, indexed as evidence: {"block": <CompactBlock>}
     "branch",  # a rewritten history continues in a new branch (gateway): {"from": ..., ...}
 ]
 
@@ -221,8 +222,9 @@ class Store(Protocol):
         ...
 
     def delete_session(self, session_id: str) -> None:
-        """Events, documents keyed under the session, index rows. Blobs are shared by content
-        and collected separately (:meth:`collect_blobs`)."""
+        """Events, the session row, documents whose key starts with ``"<session_id>/"`` (in any
+        namespace) and index rows of the session, in one step. Blobs are shared by content and
+        are not deleted."""
         ...
 
     # -- documents

@@ -1,0 +1,453 @@
+"""Reading a recall question and ordering the candidates it found (issue 11, parts 2 and 3).
+
+Candidate retrieval (BM25 and the exact lookups of :mod:`.search`) finds what *could* answer;
+this module decides the order, as pure functions over the candidates and the question:
+
+1. :func:`parse_query` reads what the question names: commands (in backticks or verbatim),
+   file paths (any form: ``./pkg/x.py``, ``/testbed/pkg/x.py``), a line range, exception types,
+   tool names, and an ordinal ("the first run", "the run before last", "before the fix",
+   第二次, 上一次, 修复之前).
+2. :func:`rerank` gives every candidate a *match level*: 3 the very call named (the command, or
+   the tool with its path, range and pattern), 2 a strong handle (a command fragment, the path,
+   a URL), 1 a weak one (an anchor, a pattern, the tool), 0 words only. Inside the best level
+   a question that names a group of outputs (the runs of a command, the reads of a file, the
+   outputs that show one exception type, the failing commands) gets its member by ordinal,
+   else the newest; everything else follows by score.
+
+Ordinals count over every call of the session when the caller knows them (``calls``), so "the
+second run" is the second run even if the first never left the view.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .calls import CallLog, path_strength
+from .fields import normalize_path, pointer_key
+from .model import EvidencePointer
+
+LEVEL = 1_000.0
+_I = re.IGNORECASE
+
+_EN_ORD = {
+    "first": 0,
+    "1st": 0,
+    "initial": 0,
+    "earliest": 0,
+    "original": 0,
+    "second": 1,
+    "2nd": 1,
+    "third": 2,
+    "3rd": 2,
+    "fourth": 3,
+    "fifth": 4,
+    "sixth": 5,
+    "seventh": 6,
+    "eighth": 7,
+    "ninth": 8,
+    "tenth": 9,
+}
+_ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
+_ZH_NUM.update({"九": 9, "十": 10})
+_RUNWORD = r"(?:run|runs|time|times|attempt|try|execution|call|invocation|output|result|read|one)"
+_ORD_PATTERNS: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(
+            r"\b(?:before|prior to|until) (?:the |my |your |our )?(?:fix|fixes|fixing|patch|"
+            r"change|edit|modification)s?\b",
+            _I,
+        ),
+        "before_fix",
+    ),
+    (
+        re.compile(
+            r"\b(?:after|since) (?:the |my |your |our )?(?:fix|fixing|patch|change|edit)\b", _I
+        ),
+        "after_fix",
+    ),
+    (re.compile(r"修复(?:之|以)?前|修改(?:之|以)?前|改(?:之|以)?前|修之前"), "before_fix"),
+    (re.compile(r"修复(?:之|以)?后|修改(?:之|以)?后|改(?:之|以)?后"), "after_fix"),
+    (
+        re.compile(
+            r"\b(?:the )?(?:run|time|one|attempt) before (?:the )?last\b|\bsecond[- ]to[- ]"
+            r"last\b|\bsecond[- ]last\b|\bpenultimate\b|\bnext[- ]to[- ]last\b",
+            _I,
+        ),
+        "-2",
+    ),
+    (re.compile(r"\bthird[- ]to[- ]last\b|\bthird[- ]last\b", _I), "-3"),
+    (re.compile(r"倒数第([一二两三四五六七八九十\d]+)(?:次|个|回)"), "zh_from_end"),
+    (re.compile(r"第([一二两三四五六七八九十\d]+)(?:次|个|回|遍)"), "zh_index"),
+    (re.compile(r"最后一次|最近一次|最新一次|上一次|上次|前一次|最后那次|最近那次"), "-1"),
+    (re.compile(r"第一次|首次|最早|最初|头一次"), "0"),
+    (re.compile(r"\b(\d{1,3})(?:st|nd|rd|th) " + _RUNWORD + r"\b", _I), "en_num"),
+    (
+        re.compile(
+            r"\b(first|1st|initial|earliest|original|second|2nd|third|3rd|fourth|fifth|"
+            r"sixth|seventh|eighth|ninth|tenth)\b(?! (?:line|lines|argument|arg|column|"
+            r"part|half|step|of all|place|thing|attempt at)\b)",
+            _I,
+        ),
+        "en_word",
+    ),
+    (
+        re.compile(
+            r"\b(?:the |that )?(?:last|latest|newest|most recent|final|previous|prior)\b"
+            r"(?! (?:line|lines|column|part|half|few|\d+ lines)\b)",
+            _I,
+        ),
+        "-1",
+    ),
+]
+_STRIP_ORD = [p for p, _ in _ORD_PATTERNS]
+_QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
+_PATH_TOKEN = re.compile(r"(?<![\w/.:\-*])((?:\.{0,2}/)?[\w.\-*]+(?:/[\w.\-*]+)*)(?::(\d+))?")
+_LINES = [
+    re.compile(r"\blines? (\d+)\s*(?:-|–|to|through|thru|\.\.|,)\s*(\d+)", _I),
+    re.compile(r"\bview_range=?\s*\[\s*(\d+)\s*,\s*(-?\d+)\s*\]", _I),
+    re.compile(r"第\s*(\d+)\s*(?:-|到|至|~)\s*(\d+)\s*行"),
+]
+_OFFSET = re.compile(r"\boffset[=: ]\s*(\d+)", _I)
+_LIMIT = re.compile(r"\blimit[=: ]\s*(\d+)", _I)
+_ONE_LINE = re.compile(r"\bline (\d+)\b|第\s*(\d+)\s*行", _I)
+_EXC = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt))\b")
+_URL = re.compile(r"https?://[^\s'\"<>`)]+")
+_ERRORISH = re.compile(
+    r"error|fail|traceback|stack|exception|crash|broke|报错|错误|失败|异常|堆栈|崩溃", _I
+)
+_FAILISH = re.compile(r"fail|error|broke|crash|失败|报错|出错|错误", _I)
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
+SUBCOMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "write"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ordinal:
+    """``index`` counts from the start (0 the first) or, when negative, from the end (-1 the
+    newest); ``fix`` is ``before`` / ``after`` for "before the fix" / "after the fix"."""
+
+    index: int = -1
+    fix: str | None = None
+
+
+def _zh_number(text: str) -> int | None:
+    if text.isdigit():
+        return int(text)
+    if text == "十":
+        return 10
+    if text.startswith("十"):
+        return 10 + _ZH_NUM.get(text[1:], 0)
+    if text.endswith("十"):
+        return 10 * _ZH_NUM.get(text[0], 1)
+    if "十" in text:
+        a, b = text.split("十", 1)
+        return 10 * _ZH_NUM.get(a, 1) + _ZH_NUM.get(b, 0)
+    return _ZH_NUM.get(text)
+
+
+def parse_ordinal(text: str) -> Ordinal | None:
+    """The ordinal a question asks for (English or Chinese), or None."""
+    for pattern, kind in _ORD_PATTERNS:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        if kind == "before_fix":
+            return Ordinal(fix="before")
+        if kind == "after_fix":
+            return Ordinal(fix="after")
+        if kind in ("zh_index", "zh_from_end"):
+            n = _zh_number(m.group(1))
+            if not n:
+                continue
+            return Ordinal(index=n - 1 if kind == "zh_index" else -n)
+        if kind == "en_num":
+            return Ordinal(index=max(0, int(m.group(1)) - 1))
+        if kind == "en_word":
+            return Ordinal(index=_EN_ORD[m.group(1).lower()])
+        return Ordinal(index=int(kind))
+    return None
+
+
+def strip_ordinals(text: str) -> str:
+    for pattern in _STRIP_ORD:
+        text = pattern.sub(" ", text)
+    return text
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuerySpec:
+    text: str
+    quoted: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+    lines: tuple[int, int] | None = None
+    exceptions: tuple[str, ...] = ()
+    urls: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    subcommands: tuple[str, ...] = ()
+    ordinal: Ordinal | None = None
+    wants_error: bool = False
+    wants_failing: bool = False
+
+
+def query_paths(text: str) -> tuple[str, ...]:
+    """File paths a question names (normalized), URLs and test ids left out."""
+    out: list[str] = []
+    clean = _URL.sub(" ", text)
+    for m in _PATH_TOKEN.finditer(clean):
+        token = m.group(1).split("::", 1)[0].rstrip(".")
+        last = token.rsplit("/", 1)[-1]
+        if "/" not in token and not _EXTENSION.search(last):
+            continue
+        if token.replace(".", "").replace("/", "").isdigit():
+            continue
+        norm = normalize_path(token)
+        if norm and norm not in out:
+            out.append(norm)
+    return tuple(out)
+
+
+def query_lines(text: str) -> tuple[int, int] | None:
+    for pattern in _LINES:
+        m = pattern.search(text)
+        if m:
+            return int(m.group(1)), max(0, int(m.group(2)))
+    off, lim = _OFFSET.search(text), _LIMIT.search(text)
+    if lim:
+        first = int(off.group(1)) if off else 1
+        return first, first + int(lim.group(1)) - 1
+    return None
+
+
+def parse_query(text: str, tools: Iterable[str] = ()) -> QuerySpec:
+    """What a recall question names; ``tools`` are the tool names known to the index."""
+    quoted = tuple(next(g for g in m.groups() if g) for m in _QUOTED.finditer(text))
+    words = set(re.findall(r"[A-Za-z_][\w\-]*", text))
+    ordinal = parse_ordinal(text)
+    return QuerySpec(
+        text=text,
+        quoted=quoted,
+        paths=query_paths(text),
+        lines=query_lines(text),
+        exceptions=tuple(dict.fromkeys(m.group(1).rsplit(".", 1)[-1] for m in _EXC.finditer(text))),
+        urls=tuple(_URL.findall(text)),
+        tools=tuple(t for t in tools if t in words or (len(t) > 3 and f" {t} " in f" {text} ")),
+        subcommands=tuple(w for w in words if w in SUBCOMMANDS),
+        ordinal=ordinal,
+        wants_error=bool(_ERRORISH.search(text)),
+        wants_failing=bool(_FAILISH.search(text)),
+    )
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+@dataclass(kw_only=True, slots=True)
+class Candidate:
+    """One retrieved pointer with what matched; ``seq`` orders calls (oldest first)."""
+
+    pointer: EvidencePointer
+    seq: int
+    bm25: float = 0.0
+    #: 2 the command named exactly, 1 a fragment of it
+    command: int = 0
+    #: components of the longest path named by the question that this call named (0: none)
+    path: int = 0
+    #: 2 the exact line range, 1 an overlapping one, -1 another range
+    lines: int = 0
+    tool: bool = False
+    pattern: bool = False
+    url: bool = False
+    anchors: int = 0
+    #: the output shows an exception type the question names
+    exception: bool = False
+    #: ... and it is the exception the output ends with
+    primary: bool = False
+    failed: bool = False
+    pref: float = 1.0
+    #: BM25 of the question's words that are not part of the named command
+    extra: float = 0.0
+    level: int = field(default=0)
+    score: float = field(default=0.0)
+
+
+def primary_exception(p: EvidencePointer) -> str | None:
+    return next((a[10:] for a in p.anchors if a.startswith("exception:")), None)
+
+
+def _subcommand(p: EvidencePointer) -> str | None:
+    if p.shell or not p.command:
+        return None
+    parts = p.command.split(" ", 2)
+    return parts[1] if len(parts) > 1 and parts[1] in SUBCOMMANDS else None
+
+
+def _level(c: Candidate, q: QuerySpec) -> int:
+    p = c.pointer
+    if c.command == 2:
+        return 3
+    if c.tool and (c.path or c.pattern or c.url):
+        sub = _subcommand(p)
+        sub_ok = not q.subcommands or sub in q.subcommands
+        lines_ok = c.lines == 2 if q.lines else not p.lines
+        pattern_ok = c.pattern or not p.patterns or p.action != "search"
+        if sub_ok and lines_ok and pattern_ok and (c.path or not q.paths):
+            return 3
+    if c.command == 1 or c.url or (c.path and c.lines >= 0) or (c.pattern and c.path):
+        return 2
+    if c.exception:
+        return 2
+    if c.path or c.pattern or c.anchors or c.tool:
+        return 1
+    return 0
+
+
+def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
+    """The order inside one match level."""
+    p = c.pointer
+    if c.level < 2:
+        score = c.bm25 * c.pref + 4.0 * c.anchors + 2.0 * c.path / (c.path + 1)
+        return score + (2.0 if c.pattern else 0.0) + (6.0 if c.exception else 0.0)
+    # the named thing is found: a file named alone means its content (a read); then a failure
+    # when an error is asked for; then specific extra words; then the newest
+    score = 20.0 if p.role == "tool" else 0.0  # an output, not a message quoting it
+    if q.paths and c.command < 2 and p.action == "read":
+        score += 50.0
+    if q.wants_error and c.failed and not c.exception:
+        score += 15.0  # "the error output of `cmd`": its failing run (an error type is named)
+    if c.primary:
+        score += 0.5  # the output ends with the error named, a tie-break after recency
+    score += 4.0 * max(0, c.lines) + (2.0 if c.pattern else 0.0)
+    score += min(10.0, 4.0 * c.extra) + 2.0 * (max(0, c.seq) / max(1, newest))
+    return score
+
+
+def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
+    """The outputs an ordinal counts among: runs of the call, reads of the path, outputs
+    showing the exception, or the failing commands."""
+    if best.level == 3:
+        if best.command == 2:
+            same = [c for c in pool if c.command == 2]
+            if best.pointer.command:
+                key = pointer_key(best.pointer)
+                same = [c for c in same if pointer_key(c.pointer) == key] or same
+            return same
+        return [c for c in pool if c.level == 3]
+    if best.level >= 2 and best.path:
+        group = [c for c in pool if c.path and c.lines >= 0]
+        reads = [c for c in group if c.pointer.action == "read"]
+        return reads or group
+    if q.exceptions:
+        group = [c for c in pool if c.exception]
+        tools = [c for c in group if c.pointer.role == "tool"]
+        if group:
+            return tools or group
+    tools = [c for c in pool if c.pointer.role == "tool"]
+    if q.wants_failing:
+        return [c for c in tools if c.failed]
+    return tools
+
+
+def _pick(
+    group: Sequence[Candidate], ordinal: Ordinal, runs: Sequence[int] | None, edits: Sequence[int]
+) -> Candidate | None:
+    """The member of ``group`` the ordinal names. ``runs``: the positions of every call of the
+    group in the session (also those still in view); ``edits``: positions of edits."""
+    if not group:
+        return None
+    members = sorted(group, key=lambda c: c.seq)
+    seqs = sorted(set(runs)) if runs else [c.seq for c in members]
+    if ordinal.fix is not None:
+        newest = seqs[-1]
+        fixes = [e for e in edits if e < newest and any(s < e for s in seqs)]
+        if ordinal.fix == "after":
+            target = newest
+        elif fixes:
+            before = [s for s in seqs if s < fixes[-1]]
+            target = before[-1] if before else seqs[0]
+        else:
+            target = seqs[-2] if len(seqs) > 1 else seqs[0]
+    else:
+        i = ordinal.index
+        if i >= len(seqs):
+            i = len(seqs) - 1
+        if i < -len(seqs):
+            i = 0
+        target = seqs[i]
+    exact = [c for c in members if c.seq == target]
+    if exact:
+        return exact[-1]
+    # the run asked for is not evidence (still in view): the nearest one that is
+    return min(members, key=lambda c: (abs(c.seq - target), c.seq > target))
+
+
+def rerank(
+    candidates: Sequence[Candidate],
+    q: QuerySpec,
+    *,
+    calls: CallLog | None = None,
+) -> list[Candidate]:
+    """``candidates`` best first (sets their ``level`` and ``score``, nothing else). ``calls``:
+    the session's calls, so that ordinals count also the runs still in view."""
+    if not candidates:
+        return []
+    newest = max(c.seq for c in candidates)
+    for c in candidates:
+        c.level = _level(c, q)
+        c.score = c.level * LEVEL + _within(c, q, newest)
+    ranked = sorted(candidates, key=lambda c: (c.score, c.seq), reverse=True)
+    top = ranked[0]
+    if q.ordinal is None:
+        return ranked
+    # an ordinal with nothing named ("the first failing command") counts every tool output
+    pool = [c for c in ranked if c.level >= top.level] if top.level >= 2 else ranked
+    group = _group(top, pool, q)
+    key = group_key_of(top, q) if calls is not None else None
+    runs = calls.runs(key) if calls is not None and key else None
+    chosen = _pick(group, q.ordinal, runs, calls.edits if calls is not None else ())
+    if chosen is None:
+        return ranked
+    rest = [c for c in ranked if c is not chosen]
+    return [chosen, *rest]
+
+
+def group_key_of(c: Candidate, q: QuerySpec) -> str | None:
+    """The key under which the caller lists a group's calls: ``call:<key>`` for runs of one
+    call, ``read:<path>`` for reads of a file; None when the group is not about calls."""
+    if c.level == 3 and c.pointer.command:
+        return "call:" + pointer_key(c.pointer)
+    if c.path and q.paths:
+        return "read:" + q.paths[0]
+    return None
+
+
+def lines_match(q: tuple[int, int] | None, p: str | None) -> int:
+    if q is None or not p:
+        return 0
+    a, _, b = p.partition("-")
+    try:
+        first, last = int(a), int(b) if b else 0
+    except ValueError:
+        return 0
+    if (first, last) == q:
+        return 2
+    qa, qb = q
+    if first <= (qb or qa) and (last == 0 or qa <= last):
+        return 1
+    return -1
+
+
+__all__ = [
+    "CallLog",
+    "Candidate",
+    "Ordinal",
+    "QuerySpec",
+    "group_key_of",
+    "lines_match",
+    "parse_ordinal",
+    "parse_query",
+    "path_strength",
+    "primary_exception",
+    "rerank",
+    "strip_ordinals",
+]

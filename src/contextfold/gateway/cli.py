@@ -1,0 +1,170 @@
+"""``contextfold serve``: argparse setup, the handler, and a background server for embedding."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from ..errors import ConfigError
+from .config import ENV_PREFIX, GatewayConfig, load_config
+from .sessions import check_store
+
+HELP = "run the compaction gateway (an OpenAI / Anthropic compatible HTTP proxy)"
+EPILOG = f"""\
+Point an agent at it, for example:
+  ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
+  OPENAI_BASE_URL=http://127.0.0.1:8787/v1 codex
+Every setting can also come from a TOML file (--config) or {ENV_PREFIX}<NAME> variables
+(e.g. {ENV_PREFIX}AUTH_TOKEN for the gateway's own bearer token)."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help=HELP,
+        description=HELP,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--upstream", help="provider base URL, e.g. https://api.anthropic.com")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default 8787; 0 picks a free one)")
+    p.add_argument("--store", help="workspace folder or postgresql:// URL (default ./.contextfold)")
+    p.add_argument("--config", help="TOML file with gateway settings")
+    p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
+    p.add_argument("--preset", help="compaction preset: progressive (default) or harness")
+    p.add_argument(
+        "--summarizer",
+        choices=["extractive", "upstream"],
+        help="who writes compaction summaries: extractive (no model call, the default) or "
+        "upstream (the upstream model, with the request's credentials)",
+    )
+    p.add_argument("--max-body-bytes", type=int, help="largest request body (default 32 MiB)")
+    p.add_argument("--upstream-timeout", type=float, help="seconds to wait for the upstream")
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON log lines on stderr from this level on (default info)",
+    )
+    p.set_defaults(fn=cmd_serve)
+    return p
+
+
+#: the name the CLI's command modules use
+register = add_parser
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    keys = (
+        "upstream",
+        "host",
+        "port",
+        "store",
+        "context_window",
+        "preset",
+        "summarizer",
+        "max_body_bytes",
+        "upstream_timeout",
+        "log_level",
+    )
+    overrides = {k: getattr(args, k, None) for k in keys}
+    config = load_config(file=args.config, overrides=overrides)
+    check_store(config.store)
+    return config
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter('{"ts": "%(asctime)s", "level": "%(levelname)s", "log": %(message)s}')
+    )
+    logger = logging.getLogger("contextfold.gateway")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
+    config = config_from_args(args)
+    import uvicorn
+
+    from .app import create_app
+
+    _setup_logging(config.log_level)
+    # ContextManager work runs in worker threads; a short GIL switch interval keeps the event
+    # loop (streaming, other sessions) from waiting behind them (this process is ours)
+    sys.setswitchinterval(0.001)
+    print(
+        f"contextfold gateway on http://{config.host}:{config.port} -> {config.upstream_base} "
+        f"(store {config.store})",
+        file=out,
+        flush=True,
+    )
+    uvicorn.run(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+    )
+    return 0
+
+
+class BackgroundServer:
+    """The gateway on a uvicorn server in a daemon thread (tests, benchmarks, notebooks)."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        import uvicorn
+
+        from .app import create_app
+
+        check_store(config.store)
+        self.config = config
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(config),
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+            )
+        )
+        self._thread = threading.Thread(target=self._run, name="contextfold-gateway", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self._server.serve())
+
+    def start(self, timeout: float = 20.0) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError("the gateway server did not start")
+            time.sleep(0.01)
+        return self
+
+    @property
+    def url(self) -> str:
+        sock = self._server.servers[0].sockets[0]
+        host, port = sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["BackgroundServer", "add_parser", "cmd_serve", "config_from_args", "register"]

@@ -1,0 +1,176 @@
+"""Gateway settings: defaults < TOML file < environment variables < command-line flags."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConfigError
+
+ENV_PREFIX = "CONTEXTFOLD_GATEWAY_"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatewayConfig:
+    """Everything ``contextfold serve`` can be told."""
+
+    #: The one provider base URL every request goes to (clients cannot change it).
+    upstream: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8787
+    #: A workspace folder, or a ``postgresql://`` URL once the storage layer supports it.
+    store: str = "./.contextfold"
+    #: Context window used for models not listed in ``windows``.
+    context_window: int = 128_000
+    #: Per-model windows (exact model name -> tokens).
+    windows: Mapping[str, int] = field(default_factory=dict)
+    #: ContextManager preset name.
+    preset: str | None = None
+    #: "extractive" (no model call) or "upstream" (the upstream model writes the summaries).
+    summarizer: str = "extractive"
+    #: Model for the upstream summarizer; default: the model of the request.
+    summary_model: str | None = None
+    #: When set, clients must send ``Authorization: Bearer <token>`` or ``X-Contextfold-Token``.
+    auth_token: str | None = None
+    max_body_bytes: int = 32 * 1024 * 1024
+    #: Seconds to wait for the upstream (connect and each read).
+    upstream_timeout: float = 600.0
+    #: Answer recall / read_offloaded inside the gateway.
+    gateway_tools: bool = True
+    #: Gateway tool rounds per request before the gateway stops answering them itself.
+    max_tool_rounds: int = 4
+    #: Managers kept open in memory (least recently used are closed first).
+    max_open_sessions: int = 256
+    log_level: str = "info"
+
+    def window_for(self, model: str) -> int:
+        return int(self.windows.get(model, self.context_window))
+
+    def check(self) -> GatewayConfig:
+        if not self.upstream:
+            raise ConfigError("the gateway needs an upstream URL (--upstream URL)")
+        parts = urlsplit(self.upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"upstream must be an http(s) URL, got {self.upstream!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be 0..65535, got {self.port}")
+        for name in ("context_window", "max_body_bytes", "max_open_sessions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for model, window in self.windows.items():
+            if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+                raise ConfigError(f"windows.{model} must be a positive integer, got {window!r}")
+        if self.summarizer not in ("extractive", "upstream"):
+            raise ConfigError(
+                f"summarizer must be 'extractive' or 'upstream', got {self.summarizer!r}"
+            )
+        if self.upstream_timeout <= 0:
+            raise ConfigError("upstream_timeout must be > 0")
+        if self.max_tool_rounds < 0:
+            raise ConfigError("max_tool_rounds must be >= 0")
+        if not self.store:
+            raise ConfigError("store must be a folder or a postgresql:// URL")
+        return self
+
+    @property
+    def upstream_base(self) -> str:
+        return self.upstream.rstrip("/")
+
+
+_FIELDS = {f.name: f for f in fields(GatewayConfig)}
+
+
+def _coerce(name: str, value: Any, where: str) -> Any:
+    default = getattr(GatewayConfig(), name)
+    if name == "windows":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: windows must be a table of model = tokens")
+        return {
+            str(k): _coerce("context_window", v, f"{where}: windows.{k}") for k, v in value.items()
+        }
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if isinstance(default, int):
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {name} has a bad value {value!r}") from None
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{where}: {name} must be a string, got {value!r}")
+    return value
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef]
+        except ImportError:
+            raise ConfigError(
+                "reading a TOML config on Python 3.10 needs `pip install tomli`"
+            ) from None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    section = data.get("gateway", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [gateway] must be a table")
+    return section
+
+
+def load_config(
+    *,
+    file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> GatewayConfig:
+    """Build the config: defaults, then ``file`` (TOML, keys at top level or under
+    ``[gateway]``), then ``CONTEXTFOLD_GATEWAY_<NAME>`` variables, then ``overrides`` (flags;
+    None values are ignored)."""
+    values: dict[str, Any] = {}
+    environ = os.environ if env is None else env
+    if file is None and environ.get(ENV_PREFIX + "CONFIG"):
+        file = environ[ENV_PREFIX + "CONFIG"]
+    if file is not None:
+        for key, value in _toml(Path(file)).items():
+            name = key.replace("-", "_")
+            if name not in _FIELDS:
+                raise ConfigError(f"config file {file}: unknown setting {key!r}")
+            values[name] = _coerce(name, value, f"config file {file}")
+    for name in _FIELDS:
+        if name == "windows":
+            continue
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None and raw != "":
+            values[name] = _coerce(name, raw, f"${ENV_PREFIX}{name.upper()}")
+    for name, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if name not in _FIELDS:
+            raise ConfigError(f"unknown setting {name!r}")
+        values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    return replace(GatewayConfig(), **values).check()
+
+
+__all__ = ["ENV_PREFIX", "GatewayConfig", "load_config"]

@@ -1,0 +1,306 @@
+"""Client requests to neutral messages and views back to the client's own JSON.
+
+The gateway stores neutral :class:`~contextfold.messages.Message` objects, but what it forwards
+is the client's original message objects wherever compaction did not change them: every
+neutral message remembers which client message it came from, and a view message that is the
+unchanged history message at position ``i`` is sent as the client's object for ``i``, byte for
+byte (``cache_control`` markers, thinking blocks and their signatures, images, unknown fields).
+Only what compaction replaced or added is rendered anew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import InvalidMessageError
+from ..messages import Content, Message
+from ..wire import from_anthropic, from_openai, to_anthropic, to_openai
+
+Provider = Literal["openai", "anthropic"]
+_SKIP_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """One request's messages: the client's objects and their neutral form."""
+
+    provider: Provider
+    raw: list[Any]
+    neutral: list[Message]
+    #: neutral index -> index of the client message it came from (-1: Anthropic ``system``)
+    owner: list[int]
+    #: client message index -> its neutral indices
+    parts: list[list[int]]
+    fingerprints: list[str]
+
+
+def _strip_cache(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _strip_cache(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list | tuple):
+        return [_strip_cache(v) for v in value]
+    return value
+
+
+def _content_key(content: Content) -> list[Any]:
+    if content is None:
+        return ["", []]
+    if isinstance(content, str):
+        return [content.strip(), []]
+    text: list[str] = []
+    other: list[Any] = []
+    for block in content:
+        kind = block.get("type")
+        if kind in _SKIP_BLOCKS:
+            continue
+        if kind == "text" or (kind is None and isinstance(block.get("text"), str)):
+            text.append(str(block.get("text", "")))
+        else:
+            other.append(_strip_cache(block))
+    return ["\n".join(text).strip(), other]
+
+
+def _args_key(arguments: str) -> Any:
+    try:
+        return json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return arguments
+
+
+def fingerprint(msg: Message) -> str:
+    """What identifies a message across a client's resends: role, text and non-text content
+    (``cache_control`` and thinking blocks ignored: clients move or drop them), tool calls and
+    the answered call. SDK-added nulls and empty fields do not matter."""
+    key = [
+        msg.role,
+        msg.tool_call_id or "",
+        _content_key(msg.content),
+        [[c.id, c.name, _args_key(c.arguments)] for c in msg.tool_calls],
+    ]
+    text = json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+#: Parsed client messages by provider and exact JSON (clients resend the same objects every
+#: turn): a resent message costs one dict lookup instead of parsing and hashing it again.
+#: Bounded by the characters of the keys it holds, oldest dropped first.
+_PARSED: OrderedDict[str, tuple[tuple[Message, ...], tuple[str, ...]]] = OrderedDict()
+_PARSED_MAX_CHARS = 64_000_000
+_PARSED_LOCK = threading.Lock()
+_parsed_chars = 0
+
+
+def _cached(
+    provider: str, raw: Any, build: Callable[[], list[Message]]
+) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+    global _parsed_chars
+    try:
+        key = provider + json.dumps(raw, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        with _PARSED_LOCK:
+            hit = _PARSED.get(key)
+            if hit is not None:
+                _PARSED.move_to_end(key)
+                return hit
+    msgs = tuple(build())
+    entry = (msgs, tuple(fingerprint(m) for m in msgs))
+    if key is not None and len(key) <= _PARSED_MAX_CHARS // 16:
+        with _PARSED_LOCK:
+            if key not in _PARSED:
+                _PARSED[key] = entry
+                _parsed_chars += len(key)
+            while _parsed_chars > _PARSED_MAX_CHARS and _PARSED:
+                old, _ = _PARSED.popitem(last=False)
+                _parsed_chars -= len(old)
+    return entry
+
+
+def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
+    if not isinstance(raw, Mapping):
+        raise InvalidMessageError(
+            f"expected a message object, got {type(raw).__name__}", index=index
+        )
+    msgs, fps = _cached("openai", raw, lambda: [from_openai(raw, index)])
+    return msgs[0], fps[0]
+
+
+def parse_openai(messages: Any) -> Conversation:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidMessageError("messages must be a non-empty list")
+    parsed = [_parse_one_openai(m, i) for i, m in enumerate(messages)]
+    return Conversation(
+        provider="openai",
+        raw=list(messages),
+        neutral=[m for m, _ in parsed],
+        owner=list(range(len(parsed))),
+        parts=[[i] for i in range(len(parsed))],
+        fingerprints=[fp for _, fp in parsed],
+    )
+
+
+def _anthropic_builder(raw: Any) -> Callable[[], list[Message]]:
+    return lambda: from_anthropic([raw])
+
+
+def parse_anthropic(messages: Any, system: Any) -> Conversation:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidMessageError("messages must be a non-empty list")
+    if system is not None and not isinstance(system, str | list):
+        raise InvalidMessageError("system must be a string or a list of text blocks")
+    neutral: list[Message] = []
+    owner: list[int] = []
+    parts: list[list[int]] = []
+    if system is not None:
+        neutral.extend(from_anthropic([], system))
+        owner.append(-1)
+    fps: list[str] = [fingerprint(m) for m in neutral]
+    for k, raw in enumerate(messages):
+        try:
+            converted, cfps = _cached("anthropic", raw, _anthropic_builder(raw))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.problem, index=k) from None
+        parts.append(list(range(len(neutral), len(neutral) + len(converted))))
+        neutral.extend(converted)
+        fps.extend(cfps)
+        owner.extend([k] * len(converted))
+    return Conversation(
+        provider="anthropic",
+        raw=list(messages),
+        neutral=neutral,
+        owner=owner,
+        parts=parts,
+        fingerprints=fps,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ViewItem:
+    """One view message: ``index`` is its history position when it is the unchanged history
+    message there (so the client's own object can be sent), else None."""
+
+    message: Message
+    index: int | None
+
+
+def render_openai(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if item.index is not None and item.index < len(conv.raw):
+            out.append(conv.raw[item.index])
+        else:
+            out.append(to_openai(item.message))
+    return out
+
+
+def render_anthropic(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
+    """Anthropic messages for the view (``system`` is the client's, passed through apart)."""
+    pieces: list[tuple[Any, bool]] = []  # (message, is the client's own object)
+    pending: list[Message] = []
+
+    def flush() -> None:
+        if pending:
+            _, msgs = to_anthropic(pending)
+            pieces.extend((m, False) for m in msgs)
+            pending.clear()
+
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item.message.role in _SYSTEM_ROLES:
+            i += 1
+            continue
+        k = (
+            conv.owner[item.index]
+            if item.index is not None and item.index < len(conv.owner)
+            else -1
+        )
+        if k >= 0:
+            want = conv.parts[k]
+            got = [it.index for it in items[i : i + len(want)]]
+            if got == want:
+                flush()
+                pieces.append((conv.raw[k], True))
+                i += len(want)
+                continue
+        pending.append(item.message)
+        i += 1
+    flush()
+    return _merge_roles(pieces)
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, list):
+        return list(content)
+    if content is None or content == "":
+        return []
+    return [{"type": "text", "text": content}]
+
+
+def _merge_roles(pieces: list[tuple[Any, bool]]) -> list[Any]:
+    """Merge neighbours of one role where the gateway made them so (two client objects that
+    were neighbours in the client's own request stay as they were)."""
+    out: list[Any] = []
+    own: list[bool] = []
+    for msg, is_own in pieces:
+        if out and isinstance(msg, Mapping) and isinstance(out[-1], Mapping):
+            prev = out[-1]
+            if prev.get("role") == msg.get("role") and not (own[-1] and is_own):
+                merged = dict(prev)
+                merged["content"] = _blocks(prev.get("content")) + _blocks(msg.get("content"))
+                out[-1] = merged
+                own[-1] = False
+                continue
+        out.append(msg)
+        own.append(is_own)
+    return out
+
+
+def response_message_openai(message: Any) -> Message:
+    """The assistant message of a Chat Completions response, neutral."""
+    if not isinstance(message, Mapping):
+        raise InvalidMessageError("the upstream response has no message object")
+    data = {k: v for k, v in message.items() if v is not None or k == "content"}
+    data["role"] = "assistant"
+    if data.get("tool_calls") == []:
+        del data["tool_calls"]
+    return from_openai(data)
+
+
+def response_message_anthropic(content: Any) -> Message:
+    if not isinstance(content, list):
+        raise InvalidMessageError("the upstream response has no content list")
+    return from_anthropic([{"role": "assistant", "content": content}])[0]
+
+
+def session_key_material(conv: Conversation) -> str:
+    """The start of a conversation: its system prompt and first user message (fingerprints)."""
+    first_system = next(
+        (conv.fingerprints[j] for j, m in enumerate(conv.neutral) if m.role in _SYSTEM_ROLES), ""
+    )
+    first_user = next(
+        (conv.fingerprints[j] for j, m in enumerate(conv.neutral) if m.role == "user"), ""
+    )
+    return f"{conv.provider}|{first_system}|{first_user}"
+
+
+__all__ = [
+    "Conversation",
+    "ViewItem",
+    "fingerprint",
+    "parse_anthropic",
+    "parse_openai",
+    "render_anthropic",
+    "render_openai",
+    "response_message_anthropic",
+    "response_message_openai",
+    "session_key_material",
+]

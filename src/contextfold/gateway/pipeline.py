@@ -1,0 +1,393 @@
+"""The per-request steps both providers share: session, view, overflow retry, gateway tools,
+recording. ContextManager work runs in worker threads so one slow compaction never blocks the
+event loop (other sessions keep flowing)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from anyio import to_thread
+
+from ..errors import ContextFoldError
+from ..messages import Message
+from ..overflow import is_context_overflow
+from ..paths import check_session_id
+from ..records import CompactionRecord
+from .config import GatewayConfig
+from .convert import Conversation, Provider, session_key_material
+from .metrics import Metrics
+from .sessions import (
+    Prepared,
+    Session,
+    SessionRegistry,
+    Synced,
+    client_identity,
+    conversation_key,
+)
+from .upstream import Upstream, UpstreamError, forward_headers
+
+log = logging.getLogger("contextfold.gateway")
+
+#: The gateway's own tools, answered inside the gateway.
+GATEWAY_TOOLS = ("recall", "read_offloaded")
+SESSION_HEADER = "x-contextfold-session"
+
+
+def log_event(event: str, **fields: Any) -> None:
+    if log.isEnabledFor(logging.INFO):
+        log.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
+
+
+class RequestError(Exception):
+    """A client error answered with a provider-shaped 4xx/5xx before anything was stored."""
+
+    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+@dataclass
+class Turn:
+    provider: Provider
+    body: dict[str, Any]
+    conv: Conversation
+    model: str
+    key: str
+    lock: asyncio.Lock
+    session: Session
+    prepared: Prepared
+    headers: dict[str, str]
+    gateway_tools: tuple[str, ...]
+    started: float
+    upstream_seconds: float = 0.0
+    first_byte_recorded: bool = False
+    rounds: int = 0
+    released: bool = False
+    #: the client's query string (``?beta=true`` ...), passed on upstream
+    query: str = ""
+    #: seconds spent waiting for the conversation's lock, appending, deriving the view
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Pipeline:
+    def __init__(self, config: GatewayConfig, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.upstream = Upstream(config.upstream_base, config.upstream_timeout)
+        self.registry = SessionRegistry(
+            config, url_for=self.upstream.url, on_compaction=self._on_compaction
+        )
+
+    # ------------------------------------------------------------------ logging
+    def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
+        self.metrics.inc("contextfold_gateway_compactions_total", tier=record.tier.value)
+        log_event(
+            "compaction",
+            session=session_id,
+            tier=record.tier.value,
+            tokens_before=record.tokens_before,
+            tokens_after=record.tokens_after,
+            reason=record.reason,
+            strategy=record.strategy,
+            notice=(
+                f"contextfold: {record.tier.label} compaction, "
+                f"{record.tokens_before} -> {record.tokens_after} tokens ({record.reason})"
+            ),
+        )
+
+    # ------------------------------------------------------------------ begin
+    def session_key(self, conv: Conversation, headers: Mapping[str, str]) -> str:
+        explicit = headers.get(SESSION_HEADER)
+        if explicit:
+            try:
+                return check_session_id(explicit.strip())
+            except ContextFoldError as exc:
+                raise RequestError(400, f"{SESSION_HEADER}: {exc}") from None
+        return conversation_key(session_key_material(conv), client_identity(headers))
+
+    def wants_gateway_tools(
+        self, sess: Session, client_names: set[str], allowed: bool
+    ) -> tuple[str, ...]:
+        if not self.config.gateway_tools or not allowed or not sess.recall_ready:
+            return ()
+        return tuple(name for name in GATEWAY_TOOLS if name not in client_names)
+
+    def tool_schemas(
+        self, sess: Session, names: Sequence[str], provider: Provider
+    ) -> list[dict[str, Any]]:
+        if not names:
+            return []
+        with self.registry.store_lock:  # the first call opens the session index
+            schemas = sess.cm.tool_schemas(provider)
+        key = "function" if provider == "openai" else None
+        out = []
+        for s in schemas:
+            name = s[key]["name"] if key else s["name"]
+            if name in names:
+                out.append(s)
+        return out
+
+    async def begin(
+        self,
+        provider: Provider,
+        body: dict[str, Any],
+        conv: Conversation,
+        headers: dict[str, str],
+        client_tools: list[dict[str, Any]],
+        tools_allowed: bool,
+        query: str = "",
+    ) -> Turn:
+        started = time.perf_counter()
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError(400, "model: a model name is required")
+        key = self.session_key(conv, headers)
+        lock = self.registry.lock(key)
+        await lock.acquire()
+        t_lock = time.perf_counter()
+        client_names = {_tool_name(t) for t in client_tools}
+        forwarded = forward_headers(headers, drop_authorization=self._auth_was_gateway(headers))
+        marks: dict[str, float] = {}
+
+        def work() -> tuple[Synced, tuple[str, ...], Prepared]:
+            """One trip to a worker thread: append what is new, then derive the view."""
+            t0 = time.perf_counter()
+            synced = self.registry.sync(key, conv, model)
+            t1 = time.perf_counter()
+            sess = synced.session
+            if sess.context is not None:  # the upstream summarizer speaks for this request
+                sess.context.provider = provider
+                sess.context.model = self.config.summary_model or model
+                sess.context.headers = forwarded
+            names = self.wants_gateway_tools(sess, client_names, tools_allowed)
+            tools = client_tools + self.tool_schemas(sess, names, provider)
+            prepared = self.registry.prepare(sess, tools)
+            if not names and sess.recall_ready:
+                names = self.wants_gateway_tools(sess, client_names, tools_allowed)
+                if names:  # the first compaction just happened: budget the tools too
+                    tools = client_tools + self.tool_schemas(sess, names, provider)
+                    prepared = self.registry.prepare(sess, tools)
+            marks.update(store=t1 - t0, view=time.perf_counter() - t1, queued=t0)
+            return synced, names, prepared
+
+        try:
+            synced, names, prepared = await to_thread.run_sync(work)
+        except BaseException:
+            lock.release()
+            raise
+        sess = synced.session
+        if synced.branched_from is not None:
+            self.metrics.inc("contextfold_gateway_branches_total")
+            log_event(
+                "branch",
+                session=sess.session_id,
+                branch_of=synced.branched_from,
+                messages=synced.added,
+            )
+        timings = {
+            "lock": t_lock - started,
+            "thread": marks["queued"] - t_lock,
+            "store": marks["store"],
+            "view": marks["view"],
+        }
+        self.metrics.inc("contextfold_gateway_history_tokens_total", prepared.history_tokens)
+        self.metrics.inc("contextfold_gateway_view_tokens_total", prepared.view_tokens)
+        self.metrics.inc(
+            "contextfold_gateway_tokens_saved_total",
+            max(0, prepared.history_tokens - prepared.view_tokens),
+        )
+        return Turn(
+            provider=provider,
+            body=body,
+            conv=conv,
+            model=model,
+            key=key,
+            lock=lock,
+            session=sess,
+            prepared=prepared,
+            headers=headers,
+            gateway_tools=names,
+            started=started,
+            query=query,
+            timings=timings,
+        )
+
+    def release(self, turn: Turn) -> None:
+        """Release the conversation's lock, once (a second call does nothing)."""
+        if not turn.released:
+            turn.released = True
+            turn.lock.release()
+
+    # ------------------------------------------------------------------ overflow
+    async def recover_overflow(self, turn: Turn, error: UpstreamError) -> bool:
+        """Compact hard and learn the limit the error states (ContextManager keeps it with the
+        session; the gateway remembers it for the model, so new sessions start below it).
+        False when the error is not a context overflow."""
+        if not is_context_overflow(error):
+            return False
+        sess = turn.session
+        before = sess.cm.window
+
+        def hard() -> Prepared:
+            sess.cm.recover_from_overflow(error, tools=turn.prepared.tools or None)
+            return self.registry.prepare(sess, turn.prepared.tools)
+
+        turn.prepared = await to_thread.run_sync(hard)
+        if sess.cm.window < before:
+            known = self.registry.learned.get(turn.model)
+            self.registry.learned[turn.model] = min(sess.cm.window, known or sess.cm.window)
+            sess.window = self.registry.window_for(turn.model)  # no reopen needed for it
+            log_event(
+                "learned_limit",
+                session=sess.session_id,
+                model=turn.model,
+                window=sess.cm.window,
+            )
+        return True
+
+    # ------------------------------------------------------------------ tools
+    async def answer_tools(self, turn: Turn, calls: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Answer gateway tool calls (OpenAI call dicts or Anthropic tool_use blocks)."""
+        limit = max(2_000, turn.session.cm.window // 10 * 4)  # about a tenth of the window
+
+        def run() -> list[str]:
+            out = []
+            for call in calls:
+                text = str(turn.session.cm.handle_tool_call(call).get("content", ""))
+                if len(text) > limit:
+                    text = text[:limit] + "\n[... cut by the gateway; ask for a smaller range]"
+                out.append(text)
+            return out
+
+        answers = await to_thread.run_sync(run)
+        self.metrics.inc("contextfold_gateway_gateway_tool_calls_total", len(answers))
+        log_event(
+            "gateway_tools",
+            session=turn.session.session_id,
+            calls=[_call_name(c) for c in calls],
+        )
+        return answers
+
+    # ------------------------------------------------------------------ upstream
+    def upstream_headers(self, turn: Turn) -> dict[str, str]:
+        headers = forward_headers(
+            turn.headers, drop_authorization=self._auth_was_gateway(turn.headers)
+        )
+        headers["content-type"] = "application/json"
+        return headers
+
+    def _auth_was_gateway(self, headers: Mapping[str, str]) -> bool:
+        token = self.config.auth_token
+        return token is not None and headers.get("authorization", "") == f"Bearer {token}"
+
+    def _url(self, turn: Turn, path: str) -> str:
+        url = self.upstream.url(path)
+        return f"{url}?{turn.query}" if turn.query else url
+
+    async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        t0 = time.perf_counter()
+        resp = await self.upstream.client.post(
+            self._url(turn, path), content=data, headers=self.upstream_headers(turn)
+        )
+        turn.upstream_seconds += time.perf_counter() - t0
+        return resp
+
+    async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        req = self.upstream.client.build_request(
+            "POST", self._url(turn, path), content=data, headers=self.upstream_headers(turn)
+        )
+        t0 = time.perf_counter()
+        resp = await self.upstream.client.send(req, stream=True)
+        turn.upstream_seconds += time.perf_counter() - t0
+        return resp
+
+    def note_retry(self, ok: bool) -> None:
+        self.metrics.inc(
+            "contextfold_gateway_overflow_retries_total", outcome="ok" if ok else "failed"
+        )
+
+    def upstream_error(self, turn: Turn, status: int) -> None:
+        self.metrics.inc("contextfold_gateway_upstream_errors_total", status=str(status))
+        log_event("upstream_error", session=turn.session.session_id, status=status)
+
+    def gateway_headers(self, turn: Turn) -> dict[str, str]:
+        """Response headers saying what the gateway did: the session, the time it added
+        (Server-Timing, milliseconds, upstream wait excluded) and the compaction tier if any."""
+        added = max(0.0, time.perf_counter() - turn.started - turn.upstream_seconds)
+        parts = [
+            f"contextfold;dur={added * 1000:.2f}",
+            f"upstream;dur={turn.upstream_seconds * 1000:.2f}",
+        ]
+        parts += [f"{k};dur={v * 1000:.2f}" for k, v in turn.timings.items()]
+        out = {"x-contextfold-session": turn.session.session_id, "server-timing": ", ".join(parts)}
+        record = turn.prepared.record
+        if record is not None and record.changed:
+            out["x-contextfold-compaction"] = record.tier.value
+        return out
+
+    def observe_first_byte(self, turn: Turn) -> None:
+        if turn.first_byte_recorded:
+            return
+        turn.first_byte_recorded = True
+        total = time.perf_counter() - turn.started
+        self.metrics.observe("contextfold_gateway_upstream_latency_seconds", turn.upstream_seconds)
+        self.metrics.observe(
+            "contextfold_gateway_added_latency_seconds", max(0.0, total - turn.upstream_seconds)
+        )
+
+    # ------------------------------------------------------------------ recording
+    async def record(self, turn: Turn, message: Message, input_tokens: int | None) -> None:
+        try:
+            await to_thread.run_sync(self.registry.record, turn.session, message, input_tokens)
+        except ContextFoldError as exc:
+            # the client has its answer; the next request resends it and it is stored then
+            log_event("record_failed", session=turn.session.session_id, error=str(exc))
+
+    def closer(self, turn: Turn, state: dict[str, Any]) -> Any:
+        """``on_close(completed)`` for a response: close the upstream stream (if any), record
+        the answer when the client got all of it, release the session lock."""
+
+        async def on_close(completed: bool) -> None:
+            try:
+                upstream = state.get("resp")
+                if upstream is not None:
+                    await upstream.aclose()
+                pending = state.get("record")
+                if completed and pending is not None:
+                    await self.record(turn, *pending)
+            finally:
+                self.release(turn)
+
+        return on_close
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str:
+    fn = tool.get("function")
+    if isinstance(fn, Mapping):
+        return str(fn.get("name", ""))
+    return str(tool.get("name", ""))
+
+
+def _call_name(call: Mapping[str, Any]) -> str:
+    fn = call.get("function")
+    if isinstance(fn, Mapping):
+        return str(fn.get("name", ""))
+    return str(call.get("name", ""))
+
+
+__all__ = ["GATEWAY_TOOLS", "Pipeline", "RequestError", "Turn", "log_event"]

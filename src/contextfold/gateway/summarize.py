@@ -1,0 +1,117 @@
+"""``summarizer = "upstream"``: the upstream model writes the compaction summaries.
+
+Compaction runs inside ``prepare`` in a worker thread, so the model is called synchronously
+there, through the same upstream, with the credentials and model of the request being served
+(the session's newest request; requests of one session are serialized).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import SummarizerError
+from ..llm import ChatResult
+from ..summarizers.llm import LLMSummarizer
+from .upstream import forward_headers
+
+
+@dataclass
+class RequestContext:
+    """What the summary call borrows from the request being served."""
+
+    provider: str = "openai"
+    model: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class UpstreamChatModel:
+    """A :class:`~contextfold.llm.ChatModel` over the gateway's upstream."""
+
+    def __init__(self, url_for: Any, context: RequestContext, timeout: float) -> None:
+        self._url_for = url_for
+        self.context = context
+        self._client = httpx.Client(timeout=timeout, trust_env=False)
+
+    def __repr__(self) -> str:
+        return f"UpstreamChatModel(model={self.context.model!r})"
+
+    def complete(
+        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+    ) -> ChatResult:
+        ctx = self.context
+        headers = forward_headers(ctx.headers, drop_authorization=False)
+        headers["content-type"] = "application/json"
+        headers.pop("accept", None)
+        limit = max_tokens or 2_000
+        if ctx.provider == "anthropic":
+            system = "\n\n".join(
+                str(m.get("content")) for m in messages if m.get("role") == "system"
+            )
+            body: dict[str, Any] = {
+                "model": ctx.model,
+                "max_tokens": limit,
+                "messages": [
+                    {"role": m.get("role"), "content": m.get("content")}
+                    for m in messages
+                    if m.get("role") != "system"
+                ],
+            }
+            if system:
+                body["system"] = system
+            path = "/v1/messages"
+        else:
+            body = {
+                "model": ctx.model,
+                "max_tokens": limit,
+                "messages": [dict(m) for m in messages],
+            }
+            path = "/v1/chat/completions"
+        try:
+            resp = self._client.post(self._url_for(path), content=json.dumps(body), headers=headers)
+        except httpx.HTTPError as exc:
+            raise SummarizerError(
+                f"the upstream summary call failed: {type(exc).__name__}"
+            ) from exc
+        if resp.status_code >= 400:
+            raise SummarizerError(f"the upstream summary call failed with HTTP {resp.status_code}")
+        try:
+            data = resp.json()
+            if ctx.provider == "anthropic":
+                text = "".join(
+                    b.get("text", "") for b in data["content"] if b.get("type") == "text"
+                )
+                usage = data.get("usage") or {}
+                return ChatResult(
+                    text=text,
+                    input_tokens=usage.get("input_tokens"),
+                    output_tokens=usage.get("output_tokens"),
+                    model=data.get("model"),
+                    stop_reason=data.get("stop_reason"),
+                )
+            choice = data["choices"][0]
+            usage = data.get("usage") or {}
+            return ChatResult(
+                text=choice["message"].get("content") or "",
+                input_tokens=usage.get("prompt_tokens"),
+                output_tokens=usage.get("completion_tokens"),
+                model=data.get("model"),
+                stop_reason=choice.get("finish_reason"),
+            )
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise SummarizerError("the upstream summary answer could not be read") from exc
+
+
+def upstream_summarizer(model: UpstreamChatModel, window: int) -> LLMSummarizer:
+    return LLMSummarizer(
+        model,
+        context_window=max(window, 4_096),
+        max_summary_tokens=max(256, min(2_000, window // 16)),
+    )
+
+
+__all__ = ["RequestContext", "UpstreamChatModel", "upstream_summarizer"]

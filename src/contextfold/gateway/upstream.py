@@ -1,0 +1,152 @@
+"""The one upstream: forwarding requests with the client's credentials, and error shapes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from .convert import Provider
+
+#: Request headers never forwarded: hop-by-hop, recomputed, or the gateway's own.
+_DROP_REQUEST = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "accept-encoding",
+        "x-contextfold-session",
+        "x-contextfold-token",
+        "cookie",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+    }
+)
+#: Response headers not passed back to the client.
+_DROP_RESPONSE = frozenset(
+    {
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-encoding",
+        "date",
+        "server",
+        "set-cookie",
+    }
+)
+
+
+def forward_headers(headers: Mapping[str, str], *, drop_authorization: bool) -> dict[str, str]:
+    """The client's headers for the upstream (its credentials included). ``Authorization`` is
+    dropped when it carried the gateway's own token rather than a provider key."""
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        k = key.lower()
+        if k in _DROP_REQUEST or (drop_authorization and k == "authorization"):
+            continue
+        out[k] = value
+    return out
+
+
+def response_headers(headers: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE}
+
+
+def error_body(provider: Provider, status: int, message: str, kind: str | None = None) -> Any:
+    """An error body shaped like the provider's, so SDK clients raise their usual errors."""
+    if provider == "anthropic":
+        default = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            403: "permission_error",
+            404: "not_found_error",
+            413: "request_too_large",
+            429: "rate_limit_error",
+            502: "api_error",
+            503: "overloaded_error",
+            504: "api_error",
+        }
+        return {
+            "type": "error",
+            "error": {"type": kind or default.get(status, "api_error"), "message": message},
+        }
+    default_o = {
+        400: "invalid_request_error",
+        401: "invalid_request_error",
+        404: "invalid_request_error",
+        413: "invalid_request_error",
+    }
+    return {
+        "error": {
+            "message": message,
+            "type": kind or default_o.get(status, "server_error"),
+            "param": None,
+            "code": None,
+        }
+    }
+
+
+class UpstreamError(Exception):
+    """A non-2xx upstream answer, kept whole so it can be passed back unchanged."""
+
+    def __init__(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        self.status_code = status
+        self.raw = body
+        self.headers = dict(headers)
+        try:
+            parsed: Any = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        self.body = parsed if isinstance(parsed, dict) else None
+        error = self.body.get("error") if self.body else None
+        msg = error.get("message") if isinstance(error, dict) else None
+        self.message = str(msg) if msg else body[:500].decode("utf-8", "replace")
+        if isinstance(error, dict):
+            code = error.get("code")
+            if isinstance(code, str):
+                self.code = code
+            kind = error.get("type")
+            if isinstance(kind, str):
+                self.type = kind
+        super().__init__(f"upstream {status}: {self.message}")
+
+
+class Upstream:
+    def __init__(self, base_url: str, timeout: float) -> None:
+        self.base = base_url.rstrip("/")
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    def url(self, path: str) -> str:
+        """``path`` below the configured base (``/v1/...`` joins without doubling ``/v1``)."""
+        if self.base.endswith("/v1") and path.startswith("/v1/"):
+            return self.base + path[3:]
+        return self.base + path
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+__all__ = [
+    "Upstream",
+    "UpstreamError",
+    "error_body",
+    "forward_headers",
+    "response_headers",
+]

@@ -1,0 +1,394 @@
+"""In-memory backend: the whole protocol in dicts, for tests and notebooks.
+
+Thread-safe (one re-entrant lock). A transaction holds the lock from start to end, so it is
+serialized with every other transaction of the store and nothing it writes is visible before
+it commits; an exception discards what it staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import StorageError
+from .base import (
+    JSON,
+    BlobCorruptError,
+    BlobNotFoundError,
+    ConcurrentWriteError,
+    Event,
+    NewEvent,
+    SearchDoc,
+    SearchHit,
+    SessionInfo,
+)
+from .text import bm25_scores, query_terms, split_fields
+from .util import check_bytes, check_sha, sha256_hex, utc_now
+
+
+def _frozen(value: Mapping[str, JSON], what: str) -> dict[str, JSON]:
+    """A deep copy through JSON: what a real backend would store (and it must be JSON)."""
+    try:
+        out = json.loads(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
+    if not isinstance(out, dict):
+        raise StorageError(f"{what} must be a JSON object")
+    return out
+
+
+@dataclass
+class _Session:
+    agent_id: str
+    created_at: str
+    updated_at: str
+    title: str
+    events: list[Event] = field(default_factory=list)
+    messages: int = 0
+
+
+@dataclass
+class _Doc:
+    doc: SearchDoc
+    body: Counter[str]
+    hints: Counter[str]
+    length: int
+
+
+class MemoryBlobs:
+    def __init__(self, owner: MemoryStore) -> None:
+        self._owner = owner
+        self._data: dict[str, bytes] = {}
+
+    def put(self, data: bytes) -> str:
+        raw = check_bytes(data)
+        sha = sha256_hex(raw)
+        with self._owner._lock:
+            self._owner._check_open()
+            self._data.setdefault(sha, raw)
+        return sha
+
+    def get(self, sha256: str) -> bytes:
+        check_sha(sha256)
+        with self._owner._lock:
+            self._owner._check_open()
+            data = self._data.get(sha256)
+        if data is None:
+            raise BlobNotFoundError(f"no blob {sha256[:16]}… in {self._owner.url}")
+        if sha256_hex(data) != sha256:
+            raise BlobCorruptError(f"blob {sha256[:16]}… does not match its sha256")
+        return data
+
+    def has(self, sha256: str) -> bool:
+        check_sha(sha256)
+        with self._owner._lock:
+            return sha256 in self._data
+
+    def size(self, sha256: str) -> int | None:
+        check_sha(sha256)
+        with self._owner._lock:
+            data = self._data.get(sha256)
+        return None if data is None else len(data)
+
+
+class _MemoryTransaction:
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self._sessions: dict[str, _Session] = {}  # staged copies of touched sessions
+        self._docs: dict[tuple[str, str], dict[str, JSON] | None] = {}
+        self._index: list[tuple[str, Any]] = []
+
+    def _session(self, session_id: str) -> _Session | None:
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        cur = self._store._sessions.get(session_id)
+        if cur is None:
+            return None
+        copy = _Session(
+            agent_id=cur.agent_id,
+            created_at=cur.created_at,
+            updated_at=cur.updated_at,
+            title=cur.title,
+            events=list(cur.events),
+            messages=cur.messages,
+        )
+        self._sessions[session_id] = copy
+        return copy
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> list[Event]:
+        if not isinstance(session_id, str) or not session_id:
+            raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
+        if not isinstance(agent_id, str) or not agent_id:
+            raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
+        sess = self._session(session_id)
+        actual = len(sess.events) if sess is not None else 0
+        if actual != expected_seq:
+            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        now = utc_now()
+        if sess is None:
+            sess = _Session(agent_id=agent_id, created_at=now, updated_at=now, title="")
+            self._sessions[session_id] = sess
+        elif sess.agent_id != agent_id:
+            raise StorageError(
+                f"session {session_id!r} belongs to agent {sess.agent_id!r}, not {agent_id!r}"
+            )
+        out: list[Event] = []
+        for i, ev in enumerate(events):
+            data = _frozen(ev.data, f"event {ev.kind!r} of session {session_id!r}")
+            out.append(
+                Event(session_id=session_id, seq=actual + i, kind=ev.kind, ts=now, data=data)
+            )
+        sess.events.extend(out)
+        sess.messages += sum(1 for e in out if e.kind == "message")
+        sess.updated_at = now
+        if title and not sess.title:
+            sess.title = title
+        return out
+
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        self._docs[(namespace, key)] = _frozen(value, f"document {namespace}/{key}")
+
+    def delete_doc(self, namespace: str, key: str) -> None:
+        self._docs[(namespace, key)] = None
+
+    def index(self, docs: Sequence[SearchDoc]) -> None:
+        for d in docs:
+            meta = _frozen(d.meta, f"search document {d.namespace}/{d.doc_id}")
+            body, hints = split_fields(d.fields)
+            bc, hc = Counter(body.split()), Counter(hints.split())
+            doc = SearchDoc(
+                namespace=d.namespace,
+                doc_id=d.doc_id,
+                scope=d.scope,
+                session_id=d.session_id,
+                fields=dict(d.fields),
+                meta=meta,
+            )
+            self._index.append(("put", _Doc(doc, bc, hc, sum(bc.values()) + sum(hc.values()))))
+
+    def unindex(self, namespace: str, *, session_id: str) -> None:
+        self._index.append(("drop", (namespace, session_id)))
+
+    def _commit(self) -> None:
+        st = self._store
+        st._sessions.update(self._sessions)
+        for key, value in self._docs.items():
+            if value is None:
+                st._docs.pop(key, None)
+            else:
+                st._docs[key] = value
+        for op, arg in self._index:
+            if op == "put":
+                st._index[(arg.doc.namespace, arg.doc.doc_id)] = arg
+            else:
+                ns, sid = arg
+                for k in [
+                    k for k, v in st._index.items() if k[0] == ns and v.doc.session_id == sid
+                ]:
+                    del st._index[k]
+
+
+class MemoryStore:
+    """Everything in process memory; gone when the object is."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._sessions: dict[str, _Session] = {}
+        self._docs: dict[tuple[str, str], dict[str, JSON]] = {}
+        self._index: dict[tuple[str, str], _Doc] = {}
+        self._blobs = MemoryBlobs(self)
+        self._closed = False
+        self._local = threading.local()
+
+    @property
+    def url(self) -> str:
+        return "memory://"
+
+    @property
+    def blobs(self) -> MemoryBlobs:
+        return self._blobs
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("the in-memory store is closed")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_MemoryTransaction]:
+        with self._lock:
+            self._check_open()
+            outer = getattr(self._local, "txn", None)
+            if outer is not None:  # nested: part of the enclosing unit
+                yield outer
+                return
+            txn = _MemoryTransaction(self)
+            self._local.txn = txn
+            try:
+                yield txn
+                txn._commit()
+            finally:
+                self._local.txn = None
+
+    def _view(self, session_id: str) -> _Session | None:
+        txn = getattr(self._local, "txn", None)
+        if txn is not None and session_id in txn._sessions:
+            sess: _Session | None = txn._sessions[session_id]
+            return sess
+        return self._sessions.get(session_id)
+
+    def head(self, session_id: str) -> int:
+        with self._lock:
+            self._check_open()
+            sess = self._view(session_id)
+            return len(sess.events) if sess else 0
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Iterator[Event]:
+        with self._lock:
+            self._check_open()
+            sess = self._view(session_id)
+            events = list(sess.events[start:stop]) if sess else []
+        wanted = set(kinds) if kinds is not None else None
+        return iter([e for e in events if wanted is None or e.kind in wanted])
+
+    def read_last(
+        self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
+    ) -> list[Event]:
+        if n <= 0:
+            return []
+        with self._lock:
+            self._check_open()
+            sess = self._view(session_id)
+            events = sess.events if sess else []
+            wanted = set(kinds) if kinds is not None else None
+            out: list[Event] = []
+            for e in reversed(events):
+                if wanted is None or e.kind in wanted:
+                    out.append(e)
+                    if len(out) >= n:
+                        break
+        out.reverse()
+        return out
+
+    def _info(self, session_id: str, s: _Session) -> SessionInfo:
+        return SessionInfo(
+            session_id=session_id,
+            agent_id=s.agent_id,
+            created_at=s.created_at,
+            updated_at=s.updated_at,
+            title=s.title,
+            events=len(s.events),
+            messages=s.messages,
+        )
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        with self._lock:
+            self._check_open()
+            s = self._view(session_id)
+            return self._info(session_id, s) if s else None
+
+    def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
+        with self._lock:
+            self._check_open()
+            out = [
+                self._info(sid, s)
+                for sid, s in self._sessions.items()
+                if agent_ids is None or s.agent_id in agent_ids
+            ]
+        out.sort(key=lambda i: (i.updated_at, i.session_id), reverse=True)
+        return out
+
+    def delete_session(self, session_id: str) -> None:
+        with self._lock:
+            self._check_open()
+            self._sessions.pop(session_id, None)
+            prefix = f"{session_id}/"
+            for k in [k for k in self._docs if k[1].startswith(prefix)]:
+                del self._docs[k]
+            for k in [k for k, v in self._index.items() if v.doc.session_id == session_id]:
+                del self._index[k]
+
+    def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
+        with self._lock:
+            self._check_open()
+            txn = getattr(self._local, "txn", None)
+            if txn is not None and (namespace, key) in txn._docs:
+                staged = txn._docs[(namespace, key)]
+                return json.loads(json.dumps(staged)) if staged is not None else None
+            value = self._docs.get((namespace, key))
+            return json.loads(json.dumps(value)) if value is not None else None
+
+    def docs(self, namespace: str, *, prefix: str = "") -> dict[str, dict[str, JSON]]:
+        with self._lock:
+            self._check_open()
+            return {
+                k: json.loads(json.dumps(v))
+                for (ns, k), v in sorted(self._docs.items())
+                if ns == namespace and k.startswith(prefix)
+            }
+
+    def search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        terms = query_terms(query)
+        if not terms or limit <= 0:
+            return []
+        with self._lock:
+            self._check_open()
+            # statistics per namespace, as the SQLite backend keeps one index per namespace
+            everything = [d for d in self._index.values() if d.doc.namespace == namespace]
+        total = len(everything)
+        avg = sum(d.length for d in everything) / total if total else 1.0
+        df: Counter[str] = Counter()
+        wanted = set(terms)
+        for d in everything:
+            df.update(wanted & (d.body.keys() | d.hints.keys()))
+        picked = {
+            i: (d.body, d.hints, d.length)
+            for i, d in enumerate(everything)
+            if d.doc.namespace == namespace
+            and (scopes is None or d.doc.scope in scopes)
+            and (session_id is None or d.doc.session_id == session_id)
+        }
+        scores = bm25_scores(terms, picked, total_docs=total, avg_len=avg, doc_freq=df)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], everything[kv[0]].doc.doc_id))
+        return [
+            SearchHit(
+                doc_id=everything[i].doc.doc_id,
+                session_id=everything[i].doc.session_id,
+                score=score,
+                meta=dict(everything[i].doc.meta),
+            )
+            for i, score in ranked[:limit]
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+
+__all__ = ["MemoryStore"]

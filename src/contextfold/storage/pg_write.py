@@ -1,0 +1,271 @@
+"""The writing side of the PostgreSQL store: one transaction's writes, and the blob table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..errors import StorageError
+from .base import (
+    JSON,
+    BlobCorruptError,
+    BlobNotFoundError,
+    ConcurrentWriteError,
+    Event,
+    NewEvent,
+    SearchDoc,
+)
+from .pg_schema import doc_tags, encode_fields
+from .util import check_bytes, check_sha, sha256_hex, utc_now
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+EVENT_COLS = "session_id, seq, kind, ts, data"
+
+
+def dumps(value: Mapping[str, JSON], what: str) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"{what} is not JSON-serializable: {exc}") from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: keep them as \\u escapes
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+class PgTransaction:
+    """The writes of one :meth:`PostgresStore.transaction` (one database transaction).
+
+    The connection is in pipeline mode: an append waits for its own result (it must refuse a
+    stale writer at once), documents and index rows are only queued and go to the server with
+    the commit. A queued write that fails makes the commit fail (everything rolls back);
+    :attr:`pending` names what was queued since the last round trip.
+    """
+
+    def __init__(self, store: PostgresStore, conn: Conn) -> None:
+        self._store = store
+        self._conn = conn
+        self._s = store.s
+        self.done = False
+        #: writes queued since the server last answered (named when the commit fails)
+        self.pending: list[str] = []
+        #: events and index rows written (the store re-checks planner statistics now and then)
+        self.rows = 0
+
+    @property
+    def backend_pid(self) -> int:
+        """The server process running this transaction (for diagnostics and fault tests)."""
+        return int(self._conn.info.backend_pid)
+
+    def _use(self, what: str) -> None:
+        if self.done:
+            raise StorageError(f"{what}: the transaction has already ended")
+        self.pending.append(what)
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> list[Event]:
+        self._use(f"append to session {session_id!r}")
+        if expected_seq < 0:
+            raise StorageError(f"expected_seq must be >= 0, got {expected_seq}")
+        s, conn, now = self._s, self._conn, utc_now()
+        out = [
+            Event(session_id=session_id, seq=expected_seq + i, kind=e.kind, ts=now, data=e.data)
+            for i, e in enumerate(events)
+        ]
+        data = [dumps(ev.data, f"event {ev.seq} ({ev.kind})") for ev in out]
+        head = expected_seq + len(out)
+        messages = sum(1 for e in events if e.kind == "message")
+        if expected_seq == 0:  # a new session, its owner in the same statement
+            claim = (
+                f"INSERT INTO {s}.sessions AS t (session_id, agent_id, title, created_at, "
+                "updated_at, head, messages) VALUES (%(sid)s, %(agent)s, %(title)s, %(now)s, "
+                "%(now)s, %(head)s, %(messages)s) ON CONFLICT (session_id) DO UPDATE SET "
+                "head = excluded.head, messages = excluded.messages, updated_at = excluded.updated_at "
+                "WHERE t.head = 0 AND t.agent_id = excluded.agent_id RETURNING 1"
+            )
+        else:  # compare and set: the row lock serializes writers, the head check refuses
+            claim = (
+                f"UPDATE {s}.sessions SET head = %(head)s, messages = messages + %(messages)s, "
+                "updated_at = %(now)s WHERE session_id = %(sid)s AND head = %(expected)s "
+                "AND agent_id = %(agent)s RETURNING 1"
+            )
+        # the events are inserted only if the claim succeeded (no stale row is ever written)
+        row = conn.execute(
+            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}) "
+            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json "
+            "FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(data)s::text[]) "
+            "AS e(seq, kind, data) WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
+            "SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM ins)",
+            {
+                "sid": session_id,
+                "agent": agent_id,
+                "title": title or "",
+                "now": now,
+                "head": head,
+                "messages": messages,
+                "expected": expected_seq,
+                "seqs": [ev.seq for ev in out],
+                "kinds": [ev.kind for ev in out],
+                "data": data,
+            },
+        ).fetchone()  # the one round trip: the server answers for everything queued
+        self.pending.clear()
+        if row is None or int(row[0]) != 1:
+            found = conn.execute(
+                f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s",
+                (session_id,),
+            ).fetchone()
+            actual = int(found[0]) if found is not None else 0
+            if found is not None and actual == expected_seq and found[1] != agent_id:
+                raise StorageError(
+                    f"session {session_id!r} belongs to agent {found[1]!r}, "
+                    f"not {agent_id!r}; refusing to append"
+                )
+            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        self.rows += len(out)
+        return out
+
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        text = dumps(value, f"document {namespace}/{key}")
+        self._use(f"write document {namespace}/{key}")
+        self._conn.execute(
+            f"INSERT INTO {self._s}.documents (namespace, key, value) VALUES (%s, %s, %s::json) "
+            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
+            "updated_at = now()",
+            (namespace, key, text),
+        )
+
+    def delete_doc(self, namespace: str, key: str) -> None:
+        self._use(f"delete document {namespace}/{key}")
+        self._conn.execute(
+            f"DELETE FROM {self._s}.documents WHERE namespace = %s AND key = %s",
+            (namespace, key),
+        )
+
+    def index(self, docs: Sequence[SearchDoc]) -> None:
+        docs = list({(d.namespace, d.doc_id): d for d in docs}.values())  # last one wins
+        by_ns: dict[str, list[SearchDoc]] = {}
+        for d in docs:
+            by_ns.setdefault(d.namespace, []).append(d)
+        for ns, group in by_ns.items():
+            cols: dict[str, list[Any]] = {k: [] for k in ("ids", "scopes", "sids", "metas")}
+            cols.update(lens=[], tsvs=[])
+            for d in group:
+                tsv, length = encode_fields(d.fields, doc_tags(ns, d.session_id, d.scope))
+                cols["ids"].append(d.doc_id)
+                cols["scopes"].append(d.scope)
+                cols["sids"].append(d.session_id)
+                cols["metas"].append(dumps(d.meta, f"search document {ns}/{d.doc_id} meta"))
+                cols["lens"].append(length)
+                cols["tsvs"].append(tsv)
+            self._use(f"index {len(group)} {ns!r} search documents")
+            self._conn.execute(_INDEX_SQL.replace("{s}", self._s), {"ns": ns, **cols})
+            self.rows += len(group)
+
+    def unindex(self, namespace: str, *, session_id: str) -> None:
+        self._use(f"unindex {namespace!r} of session {session_id!r}")
+        self._conn.execute(
+            f"WITH gone AS (DELETE FROM {self._s}.search_docs WHERE namespace = %s "
+            f"AND session_id = %s RETURNING namespace, doc_len) {subtract_sql(self._s)}",
+            (namespace, session_id),
+        )
+
+
+#: Upsert a namespace's documents and record what they change in the index statistics
+#: (an appended delta row: writers never wait on one another for the statistics).
+_INDEX_SQL = """
+WITH old AS (
+    SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS len FROM {s}.search_docs
+    WHERE namespace = %(ns)s AND doc_id = ANY(%(ids)s::text[])),
+up AS (
+    INSERT INTO {s}.search_docs (namespace, doc_id, scope, session_id, meta, doc_len, tsv)
+    SELECT %(ns)s, d.id, d.scope, d.sid, d.meta::json, d.len, d.tsv::tsvector
+    FROM unnest(%(ids)s::text[], %(scopes)s::text[], %(sids)s::text[], %(metas)s::text[],
+                %(lens)s::integer[], %(tsvs)s::text[]) AS d(id, scope, sid, meta, len, tsv)
+    ON CONFLICT (namespace, doc_id) DO UPDATE SET scope = excluded.scope,
+        session_id = excluded.session_id, meta = excluded.meta, doc_len = excluded.doc_len,
+        tsv = excluded.tsv
+    RETURNING doc_len)
+INSERT INTO {s}.search_deltas (namespace, docs, tokens)
+SELECT %(ns)s, (SELECT count(*) FROM up) - old.n,
+       (SELECT coalesce(sum(doc_len), 0) FROM up) - old.len
+FROM old
+"""
+
+#: After ``WITH gone AS (DELETE ... RETURNING namespace, doc_len)``: subtract them from the
+#: statistics of their namespaces.
+_SUBTRACT = (
+    "INSERT INTO {s}.search_deltas (namespace, docs, tokens) "
+    "SELECT namespace, -count(*), -sum(doc_len) FROM gone GROUP BY namespace"
+)
+
+
+class PgBlobStore:
+    """Content-addressed blobs in a ``bytea`` table (sha256 checked on every read)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._s = store.s
+
+    def put(self, data: bytes) -> str:
+        data = check_bytes(data)
+        digest = sha256_hex(data)
+
+        def put(conn: Conn) -> None:
+            conn.execute(
+                f"INSERT INTO {self._s}.blobs (sha256, size, data) VALUES (%s, %s, %s) "
+                "ON CONFLICT (sha256) DO NOTHING",
+                (digest, len(data), data),
+            )
+
+        self._store._run(f"store blob {digest[:12]} ({len(data)} bytes)", put)
+        return digest
+
+    def get(self, sha256: str) -> bytes:
+        check_sha(sha256)
+        rows = self._store._rows(
+            f"read blob {sha256[:12]}",
+            f"SELECT data FROM {self._s}.blobs WHERE sha256 = %s",
+            (sha256,),
+        )
+        if not rows:
+            raise BlobNotFoundError(f"no blob {sha256} in {self._store.url}")
+        data = bytes(rows[0][0])
+        if sha256_hex(data) != sha256:
+            raise BlobCorruptError(f"blob {sha256} in {self._store.url} does not match its hash")
+        return data
+
+    def has(self, sha256: str) -> bool:
+        return self.size(sha256) is not None
+
+    def size(self, sha256: str) -> int | None:
+        check_sha(sha256)
+        rows = self._store._rows(
+            f"read the size of blob {sha256[:12]}",
+            f"SELECT size FROM {self._s}.blobs WHERE sha256 = %s",
+            (sha256,),
+        )
+        return int(rows[0][0]) if rows else None
+
+
+def subtract_sql(s: str) -> str:
+    """SQL that follows ``WITH gone AS (DELETE FROM search_docs ... RETURNING namespace,
+    doc_len)``."""
+    return _SUBTRACT.replace("{s}", s)
+
+
+__all__ = ["EVENT_COLS", "PgBlobStore", "PgTransaction", "dumps", "subtract_sql"]

@@ -1,0 +1,397 @@
+"""The PostgreSQL backend: many workers on many hosts share sessions through one database.
+
+``PostgresStore("postgresql://user@host/db")`` keeps event logs, documents, the search index
+and (by default) blobs in tables of one schema, created by the versioned migrations of
+:mod:`.pg_schema`. Connections come from a ``psycopg_pool.ConnectionPool`` (each checked before
+use, so a connection the server dropped is replaced instead of failing a call).
+
+Expected-sequence appends are race-free across processes and hosts: an append is one
+statement that moves the session's head in ``sessions`` from the expected value to the new one
+(compare and set; the row lock serializes concurrent writers and a writer that is behind finds
+a different head) and inserts the events only if that succeeded, so a stale writer gets
+:class:`~.base.ConcurrentWriteError` and never writes a row. The ``(session_id, seq)`` primary
+key of ``events`` backs this up. The session row (with its owner agent) is inserted by the
+statement that appends the session's first events. Transactions run in pipeline mode: an
+append costs one round trip, documents and index rows travel with the commit.
+
+Search ranks with SQLite FTS5's ``bm25()`` formula and statistics (k1=1.2, b=0.75, idf
+``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6, hint fields weighing double, the document
+count, lengths and frequencies taken over the whole index) over GIN-indexed ``tsvector`` s of
+pre-tokenized text, so a query ranks the same documents the same way on both backends (see
+:mod:`.pg_schema` for the encoding and :mod:`.pg_search` for the query).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import psycopg.conninfo
+import psycopg_pool
+
+from ..errors import StorageError
+from . import pg_search
+from .base import (
+    JSON,
+    Event,
+    SearchHit,
+    SessionInfo,
+)
+from .pg_schema import (
+    analyze_stale,
+    check_schema_name,
+    migrate,
+)
+from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, subtract_sql
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+#: Rows a store writes between two checks of the tables' planner statistics.
+ANALYZE_EVERY = 20_000
+#: Events fetched per round trip when reading a log.
+PAGE = 2_000
+
+
+def public_url(url: str) -> str:
+    """``url`` without user, password and query parameters (safe to log and show)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """The connection URL without a ``schema`` query parameter, and that parameter."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+
+
+class PostgresStore:
+    """Event logs, blobs, search and documents in a PostgreSQL database.
+
+    ``url`` is a libpq URL (``postgresql://user:password@host:5432/db``); ``schema`` (default
+    ``contextfold``, or the URL's ``?schema=`` parameter) names the schema holding the tables,
+    created on first open. Thread-safe; each process opens its own store.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise StorageError(f"not a PostgreSQL URL: {public_url(url)!r}")
+        conninfo, url_schema = _split_schema(url)
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise StorageError(f"bad PostgreSQL URL {public_url(url)!r}: {exc}") from None
+        # JIT compiling costs more than it saves on these short statements
+        options = " ".join(filter(None, [str(given.get("options") or ""), "-c jit=off"]))
+        self.schema = check_schema_name(schema or url_schema or "contextfold")
+        self._url = public_url(url)
+        self._closed = False
+        self._lock = threading.Lock()
+        #: rows written since the planner statistics were last checked
+        self._written = 0
+        connect_args: dict[str, Any] = {
+            "autocommit": True,
+            "application_name": "contextfold",
+            "options": options,
+        }
+        # one direct connection first: a wrong host, password or parameter fails here at
+        # once with the server's reason (the pool would retry until its timeout); it also
+        # brings the schema up to date before any pooled connection is used
+        try:
+            with psycopg.connect(
+                conninfo, connect_timeout=max(1, int(min(timeout, 15))), **connect_args
+            ) as conn:
+                migrate(conn, self.schema)
+                analyze_stale(conn, self.schema)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot open PostgreSQL at {self._url}: {exc}") from exc
+        try:
+            self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+                conninfo,
+                min_size=min_size,
+                max_size=max(max_size, min_size),
+                open=False,
+                timeout=timeout,
+                kwargs=connect_args,
+                check=psycopg_pool.ConnectionPool.check_connection,
+                name=f"contextfold:{self._url}",
+            )
+            self._pool.open(wait=True, timeout=timeout)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise StorageError(f"cannot connect to PostgreSQL at {self._url}: {exc}") from exc
+        self.s = f'"{self.schema}"'
+        self._blobs = PgBlobStore(self)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._url!r}, schema={self.schema!r})"
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def url(self) -> str:
+        return f"{self._url}?schema={self.schema}"
+
+    @property
+    def blobs(self) -> PgBlobStore:
+        return self._blobs
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"the PostgreSQL store {self._url} is closed")
+
+    def _run(self, what: str, fn: Any) -> Any:
+        """``fn(conn)`` on a pooled connection; a read that meets a dropped connection is
+        retried once on a fresh one. Errors become StorageError naming ``what``."""
+        self._check_open()
+        for attempt in (0, 1):
+            try:
+                with self._pool.connection() as conn:
+                    return fn(conn)
+            except StorageError:
+                raise
+            except psycopg.OperationalError as exc:
+                if attempt == 0 and not self._closed:
+                    continue  # the pool discarded the broken connection; try another
+                raise StorageError(f"PostgreSQL: {what} failed ({self._url}): {exc}") from exc
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                raise StorageError(f"PostgreSQL: {what} failed ({self._url}): {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _rows(self, what: str, query: str, params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+        def fetch(conn: Conn) -> list[Any]:
+            return conn.execute(query, params).fetchall()
+
+        rows: list[Any] = self._run(what, fetch)
+        return rows
+
+    @contextmanager
+    def transaction(self) -> Iterator[PgTransaction]:
+        """One atomic unit; any exception (or a dropped connection) rolls it all back."""
+        self._check_open()
+        tx: PgTransaction | None = None
+        try:
+            # pipeline mode: queued writes travel with the next statement that needs an
+            # answer (an append) or with the commit; the transaction ends before the pipeline
+            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+                tx = PgTransaction(self, conn)
+                yield tx
+                tx.done = True
+                tx.pending.append("commit")
+        except StorageError:
+            raise
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            steps = ", ".join(tx.pending) if tx is not None and tx.pending else "begin"
+            raise StorageError(
+                f"PostgreSQL transaction failed and was rolled back (at: {steps}) "
+                f"({self._url}): {exc}"
+            ) from exc
+        finally:
+            if tx is not None:
+                tx.done = True
+        self._written += tx.rows if tx is not None else 0
+        if self._written >= ANALYZE_EVERY:
+            self._written = 0
+            # committed already: a failure here must not look like a failed transaction
+            with contextlib.suppress(StorageError):
+                self._run("refresh planner statistics", self._analyze)
+
+    def _analyze(self, conn: Conn) -> None:
+        analyze_stale(conn, self.schema)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ event log
+
+    def head(self, session_id: str) -> int:
+        rows = self._rows(
+            f"read the head of session {session_id!r}",
+            f"SELECT head FROM {self.s}.sessions WHERE session_id = %s",
+            (session_id,),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Iterator[Event]:
+        """Events in order, fetched a page at a time (no connection is held between pages;
+        events are immutable once written, so pages are consistent)."""
+        self._check_open()
+        cursor = max(start, 0)
+        kind_sql = " AND kind = ANY(%s)" if kinds is not None else ""
+        stop_sql = " AND seq < %s" if stop is not None else ""
+        query = (
+            f"SELECT {EVENT_COLS} FROM {self.s}.events WHERE session_id = %s AND seq >= %s"
+            f"{stop_sql}{kind_sql} ORDER BY seq LIMIT {PAGE}"
+        )
+        while True:
+            params: list[Any] = [session_id, cursor]
+            if stop is not None:
+                params.append(stop)
+            if kinds is not None:
+                params.append(list(kinds))
+            rows = self._rows(f"read session {session_id!r}", query, params)
+            for row in rows:
+                yield _event(row)
+            if len(rows) < PAGE:
+                return
+            cursor = int(rows[-1][1]) + 1
+
+    def read_last(
+        self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
+    ) -> list[Event]:
+        if n <= 0:
+            return []
+        kind_sql = " AND kind = ANY(%s)" if kinds is not None else ""
+        params: list[Any] = [session_id]
+        if kinds is not None:
+            params.append(list(kinds))
+        rows = self._rows(
+            f"read the last events of session {session_id!r}",
+            f"SELECT {EVENT_COLS} FROM {self.s}.events WHERE session_id = %s{kind_sql} "
+            "ORDER BY seq DESC LIMIT %s",
+            [*params, n],
+        )
+        return [_event(r) for r in reversed(rows)]
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        rows = self._rows(
+            f"read session {session_id!r}",
+            f"SELECT {_SESSION_COLS} FROM {self.s}.sessions WHERE session_id = %s",
+            (session_id,),
+        )
+        return _session(rows[0]) if rows else None
+
+    def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
+        if agent_ids is None:
+            query = f"SELECT {_SESSION_COLS} FROM {self.s}.sessions"
+            params: list[Any] = []
+        else:
+            query = f"SELECT {_SESSION_COLS} FROM {self.s}.sessions WHERE agent_id = ANY(%s)"
+            params = [list(agent_ids)]
+        rows = self._rows("list sessions", query + " ORDER BY updated_at DESC, session_id", params)
+        return [_session(r) for r in rows]
+
+    def delete_session(self, session_id: str) -> None:
+        def delete(conn: Conn) -> None:
+            with conn.transaction():
+                conn.execute(
+                    f"SELECT 1 FROM {self.s}.sessions WHERE session_id = %s FOR UPDATE",
+                    (session_id,),
+                )
+                conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
+                conn.execute(
+                    f"WITH gone AS (DELETE FROM {self.s}.search_docs WHERE session_id = %s "
+                    f"RETURNING namespace, doc_len) {subtract_sql(self.s)}",
+                    (session_id,),
+                )
+                conn.execute(
+                    f"DELETE FROM {self.s}.documents WHERE key = %s OR "
+                    "(left(key, length(%s) + 1) = %s || '/')",
+                    (session_id, session_id, session_id),
+                )
+                conn.execute(f"DELETE FROM {self.s}.sessions WHERE session_id = %s", (session_id,))
+
+        self._run(f"delete session {session_id!r}", delete)
+
+    # ------------------------------------------------------------------ documents
+
+    def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
+        rows = self._rows(
+            f"read document {namespace}/{key}",
+            f"SELECT value FROM {self.s}.documents WHERE namespace = %s AND key = %s",
+            (namespace, key),
+        )
+        return dict(rows[0][0]) if rows else None
+
+    def docs(self, namespace: str, *, prefix: str = "") -> dict[str, dict[str, JSON]]:
+        rows = self._rows(
+            f"list documents {namespace}/{prefix}*",
+            f"SELECT key, value FROM {self.s}.documents WHERE namespace = %s "
+            "AND left(key, length(%s)) = %s ORDER BY key",
+            (namespace, prefix, prefix),
+        )
+        return {str(k): dict(v) for k, v in rows}
+
+    # ------------------------------------------------------------------ search
+
+    def search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        def run(conn: Conn) -> list[SearchHit]:
+            return pg_search.search(
+                conn,
+                self.s,
+                namespace,
+                query,
+                scopes=scopes,
+                session_id=session_id,
+                limit=limit,
+            )
+
+        hits: list[SearchHit] = self._run(f"search {namespace!r} for {query[:60]!r}", run)
+        return hits
+
+
+_SESSION_COLS = "session_id, agent_id, created_at, updated_at, title, head, messages"
+
+
+def _session(row: Sequence[Any]) -> SessionInfo:
+    return SessionInfo(
+        session_id=str(row[0]),
+        agent_id=str(row[1]),
+        created_at=str(row[2]),
+        updated_at=str(row[3]),
+        title=str(row[4]),
+        events=int(row[5]),
+        messages=int(row[6]),
+    )
+
+
+def _event(row: Sequence[Any]) -> Event:
+    return Event(
+        session_id=str(row[0]), seq=int(row[1]), kind=str(row[2]), ts=str(row[3]), data=row[4]
+    )
+
+
+__all__ = ["PgBlobStore", "PgTransaction", "PostgresStore", "public_url"]

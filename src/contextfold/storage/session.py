@@ -1,0 +1,184 @@
+"""One session's view of a Store: the writer's expected sequence and its unit of work.
+
+Components (log, offloads, records, evidence, memory, state) never open transactions of their
+own: they *emit* events, documents and index rows into the current **unit**. The manager opens
+one unit per public call (``add_many``, one compaction, one state save); when the outermost
+unit ends, everything it collected is committed in one :meth:`Store.transaction` with
+``expected_seq`` = the head this writer last saw. A failure anywhere (including a conflict with
+another writer) commits nothing. Blobs are written at once, before the unit commits (they are
+content-addressed: an orphan left by a failed unit is harmless).
+
+Outside a unit, each emit is committed on its own (a unit of one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ..errors import StorageError
+from .base import JSON, ConcurrentWriteError, Event, NewEvent, SearchDoc, Store
+
+
+class _Unit:
+    def __init__(self) -> None:
+        self.events: list[NewEvent] = []
+        self.docs: list[tuple[str, str, Mapping[str, JSON] | None]] = []
+        self.index: list[SearchDoc] = []
+        self.title: str | None = None
+        self.after_commit: list[Any] = []
+
+
+class SessionStore:
+    """Writer handle for one session of a store (used by one ContextManager)."""
+
+    def __init__(self, store: Store, session_id: str, agent_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        info = store.session(session_id)
+        #: The session belongs to the agent that created it (written with its first event).
+        self.agent_id = info.agent_id if info is not None else agent_id
+        #: Events this writer knows of: the expected sequence of its next append.
+        self.head = info.events if info is not None else 0
+        self._unit: _Unit | None = None
+        self._depth = 0
+        self._lock = threading.RLock()
+
+    def refresh(self) -> None:
+        """Forget what was not committed and catch up with the stored head."""
+        info = self.store.session(self.session_id)
+        self.head = info.events if info is not None else 0
+        if info is not None:
+            self.agent_id = info.agent_id
+
+    # ------------------------------------------------------------------ the unit of work
+    @contextlib.contextmanager
+    def unit(self) -> Iterator[None]:
+        """Everything emitted inside commits together when the outermost unit ends."""
+        with self._lock:
+            if self._depth == 0:
+                self._unit = _Unit()
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._unit = None
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                unit, self._unit = self._unit, None
+                assert unit is not None
+                self._commit(unit)
+
+    @property
+    def in_unit(self) -> bool:
+        return self._unit is not None
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next emitted event will get."""
+        pending = len(self._unit.events) if self._unit is not None else 0
+        return self.head + pending
+
+    def _commit(self, unit: _Unit) -> None:
+        if not (unit.events or unit.docs or unit.index):
+            return
+        try:
+            with self.store.transaction() as txn:
+                if unit.events:
+                    txn.append(
+                        self.session_id,
+                        unit.events,
+                        expected_seq=self.head,
+                        agent_id=self.agent_id,
+                        title=unit.title,
+                    )
+                for ns, key, value in unit.docs:
+                    if value is None:
+                        txn.delete_doc(ns, key)
+                    else:
+                        txn.put_doc(ns, key, value)
+                if unit.index:
+                    txn.index(unit.index)
+        except StorageError:
+            raise
+        except (OSError, ValueError, TypeError) as exc:
+            raise StorageError(f"saving session {self.session_id!r} failed: {exc}") from exc
+        self.head += len(unit.events)
+        for fn in unit.after_commit:
+            fn()
+
+    def _current(self) -> tuple[_Unit, bool]:
+        if self._unit is not None:
+            return self._unit, False
+        return _Unit(), True
+
+    def emit(self, kind: str, data: Mapping[str, JSON], *, title: str | None = None) -> int:
+        """Add an event to the unit; returns the seq it will have."""
+        with self._lock:
+            unit, alone = self._current()
+            seq = self.head + len(unit.events)
+            unit.events.append(NewEvent(kind=kind, data=data))
+            if title and unit.title is None:
+                unit.title = title
+            if alone:
+                self._commit(unit)
+            return seq
+
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON] | None) -> None:
+        with self._lock:
+            unit, alone = self._current()
+            unit.docs.append((namespace, key, value))
+            if alone:
+                self._commit(unit)
+
+    def index(self, docs: Sequence[SearchDoc]) -> None:
+        with self._lock:
+            unit, alone = self._current()
+            unit.index.extend(docs)
+            if alone:
+                self._commit(unit)
+
+    def after_commit(self, fn: Any) -> None:
+        """Run ``fn()`` once the current unit has committed (at once outside a unit)."""
+        with self._lock:
+            if self._unit is None:
+                fn()
+            else:
+                self._unit.after_commit.append(fn)
+
+    # ------------------------------------------------------------------ reading
+    def pending(self, kinds: Sequence[str]) -> list[NewEvent]:
+        """Events of those kinds emitted in the open unit (not committed yet)."""
+        if self._unit is None:
+            return []
+        return [e for e in self._unit.events if e.kind in kinds]
+
+    def pending_docs(self, namespace: str) -> list[str]:
+        """Keys of documents of that namespace put in the open unit (not committed yet)."""
+        if self._unit is None:
+            return []
+        return [key for ns, key, value in self._unit.docs if ns == namespace and value is not None]
+
+    def read(self, *, start: int = 0, kinds: Sequence[str] | None = None) -> Iterator[Event]:
+        return self.store.read(self.session_id, start=start, stop=self.head, kinds=kinds)
+
+    def read_last(self, n: int, kinds: Sequence[str]) -> list[Event]:
+        return (
+            [e for e in self.store.read_last(self.session_id, n, kinds=kinds) if e.seq < self.head]
+            if self.head
+            else []
+        )
+
+    def check_current(self) -> None:
+        """Raise ConcurrentWriteError if another writer appended since this one last did."""
+        actual = self.store.head(self.session_id)
+        if actual != self.head:
+            raise ConcurrentWriteError(self.session_id, self.head, actual)
+
+
+__all__ = ["SessionStore"]

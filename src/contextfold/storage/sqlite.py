@@ -1,0 +1,581 @@
+"""Embedded backend: one SQLite database in WAL mode plus blob files, under a workspace folder.
+
+Layout::
+
+    <workspace>/store.sqlite   events, sessions, documents, search index (FTS5, bm25())
+    <workspace>/blobs/ab/<sha256>   content-addressed bytes, written tmp + fsync + rename
+
+Every thread gets its own connection (closed by :meth:`SQLiteStore.close`). A transaction is
+``BEGIN IMMEDIATE`` (it takes the write lock at once, so the expected-sequence check and the
+append are one step for every process); a busy database is waited for (``busy_timeout``) and
+retried, so "database is locked" never reaches the caller. Without FTS5 the index falls back
+to a plain table scanned with LIKE and ranked by the same BM25 in Python.
+
+A workspace that cannot be written (read-only mount, permissions) opens read-only: reads and
+searches work, writes raise :class:`StorageError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import StorageError
+from .base import (
+    JSON,
+    ConcurrentWriteError,
+    Event,
+    NewEvent,
+    SearchDoc,
+    SearchHit,
+    SessionInfo,
+)
+from .files import FileBlobs
+from .sqlite_search import fts_search, scan_search
+from .text import query_terms, split_fields
+from .util import utc_now
+
+DB_NAME = "store.sqlite"
+SCHEMA_VERSION = 1
+BUSY_MS = 10_000
+#: BEGIN IMMEDIATE is retried this long (seconds) on a busy database before giving up.
+LOCK_PATIENCE = 120.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', events INTEGER NOT NULL,
+    messages INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id, updated_at);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
+    data TEXT NOT NULL, PRIMARY KEY (session_id, seq));
+CREATE INDEX IF NOT EXISTS events_kind ON events(session_id, kind, seq);
+CREATE TABLE IF NOT EXISTS docs (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (namespace, key));
+CREATE TABLE IF NOT EXISTS search_docs (
+    id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+    session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
+    tags TEXT NOT NULL, UNIQUE (namespace, doc_id));
+CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
+CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+#: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
+#: weigh on evidence or memory queries, and BM25 statistics are per corpus.
+_FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(body, hints, tags, content='', "
+    "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
+)
+
+
+def _tag(kind: str, value: str) -> str:
+    """One index token standing for a namespace or a session: MATCH narrows to it first, so a
+    common word is not ranked across every other session of the workspace."""
+    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _tags(namespace: str, session_id: str) -> str:
+    return _tag("ss", f"{namespace}/{session_id}")
+
+
+def _fts_table(namespace: str) -> str:
+    return "fts_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def fts5_available() -> bool:
+    try:
+        con = sqlite3.connect(":memory:")
+        try:
+            con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return True
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _dump(value: Mapping[str, JSON], what: str) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates (undecodable bytes): keep them escaped
+            text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+        return text
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
+
+
+class _SQLiteTransaction:
+    def __init__(self, store: SQLiteStore, con: sqlite3.Connection) -> None:
+        self._store = store
+        self._con = con
+
+    def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_seq: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> list[Event]:
+        if not isinstance(session_id, str) or not session_id:
+            raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
+        if not isinstance(agent_id, str) or not agent_id:
+            raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
+        con = self._con
+        row = con.execute(
+            "SELECT agent_id, events, title FROM sessions WHERE session_id=?", (session_id,)
+        ).fetchone()
+        actual = int(row[1]) if row else 0
+        if actual != expected_seq:
+            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        now = utc_now()
+        if row is not None and row[0] != agent_id:
+            raise StorageError(
+                f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
+            )
+        out: list[Event] = []
+        rows: list[tuple[str, int, str, str, str]] = []
+        for i, ev in enumerate(events):
+            text = _dump(ev.data, f"event {ev.kind!r} of session {session_id!r}")
+            rows.append((session_id, actual + i, ev.kind, now, text))
+            out.append(
+                Event(
+                    session_id=session_id,
+                    seq=actual + i,
+                    kind=ev.kind,
+                    ts=now,
+                    data=json.loads(text),
+                )
+            )
+        con.executemany("INSERT INTO events VALUES (?,?,?,?,?)", rows)
+        n_msg = sum(1 for e in out if e.kind == "message")
+        if row is None:
+            con.execute(
+                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?)",
+                (session_id, agent_id, now, now, title or "", len(out), n_msg),
+            )
+        else:
+            con.execute(
+                "UPDATE sessions SET events=events+?, messages=messages+?, updated_at=?, "
+                "title=CASE WHEN title='' THEN ? ELSE title END WHERE session_id=?",
+                (len(out), n_msg, now, title or "", session_id),
+            )
+        return out
+
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        text = _dump(value, f"document {namespace}/{key}")
+        self._con.execute("INSERT OR REPLACE INTO docs VALUES (?,?,?)", (namespace, key, text))
+
+    def delete_doc(self, namespace: str, key: str) -> None:
+        self._con.execute("DELETE FROM docs WHERE namespace=? AND key=?", (namespace, key))
+
+    def index(self, docs: Sequence[SearchDoc]) -> None:
+        con = self._con
+        fts = self._store.fts5
+        for d in docs:
+            meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
+            body, hints = split_fields(d.fields)
+            tags = _tags(d.namespace, d.session_id)
+            old = con.execute(
+                "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id=?",
+                (d.namespace, d.doc_id),
+            ).fetchone()
+            table = self._store._fts(con, d.namespace, create=True) if fts else ""
+            if old is not None:
+                if fts:
+                    con.execute(
+                        f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
+                        "VALUES('delete', ?, ?, ?, ?)",
+                        old,
+                    )
+                con.execute("DELETE FROM search_docs WHERE id=?", (old[0],))
+            cur = con.execute(
+                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints, "
+                "tags) VALUES (?,?,?,?,?,?,?,?)",
+                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints, tags),
+            )
+            if fts:
+                con.execute(
+                    f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
+                    (cur.lastrowid, body, hints, tags),
+                )
+
+    def unindex(self, namespace: str, *, session_id: str) -> None:
+        self._store._unindex(self._con, "namespace=? AND session_id=?", (namespace, session_id))
+
+
+class SQLiteStore:
+    """SQLite (WAL) + blob files under ``root``. See the module docstring."""
+
+    def __init__(self, root: str | Path, *, fts5: bool | None = None) -> None:
+        self.root = Path(root)
+        self.path = self.root / DB_NAME
+        self.fts5 = fts5_available() if fts5 is None else fts5
+        self.read_only = False
+        self._blobs = FileBlobs(self.root)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._fts_known: set[str] = set()
+        self._init()
+
+    def _fts(self, con: sqlite3.Connection, namespace: str, *, create: bool) -> str | None:
+        """The FTS5 table of a namespace (created inside the caller's transaction)."""
+        table = _fts_table(namespace)
+        if table in self._fts_known:
+            return table
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone():
+            if not con.in_transaction:  # a table made by an open transaction may roll back
+                self._fts_known.add(table)
+            return table
+        if not create:
+            return None
+        con.execute(_FTS.format(table=table))
+        return table
+
+    # ------------------------------------------------------------------ connections
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    @property
+    def blobs(self) -> FileBlobs:
+        return self._blobs
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            # a WAL database on a read-only mount may not be able to create its -shm file:
+            # then read it as immutable (nobody can be writing to a read-only mount)
+            for mode in ("mode=ro", "immutable=1"):
+                con = sqlite3.connect(f"file:{self.path}?{mode}", uri=True, check_same_thread=False)
+                try:
+                    con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                    break
+                except sqlite3.Error:
+                    con.close()
+                    if mode == "immutable=1":
+                        raise
+        else:
+            con = sqlite3.connect(
+                self.path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False
+            )
+        con.isolation_level = None
+        con.execute(f"PRAGMA busy_timeout={BUSY_MS}")
+        if not self.read_only:
+            con.execute("PRAGMA synchronous=NORMAL")
+        return con
+
+    def _init(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            con = self._connect()
+            try:
+                self._retry(lambda: con.execute("PRAGMA journal_mode=WAL"))
+                self._retry(lambda: con.executescript(_SCHEMA))
+                mode = "1" if self.fts5 else "0"
+                self._retry(
+                    lambda: con.execute(
+                        "INSERT OR IGNORE INTO store_meta VALUES ('fts5', ?)", (mode,)
+                    )
+                )
+                self._retry(
+                    lambda: con.execute(
+                        "INSERT OR IGNORE INTO store_meta VALUES ('schema', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                )
+            finally:
+                con.close()
+        except (OSError, sqlite3.Error) as exc:
+            if not self.path.is_file():
+                raise StorageError(f"cannot create the store {self.path}: {exc}") from exc
+            self.read_only = True  # an existing database we cannot write: serve reads
+        try:
+            version = (
+                self._con().execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
+            )
+            mode = self._con().execute("SELECT value FROM store_meta WHERE key='fts5'").fetchone()
+            # the index is kept the way the database was created (FTS5 or the plain table)
+            self.fts5 = mode is not None and mode[0] == "1" and fts5_available()
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the store {self.path}: {exc}") from exc
+        if version is None or int(version[0]) > SCHEMA_VERSION:
+            raise StorageError(
+                f"{self.path} has schema {version[0] if version else 'unknown'}; this contextfold "
+                f"reads schema {SCHEMA_VERSION} (upgrade contextfold)"
+            )
+
+    def _con(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StorageError(f"the store {self.path} is closed")
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            try:
+                con = self._connect()
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot open {self.path}: {exc}") from exc
+            self._local.con = con
+            with self._lock:
+                self._all.append(con)
+        return con
+
+    @staticmethod
+    def _retry(fn: Any) -> Any:
+        deadline = time.monotonic() + LOCK_PATIENCE
+        delay = 0.005
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[sqlite3.Connection]:
+        try:
+            yield self._con()
+        except sqlite3.Error as exc:
+            raise StorageError(f"{what} failed in {self.path}: {exc}") from exc
+
+    # ------------------------------------------------------------------ transactions
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_SQLiteTransaction]:
+        con = self._con()
+        outer: _SQLiteTransaction | None = getattr(self._local, "txn", None)
+        if outer is not None:  # nested: part of the enclosing unit
+            yield outer
+            return
+        if self.read_only:
+            raise StorageError(f"the workspace {self.root} is read-only; nothing can be written")
+        try:
+            self._retry(lambda: con.execute("BEGIN IMMEDIATE"))
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot start a write in {self.path}: {exc}") from exc
+        txn = _SQLiteTransaction(self, con)
+        self._local.txn = txn
+        try:
+            yield txn
+            self._retry(lambda: con.execute("COMMIT"))
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StorageError(f"writing to {self.path} failed: {exc}") from exc
+            raise
+        finally:
+            self._local.txn = None
+
+    # ------------------------------------------------------------------ events
+    def head(self, session_id: str) -> int:
+        with self._reading("reading the head of a session") as con:
+            row = con.execute(
+                "SELECT events FROM sessions WHERE session_id=?", (session_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def _event(row: Sequence[Any], session_id: str) -> Event:
+        return Event(
+            session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
+        )
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Iterator[Event]:
+        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=? AND seq>=?"
+        args: list[Any] = [session_id, start]
+        if stop is not None:
+            sql += " AND seq<?"
+            args.append(stop)
+        if kinds is not None:
+            if not kinds:
+                return iter(())
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        sql += " ORDER BY seq"
+        try:
+            with self._reading(f"reading session {session_id!r}") as con:
+                rows = con.execute(sql, args).fetchall()
+            return iter([self._event(r, session_id) for r in rows])
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
+
+    def read_last(
+        self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
+    ) -> list[Event]:
+        if n <= 0:
+            return []
+        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=?"
+        args: list[Any] = [session_id]
+        if kinds is not None:
+            if not kinds:
+                return []
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        args.append(n)
+        try:
+            with self._reading(f"reading session {session_id!r}") as con:
+                rows = con.execute(sql, args).fetchall()
+            return [self._event(r, session_id) for r in reversed(rows)]
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
+
+    @staticmethod
+    def _info(row: Sequence[Any]) -> SessionInfo:
+        return SessionInfo(
+            session_id=row[0],
+            agent_id=row[1],
+            created_at=row[2],
+            updated_at=row[3],
+            title=row[4],
+            events=int(row[5]),
+            messages=int(row[6]),
+        )
+
+    def session(self, session_id: str) -> SessionInfo | None:
+        with self._reading("reading a session") as con:
+            row = con.execute("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+        return self._info(row) if row else None
+
+    def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
+        sql = "SELECT * FROM sessions"
+        args: list[Any] = []
+        if agent_ids is not None:
+            if not agent_ids:
+                return []
+            sql += f" WHERE agent_id IN ({','.join('?' * len(agent_ids))})"
+            args.extend(agent_ids)
+        sql += " ORDER BY updated_at DESC, session_id DESC"
+        with self._reading("listing sessions") as con:
+            return [self._info(r) for r in con.execute(sql, args).fetchall()]
+
+    def _unindex(self, con: sqlite3.Connection, where: str, args: Sequence[Any]) -> None:
+        if self.fts5:
+            namespaces = con.execute(
+                f"SELECT DISTINCT namespace FROM search_docs WHERE {where}", args
+            ).fetchall()
+            for (ns,) in namespaces:
+                table = self._fts(con, ns, create=False)
+                if table is None:
+                    continue
+                con.execute(
+                    f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
+                    f"SELECT 'delete', id, body, hints, tags FROM search_docs "
+                    f"WHERE namespace=? AND ({where})",
+                    [ns, *args],
+                )
+        con.execute(f"DELETE FROM search_docs WHERE {where}", args)
+
+    def delete_session(self, session_id: str) -> None:
+        with self.transaction() as txn:
+            con = txn._con
+            con.execute("DELETE FROM events WHERE session_id=?", (session_id,))
+            con.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+            con.execute(
+                "DELETE FROM docs WHERE substr(key, 1, ?)=?",
+                (len(session_id) + 1, session_id + "/"),
+            )
+            self._unindex(con, "session_id=?", (session_id,))
+
+    # ------------------------------------------------------------------ documents
+    def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
+        with self._reading(f"reading document {namespace}/{key}") as con:
+            row = con.execute(
+                "SELECT value FROM docs WHERE namespace=? AND key=?", (namespace, key)
+            ).fetchone()
+        if row is None:
+            return None
+        try:
+            value = json.loads(row[0])
+        except ValueError as exc:
+            raise StorageError(f"document {namespace}/{key} is damaged: {exc}") from exc
+        return value if isinstance(value, dict) else None
+
+    def docs(self, namespace: str, *, prefix: str = "") -> dict[str, dict[str, JSON]]:
+        with self._reading(f"reading documents {namespace}/{prefix}*") as con:
+            rows = con.execute(
+                "SELECT key, value FROM docs WHERE namespace=? AND substr(key, 1, ?)=? "
+                "ORDER BY key",
+                (namespace, len(prefix), prefix),
+            ).fetchall()
+        out: dict[str, dict[str, JSON]] = {}
+        for key, text in rows:
+            with contextlib.suppress(ValueError):
+                value = json.loads(text)
+                if isinstance(value, dict):
+                    out[key] = value
+        return out
+
+    # ------------------------------------------------------------------ search
+    def search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        terms = query_terms(query)
+        if not terms or limit <= 0 or (scopes is not None and not scopes):
+            return []
+        where = "d.namespace=?"
+        args: list[Any] = [namespace]
+        if scopes is not None:
+            where += f" AND d.scope IN ({','.join('?' * len(scopes))})"
+            args.extend(scopes)
+        if session_id is not None:
+            where += " AND d.session_id=?"
+            args.append(session_id)
+        with self._reading(f"searching {namespace}") as con:
+            if not self.fts5:
+                return scan_search(con, terms, where, args, limit)
+            table = self._fts(con, namespace, create=False)
+            if table is None:
+                return []
+            tag = _tag("ss", f"{namespace}/{session_id}") if session_id is not None else None
+            return fts_search(con, table, terms, tag, where, args, limit)
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._all = self._all, []
+        for con in conns:
+            with contextlib.suppress(sqlite3.Error):
+                con.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["FileBlobs", "SQLiteStore", "fts5_available"]

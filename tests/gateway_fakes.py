@@ -1,0 +1,272 @@
+"""A scripted OpenAI / Anthropic upstream on 127.0.0.1 for the gateway tests and benchmark.
+
+It behaves like the real APIs where the gateway can get things wrong:
+
+* a context limit (``limit`` tokens, counted as characters / 4 of what the model would read)
+  answered with the providers' real overflow errors;
+* tool pairing checked as the providers do, with their real 400 messages;
+* Anthropic thinking blocks must come back with the signature the fake issued;
+* streaming as SSE in the providers' event shapes, non-streaming as JSON.
+
+Replies come from a *script*: ``fake.scripts[name] = fn`` where ``fn(request) -> Reply`` and the
+client picks the script with the ``x-fake-script`` header (the gateway forwards client headers).
+Every request is recorded in ``fake.received`` (path, headers, body, tokens, accepted or the
+error returned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.gateway_fake_wire import (
+    Call,
+    Received,
+    Reply,
+    Script,
+    _anthropic_events,
+    _anthropic_message,
+    _openai_chunks,
+    _openai_completion,
+    _path,
+    _text,
+    anthropic_problem,
+    count_tokens,
+    openai_problem,
+    signature_for,
+)
+
+__all__ = ["Call", "FakeUpstream", "Received", "Reply", "signature_for", "trace_replies"]
+
+# ----------------------------------------------------------------------------- the server
+
+
+class FakeUpstream:
+    def __init__(self, *, limit: int = 1_000_000, port: int = 0, keep: bool = True) -> None:
+        self.limit = limit
+        self.keep = keep
+        self.scripts: dict[str, Script] = {}
+        self.default: Script = lambda call: Reply(text="ok")
+        self.received: list[Received] = []
+        #: forced answers, used before any script: (status, body, delay seconds)
+        self.failures: deque[tuple[int, Any, float]] = deque()
+        self._lock = threading.Lock()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._openai, methods=["POST"]),
+                Route("/v1/messages", self._anthropic, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                self.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+            )
+        )
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve()), daemon=True
+        )
+
+    def start(self) -> FakeUpstream:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("fake upstream did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def accepted(self, path: str | None = None) -> list[Received]:
+        with self._lock:
+            return [
+                r for r in self.received if r.error is None and (path is None or r.path == path)
+            ]
+
+    def _record(self, rec: Received) -> None:
+        if not self.keep:
+            rec.body = None
+        with self._lock:
+            self.received.append(rec)
+
+    def _script(self, request: Request) -> Script:
+        return self.scripts.get(request.headers.get("x-fake-script", ""), self.default)
+
+    async def _failure(self) -> Response | None:
+        with self._lock:
+            step = self.failures.popleft() if self.failures else None
+        if step is None:
+            return None
+        status, body, delay = step
+        if delay:
+            await asyncio.sleep(delay)
+        return JSONResponse(body, status_code=status)
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}],
+            }
+        )
+
+    async def _count(self, request: Request) -> Response:
+        body = await request.json()
+        return JSONResponse({"input_tokens": count_tokens(body)})
+
+    async def _openai(self, request: Request) -> Response:
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        tokens = count_tokens(body)
+        forced = await self._failure()
+        if forced is not None:
+            self._record(
+                Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
+            )
+            return forced
+        problem = openai_problem(body.get("messages") or [])
+        if problem is None and tokens > self.limit:
+            err = {
+                "message": f"This model's maximum context length is {self.limit} tokens. However, "
+                f"your messages resulted in {tokens} tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+            self._record(Received(_path(request), headers, body, tokens, "overflow"))
+            return JSONResponse({"error": err}, status_code=400)
+        if problem is not None:
+            self._record(Received(_path(request), headers, body, tokens, problem))
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": problem,
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": None,
+                    }
+                },
+                status_code=400,
+            )
+        self._record(Received(_path(request), headers, body, tokens, None))
+        reply = self._script(request)(Call("openai", body, headers))
+        model = str(body.get("model"))
+        if body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            chunks = _openai_chunks(reply, model, tokens, usage)
+
+            async def gen() -> AsyncIterator[bytes]:
+                for c in chunks:
+                    if reply.event_delay:
+                        await asyncio.sleep(reply.event_delay)
+                    yield f"data: {json.dumps(c)}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(gen(), media_type="text/event-stream")
+        return JSONResponse(_openai_completion(reply, model, tokens))
+
+    async def _anthropic(self, request: Request) -> Response:
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        tokens = count_tokens(body)
+        forced = await self._failure()
+        if forced is not None:
+            self._record(
+                Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
+            )
+            return forced
+        problem = anthropic_problem(body.get("messages") or [])
+        if problem is None and tokens > self.limit:
+            problem = f"prompt is too long: {tokens} tokens > {self.limit} maximum"
+            self._record(Received(_path(request), headers, body, tokens, "overflow"))
+        else:
+            self._record(Received(_path(request), headers, body, tokens, problem))
+        if problem is not None:
+            return JSONResponse(
+                {"type": "error", "error": {"type": "invalid_request_error", "message": problem}},
+                status_code=400,
+            )
+        reply = self._script(request)(Call("anthropic", body, headers))
+        model = str(body.get("model"))
+        if body.get("stream"):
+            events = _anthropic_events(reply, model, tokens)
+
+            async def gen() -> AsyncIterator[bytes]:
+                for name, data in events:
+                    if reply.event_delay:
+                        await asyncio.sleep(reply.event_delay)
+                    yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+            return StreamingResponse(gen(), media_type="text/event-stream")
+        return JSONResponse(_anthropic_message(reply, model, tokens))
+
+
+# ----------------------------------------------------------------------------- trace replay
+
+
+def trace_replies(trace: list[dict[str, Any]], *, thinking: bool = False) -> deque[Reply]:
+    """The trace's assistant turns as scripted replies, in order."""
+    out: deque[Reply] = deque()
+    for n, m in enumerate(trace):
+        if m.get("role") != "assistant":
+            continue
+        calls = []
+        for c in m.get("tool_calls") or []:
+            try:
+                args = json.loads(c["function"].get("arguments") or "{}")
+            except ValueError:
+                args = {"raw": c["function"].get("arguments")}
+            calls.append(
+                (
+                    c["id"],
+                    c["function"]["name"],
+                    args if isinstance(args, dict) else {"value": args},
+                )
+            )
+        text = m.get("content") if isinstance(m.get("content"), str) else _text(m.get("content"))
+        out.append(
+            Reply(
+                text=text or "",
+                tool_calls=calls,
+                thinking=f"step {n}: deciding what to run next" if thinking else None,
+            )
+        )
+    return out
+
+
+def openai_tool_results(
+    trace: list[dict[str, Any]], start: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The tool messages following the assistant at ``start - 1``; returns them and the next index."""
+    out = []
+    i = start
+    while i < len(trace) and trace[i].get("role") == "tool":
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": trace[i]["tool_call_id"],
+                "content": _text(trace[i].get("content")) or str(trace[i].get("content")),
+            }
+        )
+        i += 1
+    return out, i
