@@ -28,7 +28,6 @@ COMMAND_MODULES: tuple[ModuleType, ...] = (
     cmd_mcp,
     export,
     cmd_serve,
-    export,
 )
 
 #: exit status of a command whose output pipe was closed (128 + SIGPIPE, like other tools)

@@ -69,8 +69,9 @@ def squeeze(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
         if is_offloaded_text(form.content) and form.role == "tool":
             tighten(comp, run, i)  # a long preview: keep the pointer and two short lines
             continue
-        if len(form.content) < big:
-            continue
+        keep = comp.policies["squeeze"].head_chars + comp.policies["squeeze"].tail_chars
+        if len(form.content) < max(big, keep + 600):
+            continue  # head + tail + the pointer would not be shorter than the text
         key = original.tool_call_id or f"msg-{original.uuid}"
         comp._squeeze_one(run, i, key, original.text, "squeeze")
 
