@@ -1,14 +1,19 @@
-"""The gateway's added latency and throughput: 50 concurrent sessions on loopback.
+"""The gateway's added latency and throughput at 1, 10 and 50 concurrent sessions on loopback.
 
 A fake upstream (tests/gateway_fakes.py, replaying the bundled trajectories' assistant turns)
-and ``contextfold serve`` run as separate processes; this process drives 50 concurrent
-conversations through the gateway with httpx, each replaying a trajectory turn by turn
-(OpenAI Chat Completions, half of them streaming). The gateway reports the time it added to
-each request (``Server-Timing: contextfold;dur=``: from receiving the request to the first
-byte sent back, upstream wait excluded) and whether it compacted.
+and ``contextfold serve`` run as separate processes; this process drives rounds of concurrent
+conversations through the gateway with httpx (new sessions each round), each replaying a
+trajectory turn by turn (OpenAI Chat Completions, half of them streaming). Per round it reports:
+
+- added latency: what the gateway reports in ``Server-Timing: contextfold;dur=``, from the app
+  receiving the request (before reading its body) to the first byte sent back, minus the time
+  spent waiting for the upstream;
+- the same seen by the client: its whole wait minus the gateway's upstream wait (this also
+  counts HTTP parsing, the transfer of the answer and the client's own event loop);
+- the gateway process's CPU time per request (independent of how busy the machine is).
 
 Targets (issue 10): added latency p50 <= 5 ms and p95 <= 25 ms on turns without compaction.
-Run: python -m benchmarks.gateway_bench [--sessions 50] [--turns 20] [--store FOLDER_OR_URL]
+Run: python -m benchmarks.gateway_bench [--levels 1,10,50] [--turns 20] [--store FOLDER_OR_URL]
 """
 
 from __future__ import annotations
@@ -45,6 +50,41 @@ print("ready", flush=True)
 while True:
     time.sleep(3600)
 """
+
+PROFILE = """
+import cProfile, os, pstats, signal, sys, threading
+sys.path[:0] = [{root!r}, {src!r}]
+# uvicorn re-raises the SIGTERM it caught once it has shut down: exit cleanly on it
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+profiles = [cProfile.Profile()]
+def hook(frame, event, arg):
+    sys.setprofile(None)
+    p = cProfile.Profile()
+    profiles.append(p)
+    p.enable()
+if os.environ.get("CF_PROFILE_THREADS", "1") == "1":
+    threading.setprofile(hook)
+profiles[0].enable()
+from contextfold.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    for p in profiles:
+        p.disable()
+    stats = pstats.Stats(profiles[0])
+    for p in profiles[1:]:
+        stats.add(p)
+    stats.dump_stats({out!r})
+"""
+
+
+def gateway_cmd(profile: str | None) -> list[str]:
+    """``contextfold serve``, or the same under cProfile (every thread) writing ``profile``."""
+    if not profile:
+        return [sys.executable, "-m", "contextfold"]
+    code = PROFILE.format(root=str(ROOT), src=str(ROOT / "src"), out=profile)
+    return [sys.executable, "-c", code]
+
 
 _DUR = re.compile(r"(\w+);dur=([0-9.]+)")
 
@@ -85,11 +125,12 @@ async def session(
     turns: int,
     think: float,
     out: list[dict[str, Any]],
+    tag: str = "",
 ) -> None:
     messages: list[Any] = list(trace[:2])
     i, turn = 2, 0
     stream = n % 2 == 1
-    headers = {"authorization": f"Bearer sk-bench-{n}", "x-fake-trace": str(n % 45)}
+    headers = {"authorization": f"Bearer sk-bench-{tag}-{n}", "x-fake-trace": str(n % 45)}
     while i < len(trace) and turn < turns:
         m = trace[i]
         if m["role"] != "assistant":
@@ -128,6 +169,9 @@ async def session(
                 "parts": parts,
                 "added_ms": parts.get("contextfold", float("nan")),
                 "total_ms": total,
+                # the client's wait minus the gateway's upstream wait: also counts HTTP
+                # parsing outside the app, the transfer and the client's own event loop
+                "client_added_ms": total - parts.get("upstream", 0.0),
                 "compaction": compaction,
                 "stream": stream,
             }
@@ -142,29 +186,116 @@ async def session(
 
 
 async def drive(
-    base: str, sessions: int, turns: int, think: float
+    base: str, sessions: int, turns: int, think: float, tag: str = ""
 ) -> tuple[list[dict[str, Any]], float]:
     import httpx
     from tests.conftest import load_trace, trace_files
 
     traces = [load_trace(p) for p in trace_files()]
     results: list[dict[str, Any]] = []
-    limits = httpx.Limits(max_connections=sessions * 2, max_keepalive_connections=sessions * 2)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    # one client per session, as each agent is its own process (one shared pool would make
+    # the load generator scan all its connections on every request)
+    clients = [httpx.AsyncClient(timeout=120) for _ in range(sessions)]
+    try:
         t0 = time.perf_counter()
         await asyncio.gather(
             *(
-                session(client, base, n, traces[n % 45], turns, think, results)
+                session(clients[n], base, n, traces[n % 45], turns, think, results, tag)
                 for n in range(sessions)
             )
         )
         wall = time.perf_counter() - t0
+    finally:
+        for client in clients:
+            await client.aclose()
     return results, wall
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; nan elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU time of the process's main thread (the gateway's event loop)."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def summarize(
+    sessions: int, results: list[dict[str, Any]], wall: float, cpu: float, loop_cpu: float
+) -> dict[str, Any]:
+    plain = [r for r in results if not r["compaction"]]
+    added = [r["added_ms"] for r in plain]
+    seen = [r["client_added_ms"] for r in plain]
+    parts = ("parse", "lock", "thread", "store", "view")
+    breakdown = {k: round(pct([r["parts"].get(k, 0.0) for r in plain], 0.5), 2) for k in parts}
+    compacting = [r["added_ms"] for r in results if r["compaction"]]
+    return {
+        "sessions": sessions,
+        "requests": len(results),
+        "wall_s": round(wall, 2),
+        "requests_per_s": round(len(results) / wall, 1),
+        "added_ms_p50": round(pct(added, 0.5), 2),
+        "added_ms_p95": round(pct(added, 0.95), 2),
+        "added_ms_mean": round(statistics.fmean(added), 2) if added else None,
+        "client_seen_added_ms_p50": round(pct(seen, 0.5), 2),
+        "client_seen_added_ms_p95": round(pct(seen, 0.95), 2),
+        "gateway_cpu_ms_per_request": round(cpu * 1000 / max(1, len(results)), 2),
+        "event_loop_cpu_ms_per_request": round(loop_cpu * 1000 / max(1, len(results)), 2),
+        "turns_without_compaction": len(plain),
+        "p50_parts_ms": breakdown,
+        "turns_with_compaction": len(compacting),
+        "added_ms_p50_compacting": round(pct(compacting, 0.5), 2) if compacting else None,
+        "targets_met": bool(added) and pct(added, 0.5) <= 5 and pct(added, 0.95) <= 25,
+    }
+
+
+def report(s: dict[str, Any]) -> None:
+    b = s["p50_parts_ms"]
+    print(
+        f"  {s['sessions']:>3} sessions: {s['requests']} requests, {s['requests_per_s']} req/s; "
+        f"added p50 {s['added_ms_p50']} ms, p95 {s['added_ms_p95']} ms "
+        f"(targets 5 / 25 ms: {'met' if s['targets_met'] else 'MISSED'}); "
+        f"seen by the client p50 {s['client_seen_added_ms_p50']} / p95 "
+        f"{s['client_seen_added_ms_p95']} ms; gateway CPU {s['gateway_cpu_ms_per_request']} ms "
+        f"per request ({s['event_loop_cpu_ms_per_request']} in the event loop)"
+    )
+    print(
+        f"       p50 parts: reading + parsing the request {b['parse']} ms, session lock "
+        f"{b['lock']} ms, waiting for a worker thread {b['thread']} ms, store append "
+        f"{b['store']} ms, view {b['view']} ms"
+        + (
+            f"; {s['turns_with_compaction']} turns with compaction: added p50 "
+            f"{s['added_ms_p50_compacting']} ms"
+            if s["turns_with_compaction"]
+            else ""
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gateway_bench")
-    ap.add_argument("--sessions", type=int, default=50)
+    ap.add_argument(
+        "--levels",
+        default="1,10,50",
+        help="concurrent sessions per round, comma separated (default 1,10,50)",
+    )
+    ap.add_argument("--sessions", type=int, help="one round with this many sessions")
     ap.add_argument("--turns", type=int, default=20, help="turns per session")
     ap.add_argument("--window", type=int, default=128_000)
     ap.add_argument(
@@ -176,11 +307,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--store", help="workspace folder or postgresql:// URL (default: a temp folder)"
     )
+    ap.add_argument(
+        "--postgres",
+        action="store_true",
+        help="use a fresh schema on $CONTEXTFOLD_TEST_POSTGRES_URL (default the local test "
+        "server), dropped afterwards",
+    )
+    ap.add_argument("--profile", help="run the gateway under cProfile, stats written here")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "gateway.json"))
     args = ap.parse_args(argv)
+    levels = [args.sessions] if args.sessions else [int(x) for x in args.levels.split(",")]
+    schema: tuple[str, str] | None = None
+    if args.postgres:
+        import uuid
+
+        from contextfold.storage import open_store
+
+        server = os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL") or (
+            "postgresql://postgres@127.0.0.1:5432/test"
+        )
+        schema = (server, f"cf_gateway_bench_{uuid.uuid4().hex[:8]}")
+        args.store = f"{server}?schema={schema[1]}"
+        open_store(args.store).close()  # created once, before the gateway starts
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     fake_port, gw_port = free_port(), free_port()
     procs: list[subprocess.Popen[bytes]] = []
+    rounds: list[dict[str, Any]] = []
+    store_kind = (
+        "postgresql"
+        if args.store and args.store.startswith("postgres")
+        else "embedded (workspace folder)"
+    )
+    print(f"gateway benchmark, {store_kind} store, load average before: {load_average()}")
     with tempfile.TemporaryDirectory(prefix="cf-gateway-bench-") as tmp:
         store = args.store or str(Path(tmp) / "ws")
         try:
@@ -188,91 +346,63 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(
                 subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
             )
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "contextfold",
-                        "serve",
-                        "--upstream",
-                        f"http://127.0.0.1:{fake_port}",
-                        "--port",
-                        str(gw_port),
-                        "--store",
-                        store,
-                        "--window",
-                        str(args.window),
-                        "--log-level",
-                        "warning",
-                    ],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                )
+            gateway = subprocess.Popen(
+                [
+                    *gateway_cmd(args.profile),
+                    "serve",
+                    "--upstream",
+                    f"http://127.0.0.1:{fake_port}",
+                    "--port",
+                    str(gw_port),
+                    "--store",
+                    store,
+                    "--window",
+                    str(args.window),
+                    "--log-level",
+                    "warning",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
             )
+            procs.append(gateway)
             base = f"http://127.0.0.1:{gw_port}"
             asyncio.run(wait_ready(f"http://127.0.0.1:{fake_port}/v1/models"))
             asyncio.run(wait_ready(base + "/healthz"))
-            results, wall = asyncio.run(
-                drive(base, args.sessions, args.turns, args.think_ms / 1000)
-            )
+            for r, sessions in enumerate(levels):
+                cpu0, loop0 = cpu_seconds(gateway.pid), loop_cpu_seconds(gateway.pid)
+                results, wall = asyncio.run(
+                    drive(base, sessions, args.turns, args.think_ms / 1000, f"r{r}")
+                )
+                summary = summarize(
+                    sessions,
+                    results,
+                    wall,
+                    cpu_seconds(gateway.pid) - cpu0,
+                    loop_cpu_seconds(gateway.pid) - loop0,
+                )
+                report(summary)
+                rounds.append(summary)
         finally:
             for proc in procs:
                 proc.terminate()
             for proc in procs:
-                proc.wait(timeout=10)
-    plain = [r["added_ms"] for r in results if not r["compaction"]]
-    breakdown = {
-        k: round(pct([r["parts"].get(k, 0.0) for r in results if not r["compaction"]], 0.5), 2)
-        for k in ("lock", "thread", "store", "view")
-    }
-    compacting = [r["added_ms"] for r in results if r["compaction"]]
-    total = [r["total_ms"] for r in results]
-    summary = {
-        "sessions": args.sessions,
-        "think_ms": args.think_ms,
-        "requests": len(results),
-        "store": "postgresql"
-        if args.store and args.store.startswith("postgres")
-        else "embedded (workspace folder)",
-        "wall_s": round(wall, 2),
-        "requests_per_s": round(len(results) / wall, 1),
-        "added_ms_p50": round(pct(plain, 0.5), 2),
-        "added_ms_p95": round(pct(plain, 0.95), 2),
-        "added_ms_mean": round(statistics.fmean(plain), 2) if plain else None,
-        "turns_without_compaction": len(plain),
-        "p50_parts_ms": breakdown,
-        "turns_with_compaction": len(compacting),
-        "added_ms_p50_compacting": round(pct(compacting, 0.5), 2) if compacting else None,
-        "client_total_ms_p50": round(pct(total, 0.5), 2),
-        "client_total_ms_p95": round(pct(total, 0.95), 2),
-    }
-    ok = summary["added_ms_p50"] <= 5 and summary["added_ms_p95"] <= 25
-    summary["targets_met"] = ok
-    print(
-        f"gateway: {summary['sessions']} concurrent sessions, {summary['requests']} requests in {summary['wall_s']} s "
-        f"= {summary['requests_per_s']} req/s ({summary['store']})"
-    )
-    print(
-        f"  added latency, turns without compaction ({len(plain)}): p50 {summary['added_ms_p50']} ms, "
-        f"p95 {summary['added_ms_p95']} ms (targets 5 / 25 ms: {'met' if ok else 'MISSED'})"
-    )
-    print(
-        f"  of which (p50): session lock {breakdown['lock']} ms, waiting for a worker thread "
-        f"{breakdown['thread']} ms, appending to the store {breakdown['store']} ms, deriving "
-        f"the view {breakdown['view']} ms"
-    )
-    if compacting:
-        print(
-            f"  turns with compaction ({len(compacting)}): added p50 {summary['added_ms_p50_compacting']} ms"
-        )
-    print(
-        f"  client end to end (fake upstream answers at once): p50 {summary['client_total_ms_p50']} ms, "
-        f"p95 {summary['client_total_ms_p95']} ms"
-    )
+                proc.wait(timeout=30)
+            if schema is not None:
+                import psycopg
+
+                with psycopg.connect(schema[0], autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema[1]}" CASCADE')
+    print(f"load average after: {load_average()}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    data = {
+        "store": store_kind,
+        "think_ms": args.think_ms,
+        "turns": args.turns,
+        "load_average_after": load_average(),
+        "rounds": rounds,
+    }
+    out.write_text(json.dumps(data, indent=2), encoding="utf-8")
     return 0
 
 

@@ -86,17 +86,11 @@ def test_config_layers_file_then_env_then_flags(tmp_path: Path) -> None:
         )
 
 
-def test_a_postgresql_store_is_refused_clearly_until_the_storage_layer_supports_it() -> None:
-    import inspect
-
-    from contextfold import ContextManager
-
-    if "store" in inspect.signature(ContextManager).parameters:
-        check_store("postgresql://postgres@127.0.0.1/test")  # supported: accepted
-    else:
-        with pytest.raises(ConfigError, match="PostgreSQL store"):
-            check_store("postgresql://postgres@127.0.0.1/test")
+def test_stores_the_gateway_accepts_and_a_clear_error_for_others() -> None:
+    check_store("postgresql://postgres@127.0.0.1/test")  # psycopg is installed: accepted
     check_store("./folder")
+    with pytest.raises(ConfigError, match="workspace folder or a postgresql:// URL"):
+        check_store("mysql://root@127.0.0.1/db")
 
 
 def test_cli_serve_help_and_a_clear_error_without_upstream(tmp_path: Path) -> None:

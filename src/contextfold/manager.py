@@ -40,7 +40,7 @@ from .paths import Workspace, check_session_id
 from .records import CompactionRecord, OffloadEntry, StoreRecordStore, Tier
 from .recovery import Recovery, RestoreHit
 from .responses import parse_inputs, response_message
-from .sessions.log import SessionLog, entry_of
+from .sessions.log import LogEntry, SessionLog, entry_of
 from .state import SessionState, load_state, save_state
 from .storage import ENV_VAR, SQLiteStore, Store, open_store
 from .storage.session import SessionStore
@@ -235,11 +235,15 @@ class ContextManager:
     # ------------------------------------------------------------------ persistence
     def _load(self) -> None:
         offloads = []
-        entries = []
+        entries: list[LogEntry] = []
+        stored_calls = self.recovery.stored_calls
         for event in self.session.read(kinds=["message", "offload"]):
             if event.kind == "offload":
                 offloads.append(event)
                 continue
+            raw_calls = event.data.get("calls")
+            if raw_calls is not None:
+                stored_calls[len(entries)] = raw_calls  # read when recall first needs them
             entries.append(entry_of(event))
         answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
         for entry in entries:
@@ -250,7 +254,7 @@ class ContextManager:
                 self.view.expect_answers(
                     len(self.view), {c.id for c in msg.tool_calls if c.id in answered}
                 )
-            self.view.append(msg, entry.seq)
+            self.view.append(msg, entry.seq, checked=True)  # entry_of validated it
         self.offload.load(offloads)
         if self.eviction_store is not self.offload:
             self.eviction_store.load(offloads)

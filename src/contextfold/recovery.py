@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
+from .evidence.calls import load_calls
 from .evidence.fields import call_fields, describe, is_own_tool
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
@@ -62,12 +63,23 @@ class Recovery:
         self._intent_cache: tuple[str, Any] | None = None
         self._calls = CallLog()
         self._calls_seen = 0
+        #: history index -> its calls' fields as stored with the message (a reopened log)
+        self.stored_calls: dict[int, Any] = {}
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
         also the runs still in view); grown from the history on demand."""
         history = self.cm.view.history
-        for msg in history[self._calls_seen :]:
+        stored = self.stored_calls
+        for i in range(self._calls_seen, len(history)):
+            msg = history[i]
+            if not msg.tool_calls:
+                continue
+            known = load_calls(stored.pop(i, None))
+            if known is not None and [c for c, _ in known] == [c.id for c in msg.tool_calls]:
+                for call_id, fields in known:
+                    self._calls.add(call_id, fields)
+                continue
             for call in msg.tool_calls:
                 self._calls.add(call.id, call_fields(call.name, call.arguments))
         self._calls_seen = len(history)
@@ -398,7 +410,7 @@ class Recovery:
                 box.register(tool)
             for tool in memory_tools(self.memory):
                 box.register(tool)
-            box.register(recall_tool(self.search, self.store))
+            box.register(recall_tool(lambda: self.search, self.store))  # read when first used
             self._toolbox = box
         return self._toolbox
 
@@ -416,6 +428,7 @@ class Recovery:
         self._search = None
         self._calls = CallLog()
         self._calls_seen = 0
+        self.stored_calls = {}
         self._injection_key = None
         self._injection = None
         self._intent_cache = None

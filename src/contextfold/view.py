@@ -34,7 +34,9 @@ class HistoryView:
         self.forms: list[Message] = []
         self._tokens: list[int] = []
         self._cum: list[int] = [0]
-        self._dicts: list[dict[str, Any]] = []
+        #: OpenAI dicts of the forms, made on first use (None: not made yet); a reopened
+        #: session never converts the messages before its boundary
+        self._dicts: list[dict[str, Any] | None] = []
         self.prefix_len = 0
         self.first_user: int | None = None
         self.newest_user: int | None = None
@@ -73,9 +75,11 @@ class HistoryView:
         open_calls: dict[str, int],
         new_calls: set[str],
         new_uuids: set[str],
+        checked: bool = False,
     ) -> None:
         """Pairing rules; mutates only the scratch structures passed in."""
-        check_message(msg, where)
+        if not checked:
+            check_message(msg, where)
         if msg.uuid in self.uuids or msg.uuid in new_uuids:
             raise InvalidMessageError(f"message uuid {msg.uuid!r} already in history", index=where)
         new_uuids.add(msg.uuid)
@@ -100,11 +104,12 @@ class HistoryView:
             seen_calls.add(call.id)
             open_calls[call.id] = where
 
-    def append(self, msg: Message, index: int | None = None) -> None:
-        """Append one message, enforcing tool pairing. Raises InvalidMessageError."""
+    def append(self, msg: Message, index: int | None = None, *, checked: bool = False) -> None:
+        """Append one message, enforcing tool pairing. Raises InvalidMessageError.
+        ``checked``: ``msg`` was just validated (decoding a stored one does), not again."""
         n = len(self.history)
         where = n if index is None else index
-        self._check(msg, where, dict(self._open_calls), set(), set())
+        self._check(msg, where, dict(self._open_calls), set(), set(), checked)
         if msg.role != "tool":
             self._open_calls = {call.id: n for call in msg.tool_calls}
         # commit
@@ -158,7 +163,7 @@ class HistoryView:
         self.forms.append(form)
         self._tokens.append(tokens)
         self._cum.append(self._cum[-1] + tokens)
-        self._dicts.append(to_openai(form))
+        self._dicts.append(None)
 
     def _assistant_form(self, msg: Message, index: int) -> Message:
         answered = self._answered.get(index, set())
@@ -187,7 +192,7 @@ class HistoryView:
         old = self._tokens[index]
         new = self._count(form)
         self._tokens[index] = new
-        self._dicts[index] = to_openai(form)
+        self._dicts[index] = None
         delta = new - old
         if delta and self._deferred:
             self._stale = True
@@ -285,21 +290,27 @@ class HistoryView:
         out.extend(self.forms[b:])
         return out
 
+    def _dict(self, index: int) -> dict[str, Any]:
+        d = self._dicts[index]
+        if d is None:
+            d = self._dicts[index] = to_openai(self.forms[index])
+        return d
+
     def view_dicts(self, *, copy: bool = False) -> list[dict[str, Any]]:
         """The view as OpenAI dicts. The dicts are cached per message and shared between calls
         (building the list is O(view) pointer copies); pass ``copy=True`` for private copies."""
         b = self.boundary
-        dicts = self._dicts
-        out = dicts[: self.prefix_len]
+        get = self._dict
+        out = [get(i) for i in range(self.prefix_len)]
         pinned = self.pinned_before(b)
         if self.first_user is not None and self.first_user in pinned:
-            out.append(dicts[self.first_user])
+            out.append(get(self.first_user))
         if self._compaction_dict is not None and b > self.prefix_len:
             out.append(self._compaction_dict)
         for i in pinned:
             if i != self.first_user:
-                out.append(dicts[i])
-        out.extend(dicts[b:])
+                out.append(get(i))
+        out.extend([d if d is not None else get(b + j) for j, d in enumerate(self._dicts[b:])])
         if copy:
             return deepcopy(out)
         return out

@@ -6,9 +6,10 @@ every tool call of the session, also those whose output is still in the view.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from .fields import CallFields, call_key, path_suffixes
+from .fields import CallFields, call_fields, call_key, path_suffixes
 
 
 def path_strength(query_paths: Sequence[str], pointer_paths: Iterable[str]) -> int:
@@ -60,4 +61,54 @@ class CallLog:
         return list(self._keys.get(key, ()))
 
 
-__all__ = ["CallLog", "path_strength"]
+def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:
+    """What a message's tool calls were about, as stored with the message (a reopened
+    session's call log is then read, not re-derived by parsing every command again)."""
+    out: list[dict[str, Any]] = []
+    for call in calls:
+        f = call_fields(call.name, call.arguments)
+        out.append(
+            {
+                "id": call.id,
+                "tool": f.tool,
+                "command": f.command,
+                "paths": list(f.paths),
+                "action": f.action,
+                "shell": f.shell,
+            }
+        )
+    return out
+
+
+def load_calls(raw: Any) -> list[tuple[str, CallFields]] | None:
+    """The stored form back (None when missing or not in that form: derive it again)."""
+    if not isinstance(raw, list):
+        return None
+    out: list[tuple[str, CallFields]] = []
+    for item in raw:
+        if not isinstance(item, Mapping):
+            return None
+        cid, tool, command = item.get("id"), item.get("tool"), item.get("command")
+        paths, action, shell = item.get("paths"), item.get("action"), item.get("shell")
+        if not (
+            isinstance(cid, str)
+            and isinstance(tool, str)
+            and isinstance(command, str)
+            and isinstance(action, str)
+            and isinstance(shell, bool)
+            and isinstance(paths, list)
+            and all(isinstance(p, str) for p in paths)
+        ):
+            return None
+        out.append(
+            (
+                cid,
+                CallFields(
+                    tool=tool, command=command, paths=tuple(paths), action=action, shell=shell
+                ),
+            )
+        )
+    return out
+
+
+__all__ = ["CallLog", "load_calls", "path_strength", "stored_calls"]

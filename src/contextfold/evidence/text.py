@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+
+# one tokenizer for the index and the questions, shared by every backend
+from ..storage.text import tokenize
 
 #: Characters of a body that are indexed (head and tail of very large outputs).
 INDEX_CHARS = 200_000
 SNIPPET_CHARS = 400
-
-_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
-_SPLIT = re.compile(r"[_./:\-]+")
-_PATH_SPLIT = re.compile(r"[./:\-]+")
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def _words(text: str) -> frozenset[str]:
@@ -41,35 +37,6 @@ GENERIC = _words(
     "failures failed fail failing result results message messages test tests run exception "
     "报错 错误 输出 日志 堆栈 失败 异常 结果 测试"
 )
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercase words; identifiers also split on ``_./:-`` and camelCase (whole token kept);
-    CJK runs as character bigrams (a single character stays a unigram)."""
-    out: list[str] = []
-    for m in _WORD.finditer(text):
-        word = m.group(0).strip("./:-")
-        if not word:
-            continue
-        low = word.lower()
-        out.append(low)
-        coarse = [p for p in _PATH_SPLIT.split(word) if p]
-        if len(coarse) > 1:
-            out.extend(p.lower() for p in coarse if "_" in p)
-        parts = [p for p in _SPLIT.split(word) if p]
-        if len(parts) > 1 or _CAMEL.search(word):
-            for part in parts:
-                sub = _CAMEL.split(part)
-                if len(sub) > 1:
-                    out.append(part.lower())
-                out.extend(s.lower() for s in sub if len(s) > 1 or s.isdigit())
-    for m in _CJK.finditer(text):
-        run = m.group(0)
-        if len(run) == 1:
-            out.append(run)
-        else:
-            out.extend(run[i : i + 2] for i in range(len(run) - 1))
-    return out
 
 
 def index_text(text: str) -> str:

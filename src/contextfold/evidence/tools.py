@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ToolArgumentsError
@@ -145,18 +145,22 @@ def _many(search: EvidenceSearch, store: EvidenceStore, args: Mapping[str, Any])
     return "\n".join(out)
 
 
-def recall_tool(search: EvidenceSearch, store: EvidenceStore) -> Tool:
-    """The ``recall`` tool over one session's evidence."""
+def recall_tool(
+    search: EvidenceSearch | Callable[[], EvidenceSearch], store: EvidenceStore
+) -> Tool:
+    """The ``recall`` tool over one session's evidence. ``search`` may be a function giving
+    the search when the tool is first used (building the tool box reads no evidence)."""
 
     def handler(args: Mapping[str, Any]) -> str:
+        found = search if isinstance(search, EvidenceSearch) else search()
         if args.get("evidence_id"):
-            return _one(search, store, args)
+            return _one(found, store, args)
         if args.get("query") is None:
             raise ToolArgumentsError(
                 "recall: give query (what to look for) or evidence_id (an id such as "
                 "ev-1a2b3c4d5e6f) to read one item"
             )
-        return _many(search, store, args)
+        return _many(found, store, args)
 
     return Tool(name="recall", description=DESCRIPTION, parameters=PARAMETERS, handler=handler)
 

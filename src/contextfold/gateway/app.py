@@ -17,11 +17,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
-from . import anthropic_proxy, openai_proxy
+from . import anthropic_proxy, fastjson, openai_proxy
 from .config import GatewayConfig
 from .convert import Provider
 from .metrics import Metrics
-from .pipeline import Pipeline, RequestError, log, log_event
+from .pipeline import REQUEST_STARTED, Pipeline, RequestError, log, log_event
 from .upstream import error_body, forward_headers, response_headers
 
 Handler = Callable[[Pipeline, dict[str, Any], dict[str, str], str], Awaitable[Response]]
@@ -73,8 +73,9 @@ class Gateway:
     # ------------------------------------------------------------------ handlers
     def _proxied(self, handler: Handler, route: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            provider = _provider_for(request)
             started = time.perf_counter()
+            REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
+            provider = _provider_for(request)
             response = await self._run(request, provider, handler)
             self.metrics.inc(
                 "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
@@ -101,7 +102,7 @@ class Gateway:
         if isinstance(raw, Response):
             return raw
         try:
-            body = json.loads(raw)
+            body = fastjson.loads(raw)
         except ValueError as exc:
             return _error(provider, 400, f"the request body is not valid JSON ({exc})")
         if not isinstance(body, dict):
@@ -195,6 +196,7 @@ class Gateway:
     def app(self) -> Starlette:
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            self.pipeline.start()
             yield
             await self.pipeline.aclose()
 

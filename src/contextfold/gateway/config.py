@@ -46,6 +46,11 @@ class GatewayConfig:
     max_tool_rounds: int = 4
     #: Managers kept open in memory (least recently used are closed first).
     max_open_sessions: int = 256
+    #: Seconds an answer may wait before it is written to the store: the client's next request
+    #: resends it, and it is then written together with the new messages (one store write per
+    #: turn instead of two). Written at the latest after this delay, at shutdown, before the
+    #: session is closed. 0: written as soon as the client has it.
+    record_delay: float = 1.0
     log_level: str = "info"
 
     def window_for(self, model: str) -> int:
@@ -72,6 +77,8 @@ class GatewayConfig:
             )
         if self.upstream_timeout <= 0:
             raise ConfigError("upstream_timeout must be > 0")
+        if not 0 <= self.record_delay <= 60:
+            raise ConfigError(f"record_delay must be 0..60 seconds, got {self.record_delay!r}")
         if self.max_tool_rounds < 0:
             raise ConfigError("max_tool_rounds must be >= 0")
         if not self.store:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from ..errors import InvalidMessageError
 from ..messages import Content, Message
 from ..wire import from_anthropic, from_openai, to_anthropic, to_openai
+from .fastjson import dumps_sorted
 
 Provider = Literal["openai", "anthropic"]
 _SKIP_BLOCKS = frozenset({"thinking", "redacted_thinking"})
@@ -102,7 +103,7 @@ def _cached(
 ) -> tuple[tuple[Message, ...], tuple[str, ...]]:
     global _parsed_chars
     try:
-        key = provider + json.dumps(raw, sort_keys=True, ensure_ascii=False)
+        key = provider + dumps_sorted(raw).decode("utf-8", "surrogatepass")
     except (TypeError, ValueError):
         key = None
     if key is not None:
@@ -124,6 +125,56 @@ def _cached(
     return entry
 
 
+#: The last request of each conversation start (provider + its first two messages): the
+#: client's message objects and what they parsed to. A client resends its history unchanged,
+#: so a new request compares its messages with the previous ones (dict equality, in C, no
+#: serialization) and parses and fingerprints only the new tail. Bounded by messages held.
+_Parsed = tuple[tuple[Message, ...], tuple[str, ...]]
+_PREFIX: OrderedDict[bytes, tuple[list[Any], list[_Parsed]]] = OrderedDict()
+_PREFIX_MAX_MESSAGES = 200_000
+_prefix_messages = 0
+
+
+def _prefix_key(provider: str, head: Any) -> bytes | None:
+    try:
+        text = provider.encode() + dumps_sorted(head)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def _reuse(key: bytes | None, raw: list[Any]) -> list[_Parsed]:
+    """What the previous request of this conversation start parsed, for the longest common
+    prefix of its messages and ``raw``."""
+    if key is None:
+        return []
+    with _PARSED_LOCK:
+        hit = _PREFIX.get(key)
+    if hit is None:
+        return []
+    old, parsed = hit
+    n = min(len(old), len(raw))
+    i = 0
+    while i < n and (old[i] is raw[i] or old[i] == raw[i]):
+        i += 1
+    return parsed[:i]
+
+
+def _remember(key: bytes | None, raw: list[Any], parsed: list[_Parsed]) -> None:
+    global _prefix_messages
+    if key is None:
+        return
+    with _PARSED_LOCK:
+        old = _PREFIX.pop(key, None)
+        if old is not None:
+            _prefix_messages -= len(old[0])
+        _PREFIX[key] = (raw, parsed)
+        _prefix_messages += len(raw)
+        while _prefix_messages > _PREFIX_MAX_MESSAGES and len(_PREFIX) > 1:
+            _, (gone, _p) = _PREFIX.popitem(last=False)
+            _prefix_messages -= len(gone)
+
+
 def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
     if not isinstance(raw, Mapping):
         raise InvalidMessageError(
@@ -136,7 +187,15 @@ def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
 def parse_openai(messages: Any) -> Conversation:
     if not isinstance(messages, list) or not messages:
         raise InvalidMessageError("messages must be a non-empty list")
-    parsed = [_parse_one_openai(m, i) for i, m in enumerate(messages)]
+    key = _prefix_key("openai", messages[:2])
+    known = _reuse(key, messages)
+    fresh: list[_Parsed] = []
+    for i in range(len(known), len(messages)):
+        m, fp = _parse_one_openai(messages[i], i)
+        fresh.append(((m,), (fp,)))
+    done = known + fresh
+    _remember(key, list(messages), done)
+    parsed = [(p[0][0], p[1][0]) for p in done]
     return Conversation(
         provider="openai",
         raw=list(messages),
@@ -163,15 +222,23 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
         neutral.extend(from_anthropic([], system))
         owner.append(-1)
     fps: list[str] = [fingerprint(m) for m in neutral]
+    key = _prefix_key("anthropic", [system, messages[:1]])
+    known = _reuse(key, messages)
+    done = list(known)
     for k, raw in enumerate(messages):
-        try:
-            converted, cfps = _cached("anthropic", raw, _anthropic_builder(raw))
-        except InvalidMessageError as exc:
-            raise InvalidMessageError(exc.problem, index=k) from None
+        if k < len(known):
+            converted, cfps = known[k]
+        else:
+            try:
+                converted, cfps = _cached("anthropic", raw, _anthropic_builder(raw))
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(exc.problem, index=k) from None
+            done.append((converted, cfps))
         parts.append(list(range(len(neutral), len(neutral) + len(converted))))
         neutral.extend(converted)
         fps.extend(cfps)
         owner.extend([k] * len(converted))
+    _remember(key, list(messages), done)
     return Conversation(
         provider="anthropic",
         raw=list(messages),

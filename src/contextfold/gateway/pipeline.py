@@ -5,6 +5,8 @@ event loop (other sessions keep flowing)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import json
 import logging
 import time
@@ -20,6 +22,8 @@ from ..messages import Message
 from ..overflow import is_context_overflow
 from ..paths import check_session_id
 from ..records import CompactionRecord
+from ..storage import ConcurrentWriteError
+from . import fastjson
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
 from .metrics import Metrics
@@ -38,6 +42,8 @@ log = logging.getLogger("contextfold.gateway")
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
 SESSION_HEADER = "x-contextfold-session"
+#: when the app received the current request (before reading its body)
+REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_request_started")
 
 
 def log_event(event: str, **fields: Any) -> None:
@@ -87,6 +93,7 @@ class Pipeline:
         self.registry = SessionRegistry(
             config, url_for=self.upstream.url, on_compaction=self._on_compaction
         )
+        self._writer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
@@ -127,8 +134,10 @@ class Pipeline:
     ) -> list[dict[str, Any]]:
         if not names:
             return []
-        with self.registry.store_lock:  # the first call opens the session index
-            schemas = sess.cm.tool_schemas(provider)
+        schemas = sess.tool_schemas.get(provider)
+        if schemas is None:
+            with self.registry.store_lock:  # the first call opens the session index
+                schemas = sess.tool_schemas[provider] = sess.cm.tool_schemas(provider)
         key = "function" if provider == "openai" else None
         out = []
         for s in schemas:
@@ -147,7 +156,8 @@ class Pipeline:
         tools_allowed: bool,
         query: str = "",
     ) -> Turn:
-        started = time.perf_counter()
+        began = time.perf_counter()
+        started = REQUEST_STARTED.get(began)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise RequestError(400, "model: a model name is required")
@@ -165,6 +175,7 @@ class Pipeline:
             synced = self.registry.sync(key, conv, model)
             t1 = time.perf_counter()
             sess = synced.session
+            sess.key = key
             if sess.context is not None:  # the upstream summarizer speaks for this request
                 sess.context.provider = provider
                 sess.context.model = self.config.summary_model or model
@@ -195,7 +206,8 @@ class Pipeline:
                 messages=synced.added,
             )
         timings = {
-            "lock": t_lock - started,
+            "parse": began - started,
+            "lock": t_lock - began,
             "thread": marks["queued"] - t_lock,
             "store": marks["store"],
             "view": marks["view"],
@@ -244,8 +256,7 @@ class Pipeline:
 
         turn.prepared = await to_thread.run_sync(hard)
         if sess.cm.window < before:
-            known = self.registry.learned.get(turn.model)
-            self.registry.learned[turn.model] = min(sess.cm.window, known or sess.cm.window)
+            await to_thread.run_sync(self.registry.learn, turn.model, sess.cm.window)
             sess.window = self.registry.window_for(turn.model)  # no reopen needed for it
             log_event(
                 "learned_limit",
@@ -295,21 +306,22 @@ class Pipeline:
         return f"{url}?{turn.query}" if turn.query else url
 
     async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        data = fastjson.dumps(payload)
         t0 = time.perf_counter()
-        resp = await self.upstream.client.post(
+        resp = await self.upstream.client_for(turn.key).post(
             self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
         turn.upstream_seconds += time.perf_counter() - t0
         return resp
 
     async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        req = self.upstream.client.build_request(
+        data = fastjson.dumps(payload)
+        client = self.upstream.client_for(turn.key)
+        req = client.build_request(
             "POST", self._url(turn, path), content=data, headers=self.upstream_headers(turn)
         )
         t0 = time.perf_counter()
-        resp = await self.upstream.client.send(req, stream=True)
+        resp = await client.send(req, stream=True)
         turn.upstream_seconds += time.perf_counter() - t0
         return resp
 
@@ -349,11 +361,46 @@ class Pipeline:
 
     # ------------------------------------------------------------------ recording
     async def record(self, turn: Turn, message: Message, input_tokens: int | None) -> None:
+        """Keep the answer for the session's next write (see ``record_delay``), or write it
+        now when there is no delay or no background writer."""
+        if self.config.record_delay > 0 and self._writer is not None:
+            self.registry.hold(turn.session, message, input_tokens)
+            return
         try:
             await to_thread.run_sync(self.registry.record, turn.session, message, input_tokens)
         except ContextFoldError as exc:
             # the client has its answer; the next request resends it and it is stored then
             log_event("record_failed", session=turn.session.session_id, error=str(exc))
+
+    async def _write_pending(self, sess: Session) -> None:
+        """Write one session's pending answer, holding its conversation's lock."""
+        async with self.registry.lock(sess.key):
+            if sess.pending is None:
+                return
+            try:
+                await to_thread.run_sync(sess.flush)
+            except ConcurrentWriteError:
+                # another replica appended first, from the client's next request, which
+                # carries this answer: nothing is lost
+                log_event("answer_written_elsewhere", session=sess.session_id)
+                self.registry.drop(sess.session_id)
+            except ContextFoldError as exc:
+                log_event("record_failed", session=sess.session_id, error=str(exc))
+                sess.pending = None  # the client resends it; it is stored with its next request
+            self.registry.written(sess)
+
+    async def _writer_loop(self) -> None:
+        delay = self.config.record_delay
+        while True:
+            await asyncio.sleep(min(0.25, delay / 2))
+            for sess in self.registry.due(delay):
+                if not self.registry.lock(sess.key).locked():  # else its request writes it
+                    await self._write_pending(sess)
+
+    def start(self) -> None:
+        """Start the background writer of pending answers (the app's lifespan calls it)."""
+        if self._writer is None and self.config.record_delay > 0:
+            self._writer = asyncio.get_running_loop().create_task(self._writer_loop())
 
     def closer(self, turn: Turn, state: dict[str, Any]) -> Any:
         """``on_close(completed)`` for a response: close the upstream stream (if any), record
@@ -373,6 +420,15 @@ class Pipeline:
         return on_close
 
     async def aclose(self) -> None:
+        """Stop the writer, write every pending answer, close the upstream client."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        for sess in self.registry.due(0.0):
+            await self._write_pending(sess)
+        await to_thread.run_sync(self.registry.close_all)
         await self.upstream.aclose()
 
 
@@ -390,4 +446,4 @@ def _call_name(call: Mapping[str, Any]) -> str:
     return str(call.get("name", ""))
 
 
-__all__ = ["GATEWAY_TOOLS", "Pipeline", "RequestError", "Turn", "log_event"]
+__all__ = ["GATEWAY_TOOLS", "REQUEST_STARTED", "Pipeline", "RequestError", "Turn", "log_event"]

@@ -15,17 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import inspect
 import json
 import logging
 import threading
+import time
 import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, InvalidMessageError, StorageError
+from ..errors import ContextFoldError, InvalidMessageError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
 from ..records import CompactionRecord
@@ -33,43 +33,12 @@ from ..summarizers.base import Summarizer
 from ..tokens import count_message
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+from .stores import LEARNED, check_store, is_database_url, open_manager, open_shared_store
 
 if TYPE_CHECKING:
     from .summarize import RequestContext
 
 log = logging.getLogger("contextfold.gateway")
-
-DB_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_database_url(store: str) -> bool:
-    return store.startswith(DB_SCHEMES)
-
-
-def check_store(store: str) -> None:
-    """Fail early, with a clear message, for a store this ContextManager cannot open."""
-    if is_database_url(store) and "store" not in inspect.signature(ContextManager).parameters:
-        raise ConfigError(
-            "a PostgreSQL store needs the storage layer that accepts "
-            "ContextManager(store='postgresql://...'), which this installation does not have "
-            "yet; pass a workspace folder to --store"
-        )
-
-
-def open_manager(
-    config: GatewayConfig, session_id: str, window: int, summarizer: Summarizer | None
-) -> ContextManager:
-    kwargs: dict[str, Any] = {
-        "session_id": session_id,
-        "context_window": window,
-        "preset": config.preset,
-        "summarizer": summarizer,
-        "agent_id": "gateway",
-    }
-    if is_database_url(config.store):
-        check_store(config.store)
-        return ContextManager(store=config.store, **kwargs)  # type: ignore[call-arg]
-    return ContextManager(config.store, **kwargs)
 
 
 def client_identity(headers: Mapping[str, str]) -> str:
@@ -106,19 +75,70 @@ class Session:
         self.recall_ready = any(_recall_marker(m) for m in cm.view_messages)
         #: turns since the provider's usage was last fed to calibration (-1: never)
         self.since_usage = -1
+        #: the gateway tools' schemas by provider (they do not change for a session)
+        self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
         #: the request the upstream summarizer borrows credentials and model from
         self.context: RequestContext | None = None
 
+        #: the upstream's answer the client has, not written yet (message, fingerprint,
+        #: the input tokens the upstream reported), and since when (time.monotonic)
+        self.pending: tuple[Message, str, int | None] | None = None
+        self.pending_since = 0.0
+        #: the conversation (lock key) this session serves
+        self.key = ""
+
+    @property
+    def known_fps(self) -> list[str]:
+        """Fingerprints of the stored history plus the answer not written yet."""
+        return [*self.fps, self.pending[1]] if self.pending is not None else self.fps
+
     def append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
+        """Write ``msgs`` (after the pending answer, if any) in one store append."""
+        pending = self.pending
+        if pending is not None:
+            msgs = [pending[0], *msgs]
+            fps = [pending[1], *fps]
+        if not msgs:
+            return
         start = len(self.fps)
         stamped = [
             replace(m, uuid=message_uuid(self.session_id, start + j)) for j, m in enumerate(msgs)
         ]
         added = self.cm.add_many(stamped)
+        self.pending = None
         for j, m in enumerate(added):
             self.index_of[m.uuid] = start + j
             self.history_tokens += count_message(self.cm.counter, m)
         self.fps.extend(fps)
+        if pending is not None and pending[2] is not None and pending[2] > 0:
+            self._report_usage(pending[2])
+
+    def flush(self) -> None:
+        """Write the pending answer, if any."""
+        if self.pending is not None:
+            self.append([], [])
+
+    def _report_usage(self, input_tokens: int) -> None:
+        # calibration settles within a few calls; each report rewrites the compactor state,
+        # so after the first ones feed it every 8th turn, and after any compaction
+        record = self.cm.last_record
+        compacted = record is not None and record.changed
+        if self.since_usage < 0 or self.since_usage >= 7 or compacted or len(self.fps) < 12:
+            self.cm.report_usage(input_tokens)
+            self.since_usage = 0
+        else:
+            self.since_usage += 1
+
+
+def _close(sess: Session) -> None:
+    """Release what the session's manager holds (its store connection), where it can."""
+    close = getattr(sess.cm, "close", None)
+    if not callable(close):
+        return
+    try:
+        close()
+    except ContextFoldError as exc:
+        log.info(json.dumps({"event": "close_failed", "session": sess.session_id, "why": str(exc)}))
 
 
 def _recall_marker(m: Message) -> bool:
@@ -156,6 +176,8 @@ class SessionRegistry:
         self._families: dict[str, list[str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._mutex = threading.Lock()
+        #: sessions with an answer not written yet, by session id
+        self._pending: dict[str, Session] = {}
         #: Opening a session and its first append create rows in the workspace's shared
         #: session index, which the file store does not make safe for concurrent first writers
         #: (storage issue 8): the gateway's threads take turns for those. Later appends and
@@ -163,6 +185,8 @@ class SessionRegistry:
         self.store_lock = threading.Lock()
         #: model -> context limit learned from an upstream overflow error
         self.learned: dict[str, int] = {}
+        #: the one store of every session (a PostgreSQL store is shared with other replicas)
+        self.store = open_shared_store(config.store)
 
     # ------------------------------------------------------------------ locks
     def lock(self, key: str) -> asyncio.Lock:
@@ -180,7 +204,30 @@ class SessionRegistry:
         learned = self.learned.get(model)
         return min(window, learned) if learned else window
 
+    def learn(self, model: str, window: int) -> None:
+        """Remember a context limit an upstream stated for ``model``, here and in the store
+        (other replicas open new sessions of the model below it too)."""
+        self._refresh_learned(model)
+        known = self.learned.get(model)
+        self.learned[model] = min(window, known or window)
+        try:
+            with self.store.transaction() as tx:
+                tx.put_doc(LEARNED, model, {"window": self.learned[model]})
+        except ContextFoldError as exc:
+            log.info(json.dumps({"event": "learned_not_stored", "model": model, "why": str(exc)}))
+
+    def _refresh_learned(self, model: str) -> None:
+        try:
+            doc = self.store.get_doc(LEARNED, model)
+        except ContextFoldError:
+            return
+        value = doc.get("window") if doc else None
+        if isinstance(value, int) and value > 0:
+            known = self.learned.get(model)
+            self.learned[model] = min(value, known or value)
+
     def _open_session(self, session_id: str, model: str) -> Session:
+        self._refresh_learned(model)  # another replica may have learned a limit
         window = self.window_for(model)
         summarizer: Summarizer | None = None
         context: RequestContext | None = None
@@ -191,7 +238,7 @@ class SessionRegistry:
             chat = UpstreamChatModel(self._url_for, context, self.config.upstream_timeout)
             summarizer = upstream_summarizer(chat, window)
         with self.store_lock:
-            cm = open_manager(self.config, session_id, window, summarizer)
+            cm = open_manager(self.config, self.store, session_id, window, summarizer)
         if self.on_compaction is not None:
             cm.on_compaction = lambda rec, sid=session_id: self.on_compaction(sid, rec)
         sess = Session(session_id, cm)
@@ -203,19 +250,61 @@ class SessionRegistry:
             sess = self._open.get(session_id)
             if sess is not None:
                 self._open.move_to_end(session_id)
+        if sess is not None and self.store.head(session_id) != sess.cm.session.head:
+            # another replica wrote to it since: reopen from the store (an answer held here
+            # is in what the client resent to that replica)
+            log.info(json.dumps({"event": "reopen", "session": session_id}))
+            self.drop(session_id)
+            sess = None
         if sess is not None and sess.window != self.window_for(model):
+            sess.flush()
+            self.written(sess)
+            _close(sess)
             sess = None  # a smaller limit was learned: reopen with it
         if sess is None:
             sess = self._open_session(session_id, model)
+            evicted: list[Session] = []
             with self._mutex:
                 self._open[session_id] = sess
-                while len(self._open) > self.config.max_open_sessions:
-                    self._open.popitem(last=False)
+                excess = len(self._open) - self.config.max_open_sessions
+                if excess > 0:
+                    # least recently used first; a session serving a request or holding an
+                    # unwritten answer stays open
+                    evicted = [
+                        s for s in self._open.values() if s.pending is None and not self._busy(s)
+                    ][:excess]
+                    for s in evicted:
+                        del self._open[s.session_id]
+            for s in evicted:
+                _close(s)
         return sess
 
-    def drop(self, session_id: str) -> None:
+    def _busy(self, sess: Session) -> bool:
+        lock = self._locks.get(sess.key) if sess.key else None
+        return lock is not None and lock.locked()
+
+    def close_all(self) -> None:
+        """Close every open manager (at shutdown, after the pending answers were written)."""
         with self._mutex:
-            self._open.pop(session_id, None)
+            sessions = list(self._open.values())
+            self._open.clear()
+        for sess in sessions:
+            _close(sess)
+        self.store.close()
+
+    def drop(self, session_id: str) -> None:
+        """Forget an open session (reopened from the store when next needed). An answer it
+        had not written is given up: the client's next request resends it."""
+        with self._mutex:
+            sess = self._open.pop(session_id, None)
+            self._pending.pop(session_id, None)
+        if sess is not None:
+            sess.pending = None
+            _close(sess)
+
+    def _stored(self, session_id: str, model: str) -> bool:
+        """Whether the store holds ``session_id`` (one query, no manager opened)."""
+        return self.store.head(session_id) > 0
 
     def _family(self, base: str, model: str) -> list[str]:
         family = self._families.get(base)
@@ -225,8 +314,7 @@ class SessionRegistry:
             n = 1
             while True:
                 sid = f"{base}.b{n}"
-                if not self.get(sid, model).fps:
-                    self.drop(sid)
+                if not self._stored(sid, model):
                     break
                 family.append(sid)
                 n += 1
@@ -254,21 +342,27 @@ class SessionRegistry:
         best: Session | None = None
         best_common = -1
         parent: Session | None = None
-        for sid in reversed(family):
-            sess = self.get(sid, model)
-            m = len(sess.fps)
-            if m <= len(fps) and sess.fps == fps[:m]:
-                if best is None or m > len(best.fps):
-                    best = sess
+        sessions = [self.get(sid, model) for sid in reversed(family)]
+        best_known = 0
+        for sess in sessions:
+            known = sess.known_fps
+            m = len(known)
+            if m <= len(fps) and known == fps[:m]:
+                if best is None or m > best_known:
+                    best, best_known = sess, m
                 continue
-            common = _common_prefix(sess.fps, fps)
+            common = _common_prefix(known, fps)
             if common > best_common:
                 parent, best_common = sess, common
-        if best is not None and (best.fps or parent is None):
-            new = conv.neutral[len(best.fps) :]
-            if new:
-                with self.store_lock if not best.fps else contextlib.nullcontext():
-                    best.append(new, fps[len(best.fps) :])
+        for sess in sessions:  # answers given on another branch are written now
+            if sess is not best and sess.pending is not None:
+                sess.flush()
+                self.written(sess)
+        if best is not None and (best_known or parent is None):
+            new = conv.neutral[best_known:]
+            with self.store_lock if not best.fps else contextlib.nullcontext():
+                best.append(new, fps[best_known:])
+            self.written(best)
             return Synced(session=best, added=len(new), branched_from=None)
         assert parent is not None
         sid = family[0] if best is not None else f"{base}.b{len(family)}"
@@ -334,21 +428,37 @@ class SessionRegistry:
             record=record,
         )
 
-    def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
+    def hold(self, sess: Session, message: Message, input_tokens: int | None) -> None:
+        """Keep the answer pending (written with the session's next append or by
+        :meth:`flush_due`); call with the conversation's lock held."""
         from .convert import fingerprint
 
-        sess.append([message], [fingerprint(message)])
-        if input_tokens is None or input_tokens <= 0:
-            return
-        # calibration settles within a few calls; each report rewrites the compactor state,
-        # so after the first ones feed it every 8th turn, and after any compaction
-        record = sess.cm.last_record
-        compacted = record is not None and record.changed
-        if sess.since_usage < 0 or sess.since_usage >= 7 or compacted or len(sess.fps) < 12:
-            sess.cm.report_usage(input_tokens)
-            sess.since_usage = 0
-        else:
-            sess.since_usage += 1
+        sess.flush()  # never two pending answers (a previous write failed)
+        sess.pending = (message, fingerprint(message), input_tokens)
+        sess.pending_since = time.monotonic()
+        with self._mutex:
+            self._pending[sess.session_id] = sess
+
+    def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
+        """Write the answer now."""
+        self.hold(sess, message, input_tokens)
+        sess.flush()
+        self.written(sess)
+
+    def written(self, sess: Session) -> None:
+        if sess.pending is None:
+            with self._mutex:
+                self._pending.pop(sess.session_id, None)
+
+    def due(self, older_than: float) -> list[Session]:
+        """Sessions whose pending answer waited at least ``older_than`` seconds."""
+        now = time.monotonic()
+        with self._mutex:
+            return [
+                s
+                for s in self._pending.values()
+                if s.pending is not None and now - s.pending_since >= older_than
+            ]
 
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
@@ -369,4 +479,5 @@ __all__ = [
     "conversation_key",
     "is_database_url",
     "message_uuid",
+    "open_shared_store",
 ]

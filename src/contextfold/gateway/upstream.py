@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -123,15 +124,34 @@ class UpstreamError(Exception):
         super().__init__(f"upstream {status}: {self.message}")
 
 
+#: Upstream connection pools. httpcore's pool scans all its connections (a socket poll for
+#: each idle one, and a quadratic count) every time a request starts or ends, which made the
+#: pool the largest CPU cost of the event loop at 50 sessions; several small pools, a
+#: conversation always on the same one, keep each scan short.
+POOLS = 8
+
+
 class Upstream:
-    def __init__(self, base_url: str, timeout: float) -> None:
+    def __init__(self, base_url: str, timeout: float, pools: int = POOLS) -> None:
         self.base = base_url.rstrip("/")
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
-            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
-            follow_redirects=False,
-            trust_env=False,
-        )
+        self.clients = [
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
+                limits=httpx.Limits(
+                    max_connections=max(1, 512 // pools),
+                    max_keepalive_connections=max(1, 128 // pools),
+                ),
+                follow_redirects=False,
+                trust_env=False,
+            )
+            for _ in range(pools)
+        ]
+        #: the pool for requests that belong to no conversation (models, count_tokens ...)
+        self.client = self.clients[0]
+
+    def client_for(self, key: str) -> httpx.AsyncClient:
+        """The pool of one conversation (stable for its key)."""
+        return self.clients[zlib.crc32(key.encode()) % len(self.clients)]
 
     def url(self, path: str) -> str:
         """``path`` below the configured base (``/v1/...`` joins without doubling ``/v1``)."""
@@ -140,7 +160,8 @@ class Upstream:
         return self.base + path
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        for client in self.clients:
+            await client.aclose()
 
 
 __all__ = [

@@ -76,13 +76,19 @@ def make_title(text: str) -> str:
 
 
 def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "pos": pos,
         "uuid": msg.uuid,
         "message": to_openai(msg),
         "metadata": dict(msg.metadata),
         "tokens": tokens,
     }
+    if msg.tool_calls:
+        # what each call was about (recall ordinals count these): read on reopen, not re-parsed
+        from ..evidence.calls import stored_calls
+
+        data["calls"] = stored_calls(msg.tool_calls)
+    return data
 
 
 def entry_of(event: Event) -> LogEntry:

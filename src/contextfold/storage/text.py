@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:\-]*")
 _SPLIT = re.compile(r"[_./:\-]+")
+_PATH_SPLIT = re.compile(r"[./:\-]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 
@@ -35,6 +36,10 @@ def tokenize(text: str) -> list[str]:
         if not word:
             continue
         out.append(word.lower())
+        # path pieces keep their underscores too: "tests/test_dates.py" -> "test_dates"
+        coarse = [p for p in _PATH_SPLIT.split(word) if p]
+        if len(coarse) > 1:
+            out.extend(p.lower() for p in coarse if "_" in p)
         parts = [p for p in _SPLIT.split(word) if p]
         if len(parts) > 1 or _CAMEL.search(word):
             for part in parts:

@@ -1,0 +1,71 @@
+"""The gateway's one store: which targets it accepts, opening it, and managers on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..manager import ContextManager
+from ..storage import SQLiteStore, Store, open_store
+from ..summarizers.base import Summarizer
+from .config import GatewayConfig
+
+DB_SCHEMES = ("postgresql://", "postgres://")
+#: store documents: model -> the context limit an upstream overflow error stated
+LEARNED = "gateway_learned_limits"
+
+
+def is_database_url(store: str) -> bool:
+    return store.startswith(DB_SCHEMES)
+
+
+def check_store(store: str) -> None:
+    """Fail early, with a clear message, for a store that cannot be opened here."""
+    if is_database_url(store):
+        try:
+            import psycopg  # noqa: F401
+            import psycopg_pool  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                f"a PostgreSQL store needs psycopg 3: pip install 'contextfold[postgres]' ({exc})"
+            ) from None
+    elif "://" in store and not store.startswith(("sqlite:///", "memory://")):
+        raise ConfigError(
+            f"store must be a workspace folder or a postgresql:// URL, got {store.split('://')[0]}://"
+        )
+
+
+def open_shared_store(store: str) -> Store:
+    """The one store every session of the gateway uses (a workspace folder, migrated from an
+    earlier release's layout if needed, or a database URL)."""
+    check_store(store)
+    opened = open_store(store if "://" in store else Path(store))
+    if isinstance(opened, SQLiteStore):
+        from ..migrate import migrate_on_open
+
+        try:
+            migrate_on_open(opened)
+        except BaseException:
+            opened.close()
+            raise
+    return opened
+
+
+def open_manager(
+    config: GatewayConfig,
+    store: Store,
+    session_id: str,
+    window: int,
+    summarizer: Summarizer | None,
+) -> ContextManager:
+    return ContextManager(
+        store=store,
+        session_id=session_id,
+        context_window=window,
+        preset=config.preset,
+        summarizer=summarizer,
+        agent_id="gateway",
+    )
+
+
+__all__ = ["LEARNED", "check_store", "is_database_url", "open_manager", "open_shared_store"]

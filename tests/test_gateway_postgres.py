@@ -1,0 +1,195 @@
+"""Two gateway replicas (separate processes, real uvicorn servers on 127.0.0.1) on one
+PostgreSQL schema serve the same conversations alternately, as behind a load balancer, with
+the real openai and anthropic SDK clients: every message stored once, none lost.
+
+Each replica checks the stored head before a request and reopens a session another replica
+moved on; a write that still meets a concurrent one (ConcurrentWriteError) is re-diffed and
+retried (see the README)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests import pg_support
+from tests.gateway_fakes import Call, FakeUpstream, Reply
+
+pytestmark = pytest.mark.timeout(300)
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEM = "You are a careful coding agent."
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def pg_store() -> Iterator[str]:
+    """A fresh schema on the test server (created first, so the replicas do not race to create
+    it), dropped afterwards."""
+    url = pg_support.require_postgres()
+    schema = pg_support.new_schema_name()
+    from contextfold.storage import open_store
+
+    store_url = f"{url}?schema={schema}"
+    open_store(store_url).close()
+    try:
+        yield store_url
+    finally:
+        pg_support.drop_schema(url, schema)
+
+
+def _replica(upstream: str, store: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "contextfold",
+            "serve",
+            "--upstream",
+            upstream,
+            "--port",
+            str(port),
+            "--store",
+            store,
+            "--log-level",
+            "info",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"replica exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("replica did not start")
+
+
+def _echo(call: Call) -> Reply:
+    last = call.messages[-1]
+    content = last.get("content")
+    if isinstance(content, list):
+        content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return Reply(text=f"answer to: {str(content)[:40]}")
+
+
+def test_two_replicas_on_postgresql_serve_sessions_alternately(
+    pg_store: str, tmp_path: Path
+) -> None:
+    import anthropic
+    import openai
+
+    fake = FakeUpstream().start()
+    fake.default = _echo
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for n in range(2):
+            proc, url = _replica(fake.url, pg_store, tmp_path / f"replica{n}.log")
+            procs.append(proc)
+            urls.append(url)
+        oa = [openai.OpenAI(base_url=u + "/v1", api_key="sk-pg", max_retries=0) for u in urls]
+        an = [anthropic.Anthropic(base_url=u, api_key="sk-ant-pg", max_retries=0) for u in urls]
+        chat: list[Any] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "openai start"},
+        ]
+        msgs: list[Any] = [{"role": "user", "content": "anthropic start"}]
+        for turn in range(10):
+            client = oa[turn % 2]  # the load balancer alternates
+            if turn % 3 == 2:  # some turns stream
+                text = "".join(
+                    c.choices[0].delta.content or ""
+                    for c in client.chat.completions.create(
+                        model="gpt-fake", messages=chat, stream=True
+                    )
+                    if c.choices
+                )
+            else:
+                resp = client.chat.completions.create(model="gpt-fake", messages=chat)
+                text = resp.choices[0].message.content or ""
+            chat += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": f"o{turn}"},
+            ]
+            ac = an[(turn + 1) % 2]
+            reply: Any
+            if turn % 3 == 1:
+                with ac.messages.stream(
+                    model="claude-fake", max_tokens=256, system=SYSTEM, messages=msgs
+                ) as s:
+                    reply = s.get_final_message()
+            else:
+                reply = ac.messages.create(
+                    model="claude-fake", max_tokens=256, system=SYSTEM, messages=msgs
+                )
+            blocks = [b.model_dump(exclude_none=True) for b in reply.content]
+            msgs += [
+                {"role": "assistant", "content": blocks},
+                {"role": "user", "content": f"a{turn}"},
+            ]
+        resp = oa[0].chat.completions.create(model="gpt-fake", messages=chat)
+        chat.append({"role": "assistant", "content": resp.choices[0].message.content})
+        final = an[1].messages.create(
+            model="claude-fake", max_tokens=256, system=SYSTEM, messages=msgs
+        )
+        msgs.append({"role": "assistant", "content": [final.content[0].model_dump()]})
+    finally:
+        for proc in procs:
+            proc.terminate()  # graceful: held answers are written at shutdown
+        for proc in procs:
+            proc.wait(timeout=60)
+        fake.stop()
+    logs = "".join((tmp_path / f"replica{n}.log").read_text() for n in range(2))
+    assert "Traceback" not in logs
+    assert logs.count('"event": "reopen"') >= 10, "each replica found the other's writes"
+
+    from contextfold import ContextManager
+    from contextfold.storage import open_store
+
+    store = open_store(pg_store)
+    try:
+        infos = store.sessions(["gateway"])
+        assert len(infos) == 2, [i.session_id for i in infos]  # no branch, no duplicate session
+        stored = {}
+        for info in infos:
+            cm = ContextManager(store=store, session_id=info.session_id)
+            stored[info.session_id] = [(m.role, m.text) for m in cm.history]
+    finally:
+        store.close()
+    want_openai = [(m["role"], str(m["content"])) for m in chat]
+    want_anthropic = [("system", SYSTEM)] + [
+        (
+            m["role"],
+            m["content"]
+            if isinstance(m["content"], str)
+            else "\n".join(b.get("text", "") for b in m["content"]),
+        )
+        for m in msgs
+    ]
+    assert sorted(stored.values(), key=json.dumps) == sorted(
+        [want_openai, want_anthropic], key=json.dumps
+    )
