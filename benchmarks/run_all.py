@@ -25,7 +25,7 @@ if str(ROOT / "src") not in sys.path:
 from benchmarks import micro_prepare  # noqa: E402
 from contextfold.bench.cli import main as bench_main  # noqa: E402
 
-OWN = {"__init__", "run_all", "micro_prepare"}
+OWN = {"__init__", "run_all", "micro_prepare", "cost_curve"}  # cost_curve: a long sweep, on demand
 
 
 def chromium_check(report: Path, png: Path) -> str:

@@ -57,9 +57,9 @@ def turn(i: int, words: int = 150) -> list[dict[str, Any]]:
     ]
 
 
-def loaded(tmp_path: Path, window: int = 4_000, **kw: Any) -> ContextManager:
-    """A small window filled past the Soft line (no prepare yet): the next prepare summarizes
-    with the LLM."""
+def loaded(tmp_path: Path, window: int = 8_000, **kw: Any) -> ContextManager:
+    """A small window filled past the Full line (no prepare yet): the next prepare summarizes
+    with the LLM (the window is large enough that the head holds more than the pinned task)."""
     cm = ContextManager(tmp_path, "a", window, **kw)
     cm.add_many([SYSTEM, TASK])
     i = 0

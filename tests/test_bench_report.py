@@ -43,7 +43,10 @@ def test_html_is_self_contained(results: dict[str, Any]) -> None:
     assert page.startswith("<!DOCTYPE html>")
     assert not re.search(r"https?://", page), "no network references at all"
     assert not re.search(r"<script|<link|<img|<iframe|@import|url\(", page, re.I)
-    assert page.count("<svg") == 2 + 3  # two bar charts + one timeline per trajectory
+    # two bar charts, one timeline per trajectory, one billed-tokens timeline per strategy on
+    # the longest trajectory
+    assert page.count("<svg") == 2 + 3 + 3
+    assert "Per strategy" in page
     assert "stroke-dasharray" in page  # the window line
     assert 'fill="#d55e00"' in page  # a "full" tier marker
     assert "a target" in page

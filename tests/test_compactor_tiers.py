@@ -11,6 +11,7 @@ import pytest
 
 from contextfold import ContextManager
 from contextfold.anchors import ALL_ANCHOR_TYPES
+from contextfold.config import LATE_COMPACTION_TIERS, progressive
 from contextfold.errors import ConfigError, InvalidMessageError
 from contextfold.messages import check_view
 from contextfold.records import CompactionRecord, Tier
@@ -32,6 +33,9 @@ class QuarterCounter:
 
 
 def manager(tmp_path: Path, **kw: Any) -> ContextManager:
+    """The tier mechanics are tested at the late thresholds (60/70/80/95%, target 30%)."""
+    if "config" not in kw and "preset" not in kw:
+        kw["config"] = progressive().with_(tiers=LATE_COMPACTION_TIERS)
     kw.setdefault("context_window", WINDOW)
     kw.setdefault("fact_extractor", "extractive")
     return ContextManager(workspace=tmp_path, session_id="t", token_counter=QuarterCounter(), **kw)
@@ -107,7 +111,14 @@ def test_thresholds_validated() -> None:
         cfg.emergency_threshold,
         cfg.min_tail_messages,
         cfg.offload_threshold,
-    ) == (0.60, 0.70, 0.80, 0.95, 6, 4_000)
+    ) == (0.40, 0.50, 0.70, 0.95, 6, 4_000)
+    late = LATE_COMPACTION_TIERS
+    assert (late.warn_threshold, late.soft_threshold, late.full_threshold) == (0.6, 0.7, 0.8)
+    assert (late.target_ratio, late.stale_after, late.working_window) == (0.30, 0, 0)
+    with pytest.raises(ConfigError):
+        TierConfig(stale_batch_ratio=0.0)
+    with pytest.raises(ConfigError):
+        TierConfig(working_window=-1)
 
 
 def test_warn_offloads_large_head_results_only(tmp_path: Path) -> None:

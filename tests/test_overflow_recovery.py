@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from contextfold import ContextManager
-from contextfold.config import harness, harness_all_on
+from contextfold.config import LATE_COMPACTION_TIERS, harness, harness_all_on, progressive
 from contextfold.errors import ContextOverflowError
 from contextfold.messages import check_view
 from contextfold.records import Tier
@@ -64,7 +64,10 @@ def turns(n: int, words: int = 250) -> list[dict[str, Any]]:
 
 
 def loaded(tmp_path: Path, **kw: Any) -> ContextManager:
-    """A 128k-window session of ~50,000 tokens: prepare() does not compact it."""
+    """A 128k-window session of ~50,000 tokens: prepare() does not compact it (seed 000's
+    thresholds; the default's 64K working window would compact it before any call)."""
+    if "config" not in kw and "preset" not in kw:
+        kw["config"] = progressive().with_(tiers=LATE_COMPACTION_TIERS)
     cm = ContextManager(workspace=tmp_path, session_id="o", context_window=128_000, **kw)
     cm.add_many([SYSTEM, TASK, *turns(30), NEWEST])
     return cm

@@ -116,7 +116,8 @@ def test_langchain_model_async_path_and_in_a_session(tmp_path: Path) -> None:
     assert (
         asyncio.run(summarizer.asummarize(_request())) == "### Summary\nread files, found the bug"
     )
-    cm = ContextManager(tmp_path, "lc", 4_000, summarizer=summarizer, fact_extractor="llm")
+    # a window where the head holds more than the pinned task when Soft/Full fire
+    cm = ContextManager(tmp_path, "lc", 8_000, summarizer=summarizer, fact_extractor="llm")
     cm.add_many([SYSTEM, TASK])
     for i in range(12):
         cm.add_many(turn(i))

@@ -27,11 +27,17 @@ def _nonneg(name: str, value: int) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TierConfig:
-    """Tiered compaction thresholds (ratios of the context window)."""
+    """Tiered compaction thresholds (ratios of the working window).
 
-    warn_threshold: float = 0.60
-    soft_threshold: float = 0.70
-    full_threshold: float = 0.80
+    The defaults are tuned for the bill (``contextfold bench``, README "Measured"): a view that
+    grows to half the window is summarized down to the newest turns, so each call re-reads a
+    small cached prefix, and compactions stay rare enough that their cache misses cost less than
+    the re-reading they save. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.
+    """
+
+    warn_threshold: float = 0.40
+    soft_threshold: float = 0.50
+    full_threshold: float = 0.70
     emergency_threshold: float = 0.95
     #: Messages always kept verbatim at the end (the split never breaks a tool pair, so the
     #: tail may hold a few more).
@@ -41,10 +47,28 @@ class TierConfig:
     preview_lines: int = 10
     #: After a Soft/Full/Emergency compaction the view is brought under this ratio when the
     #: tail allows, so the next turns append to a stable prefix instead of compacting again.
-    target_ratio: float = 0.30
+    target_ratio: float = 0.10
+    #: A pinned message (system prompt, first or newest user message) above this share of the
+    #: window is shown as head and tail with a pointer to its full text (kept byte-exact).
+    pinned_max_ratio: float = 0.50
+    #: Tool outputs older than the newest ``stale_after`` results and above
+    #: ``stale_min_chars`` (and long call arguments) are offloaded in one batch once the tokens
+    #: they free reach ``stale_batch_ratio`` of the view from the first of them on (and
+    #: ``stale_min_gain`` tokens), so the cache miss of the rewrite pays for itself. 0 turns it
+    #: off.
+    stale_after: int = 5
+    stale_min_chars: int = 1_000
+    stale_batch_ratio: float = 0.35
+    stale_min_gain: int = 2_000
+    stale_preview_lines: int = 5
+    #: Compute the tiers and the target on at most this many tokens (0: the whole window).
+    #: A large window then costs like a smaller one: compaction starts earlier, the view stays
+    #: small, every call re-reads less. The window itself still bounds every view.
+    working_window: int = 64_000
 
     def __post_init__(self) -> None:
         for name in (
+            "pinned_max_ratio",
             "warn_threshold",
             "soft_threshold",
             "full_threshold",
@@ -70,9 +94,25 @@ class TierConfig:
                 f"({self.warn_threshold})"
             )
         _nonneg("min_tail_messages", self.min_tail_messages)
+        for name in ("stale_after", "stale_min_chars", "stale_min_gain", "working_window"):
+            _nonneg(name, getattr(self, name))
+        _ratio("stale_batch_ratio", self.stale_batch_ratio)
         _nonneg("offload_threshold", self.offload_threshold)
-        if self.preview_lines < 1:
-            raise ConfigError(f"preview_lines must be >= 1, got {self.preview_lines}")
+        for name in ("preview_lines", "stale_preview_lines"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+#: Compaction late (60/70/80/95% of the whole window, target 30%, no stale batches): larger
+#: views, fewer compactions, a higher bill (the thresholds before the cost tuning).
+LATE_COMPACTION_TIERS = TierConfig(
+    warn_threshold=0.60,
+    soft_threshold=0.70,
+    full_threshold=0.80,
+    target_ratio=0.30,
+    stale_after=0,
+    working_window=0,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .aio import run_off_loop
 from .anchors import Anchor, AnchorType
+from .compactors.pinned import pinned_indices
 from .compactors.progressive import CompactorState, ProgressiveCompactor
 from .config import ContextConfig, TierConfig, resolve_preset
 from .errors import (
@@ -210,6 +211,8 @@ class ContextManager:
         self._last_estimate = 0
         #: tokens of the last call that calibration must not scale (tool schemas, injection)
         self._last_fixed = 0
+        #: window minus the last view (with schemas and output reserve): room for evidence
+        self._room = self.window
         self.session_state = SessionState()
         self._load()
 
@@ -532,6 +535,7 @@ class ContextManager:
                 record = self._compact_if_needed(extra + self.recovery.injection_reserve())
                 self._finish(record)
             self._announce(record)
+            self._check_fits(extra, schema_tokens, record)
             self._last_fixed = schema_tokens
             return self._render(format, copy=copy)
 
@@ -595,6 +599,22 @@ class ContextManager:
             )
         return record
 
+    def _check_fits(self, extra: int, schema_tokens: int, record: CompactionRecord) -> None:
+        """Never hand out a view above the window: say why it cannot fit instead."""
+        need = self.compactor.view_tokens(extra)
+        self._room = self.window - need
+        if need <= self.window:
+            return
+        pinned = sum(self.view.tokens_of(i) for i in pinned_indices(self.compactor))
+        raise ContextOverflowError(
+            f"the smallest view is {need} tokens, over the {self.window}-token window: the "
+            f"pinned messages (system prompt, first and newest user message), already shortened "
+            f"to head and tail, take {pinned} tokens, tool schemas {schema_tokens}, the reserve "
+            f"for the answer {self.config.reserve_output_tokens}, and the newest turn is kept "
+            "whole; use a larger context_window or fewer/shorter tool schemas",
+            record=record,
+        )
+
     def _finish(self, record: CompactionRecord) -> None:
         self.last_prepare = record
         self._last_estimate = self.view.view_tokens()
@@ -610,6 +630,8 @@ class ContextManager:
 
     def _render(self, format: str, *, copy: bool = False) -> OpenAIView | AnthropicView:
         inject = self.recovery.safe_injection()
+        if inject is not None and self.counter.count_text(inject) > self._room:
+            inject = None  # evidence is an extra: it never pushes the view over the window
         if inject is not None:
             self._last_fixed += self.counter.count_text(inject)
         if format == "openai":

@@ -1,4 +1,4 @@
-"""Replay benchmark: contextfold strategies side by side with raw, truncate and mask baselines.
+"""Replay benchmark: contextfold strategies side by side with baselines and emulated peers.
 
 ``contextfold bench`` (:func:`contextfold.bench.cli.main`) replays OpenAI-format trajectories
 turn by turn and measures, with exact o200k tokens, what each strategy costs, what it keeps and

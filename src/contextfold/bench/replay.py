@@ -34,6 +34,7 @@ from .metrics import (
 )
 from .strategies import (
     ALL_STRATEGIES,
+    Strategy,
     StrategyUnavailable,
     SummarizerSpec,
     make_strategy,
@@ -104,10 +105,13 @@ def replay_one(
     strategy_name: str,
     window: int,
     summarizer: SummarizerSpec | None = None,
+    *,
+    factory: Callable[[int], Strategy] | None = None,
 ) -> dict[str, Any]:
-    """Replay one trajectory with one strategy at one window; returns the run's dict."""
+    """Replay one trajectory with one strategy at one window; returns the run's dict.
+    ``factory(window)`` builds the strategy instead of its name (e.g. a custom config)."""
     tc = counter()
-    strat = make_strategy(strategy_name, window, tc, summarizer)
+    strat = factory(window) if factory else make_strategy(strategy_name, window, tc, summarizer)
     first_user = next(
         (content_text(m.get("content")) for m in messages if m.get("role") == "user"), None
     )

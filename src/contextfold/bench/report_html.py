@@ -13,6 +13,10 @@ STRATEGY_COLORS = {
     "mask": "#56b4e9",
     "progressive": "#009e73",
     "harness": "#cc79a7",
+    "anthropic-clear": "#d55e00",
+    "codex-compact": "#0072b2",
+    "langchain-summary": "#8c564b",
+    "openhands-condenser": "#9467bd",
 }
 TIER_COLORS = {
     "warn": "#f0c419",
@@ -20,6 +24,10 @@ TIER_COLORS = {
     "full": "#d55e00",
     "emergency": "#b00020",
     "truncate": "#8a6d00",
+    "clear": "#d55e00",
+    "compact": "#0072b2",
+    "summary": "#8c564b",
+    "condense": "#9467bd",
 }
 _EXTRA = ["#8c564b", "#17becf", "#bcbd22", "#9467bd"]
 
@@ -132,6 +140,91 @@ def timeline_svg(
             )
     out.append("</svg>")
     return "".join(out)
+
+
+def billed_svg(
+    view: Sequence[int],
+    cached: Sequence[int],
+    window: int,
+    color: str,
+    ymax: float,
+    width: int = 360,
+    height: int = 150,
+) -> str:
+    """One strategy on one trajectory: the view per call (line) and the part of it billed at
+    the full rate because it was not a cached prefix (bars: spikes are cache misses)."""
+    pad_l, pad_r, pad_t, pad_b = 40, 6, 6, 18
+    w, h = width - pad_l - pad_r, height - pad_t - pad_b
+    n = max(1, len(view))
+
+    def x(i: float) -> float:
+        return pad_l + w * i / n
+
+    def y(v: float) -> float:
+        return pad_t + h - h * min(v, ymax) / ymax
+
+    out = [
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
+        f'<rect x="{pad_l}" y="{pad_t}" width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>',
+        f'<text x="{pad_l - 4}" y="{pad_t + 9}" font-size="10" text-anchor="end" fill="#555">'
+        f"{ymax / 1000:.0f}K</text>",
+        f'<text x="{pad_l - 4}" y="{pad_t + h}" font-size="10" text-anchor="end" fill="#555">0'
+        "</text>",
+    ]
+    bw = max(0.6, w / n - 0.4)
+    for i, (v, c) in enumerate(zip(view, cached, strict=False)):
+        billed = v - c
+        if billed <= 0:
+            continue
+        out.append(
+            f'<rect x="{x(i):.1f}" y="{y(billed):.1f}" width="{bw:.1f}" '
+            f'height="{pad_t + h - y(billed):.1f}" fill="#444" fill-opacity="0.45"/>'
+        )
+    pts = " ".join(f"{x(i + 0.5):.1f},{y(v):.1f}" for i, v in enumerate(view))
+    out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{pts}"/>')
+    wy = y(window)
+    out.append(
+        f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{wy:.1f}" y2="{wy:.1f}" stroke="#d00" '
+        f'stroke-width="1" stroke-dasharray="4,3"/>'
+    )
+    out.append(
+        f'<text x="{pad_l + w / 2:.0f}" y="{height - 4}" font-size="10" text-anchor="middle" '
+        f'fill="#555">model call (1..{len(view)})</text></svg>'
+    )
+    return "".join(out)
+
+
+def per_strategy_section(
+    runs: Sequence[Mapping[str, Any]], window: int, strategies: Sequence[str]
+) -> str:
+    """Small multiples on the longest trajectory: one timeline per strategy."""
+    mine = [r for r in runs if r["window"] == window and "calls" in r]
+    if not mine:
+        return ""
+    longest = max(mine, key=lambda r: (r["calls"], r["trace"]))["trace"]
+    by = {r["strategy"]: r for r in mine if r["trace"] == longest}
+    peak = max((max(r["view_tokens"], default=0) for r in by.values()), default=0)
+    ymax = max(window * 1.1, min(peak * 1.05, window * 4.0), 1.0)
+    parts = [
+        "<h3>Per strategy: view tokens per call (line) and tokens billed at the full rate "
+        "(bars) on the longest trajectory</h3>",
+        f'<div class="meta">{html.escape(longest)}. A bar as tall as the line is a call whose '
+        "prefix cache missed; low bars mean the call mostly re-read a cached prefix at 0.1.</div>",
+        '<div class="grid">',
+    ]
+    for k, s in enumerate(strategies):
+        r = by.get(s)
+        if r is None:
+            continue
+        cost = float(r.get("cache_cost", 0.0))
+        parts.append(
+            f'<div class="card"><div class="t">{html.escape(s)}: cost {cost / 1000:,.0f}K, '
+            f"{r.get('overflows', 0)} calls over the window</div>"
+            f"{billed_svg(r['view_tokens'], r['cached_tokens'], window, _color(s, k), ymax)}"
+            "</div>"
+        )
+    parts.append("</div>")
+    return "".join(parts)
 
 
 def bars_svg(
@@ -252,6 +345,7 @@ def render(results: Mapping[str, Any], targets: Sequence[Mapping[str, Any]] = ()
             )
         )
         parts.append("</div>")
+        parts.append(per_strategy_section(runs, int(w), strategies))
         parts.append("<h3>Per trajectory: view tokens per model call</h3>")
         parts.append(_legend(strategies, tiers=True))
         traces = sorted({r["trace"] for r in runs if r["window"] == w})

@@ -1,4 +1,5 @@
-"""The strategies the replay compares: three baselines and contextfold's presets.
+"""The strategies the replay compares: three baselines, emulated peers (:mod:`.peers`) and
+contextfold's presets.
 
 Every strategy takes the trajectory incrementally (``add``) and produces the view for the next
 model call (``prepare``). Baselines:
@@ -29,7 +30,9 @@ from .metrics import MsgDict, TokenCounter, content_text
 
 BASELINES = ("raw", "truncate", "mask")
 CONTEXTFOLD = ("progressive", "harness")
-ALL_STRATEGIES = BASELINES + CONTEXTFOLD
+#: Emulated peers (see :mod:`.peers`); ``mask`` is the Complexity Trap's observation masking.
+PEERS = ("anthropic-clear", "codex-compact", "langchain-summary", "openhands-condenser")
+ALL_STRATEGIES = BASELINES + PEERS + CONTEXTFOLD
 MASK_KEEP = 10
 MASK_PLACEHOLDER = "[Old tool output omitted: {lines} lines]"
 
@@ -212,7 +215,15 @@ def _build_summarizer(spec: SummarizerSpec) -> Any:
 class ContextFoldStrategy:
     """A contextfold preset through the public facade, in its own temporary workspace."""
 
-    def __init__(self, preset: str, window: int, summarizer: SummarizerSpec | None = None) -> None:
+    def __init__(
+        self,
+        preset: str,
+        window: int,
+        summarizer: SummarizerSpec | None = None,
+        *,
+        config: Any = None,
+    ) -> None:
+        """``config`` (a :class:`contextfold.config.ContextConfig`) replaces the preset's."""
         self.name = preset
         try:
             from .. import ContextManager  # type: ignore[attr-defined,unused-ignore]
@@ -230,6 +241,9 @@ class ContextFoldStrategy:
             "context_window": window,
             "preset": preset,
         }
+        if config is not None:
+            kwargs["config"] = config
+            del kwargs["preset"]
         spec = summarizer or SummarizerSpec()
         summ = _build_summarizer(spec)
         if summ is not None:
@@ -287,6 +301,10 @@ def make_strategy(
         return MaskStrategy()
     if name in CONTEXTFOLD:
         return ContextFoldStrategy(name, window, summarizer)
+    if name in PEERS:
+        from .peers import make_peer
+
+        return make_peer(name, window, counter, _build_summarizer(summarizer or SummarizerSpec()))
     raise ContextFoldError(f"unknown strategy {name!r}; choose from {', '.join(ALL_STRATEGIES)}")
 
 

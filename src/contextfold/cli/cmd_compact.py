@@ -204,6 +204,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     )
     peak = calls = 0
     over: list[int] = []
+    shortened = False
     first_user = next((m for m in messages if m.get("role") == "user"), None)
     for i, msg in enumerate(messages):
         if msg.get("role") == "assistant" and i > 0:
@@ -223,7 +224,17 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                 over.append(tokens)
             check_view([from_openai(m, j) for j, m in enumerate(view)])
             if first_user is not None and first_user not in view:
-                raise ContextFoldError("demo: the first user message left the view")
+                task = cm.history[cm.view.first_user or 0]
+                if not any(f"msg-{task.uuid}" in str(m.get("content")) for m in view):
+                    raise ContextFoldError("demo: the first user message left the view")
+                if not shortened:  # too large for the window: head and tail, full text kept
+                    shortened = True
+                    print(
+                        f"contextfold demo: the task message does not fit the {window}-token "
+                        f'window: shown as head and tail; read_offloaded(id="msg-{task.uuid}") '
+                        "returns all of it",
+                        file=sys.stderr,
+                    )
         cm.add(msg)
     _print_summary(cm, out, records=records, calls=calls, peak=peak, window=window)
     print(f"  records:               contextfold records demo --workspace {workspace}", file=out)

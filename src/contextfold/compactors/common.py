@@ -3,6 +3,7 @@ and seed 002's four-section compaction message."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,14 @@ def render_sections_message(
     if note:
         parts.append("---\n" + note)
     return "\n\n".join(parts)
+
+
+def calls_json(msg: Message) -> str:
+    """The tool calls of a message as JSON (what an arguments offload stores)."""
+    return json.dumps(
+        [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls],
+        ensure_ascii=False,
+    )
 
 
 def _now() -> str:

@@ -10,6 +10,10 @@ from ..config import SummaryTriggerConfig
 from ..records import CompactionRecord, Tier
 from .common import EMERGENCY_POLICY, _Run, effective_trigger_tokens
 
+#: After overflow recovery the newest group is shortened only while the view is above this share
+#: of the working window.
+RECOVERY_RATIO = 0.30
+
 if TYPE_CHECKING:
     from .progressive import ProgressiveCompactor
 
@@ -88,8 +92,11 @@ def recover_overflow(
     if last > v.boundary:
         comp._offload_range(run, v.boundary, last, comp.compaction_policy)
         comp._summarize(run, v.boundary, last, use_llm=True)
-    if comp.view_tokens(extra_tokens) > comp.target_tokens:
+    # the newest group stays verbatim unless the view is still large: the bar is 30% of the
+    # working window (not the tiers' low target, which is about the bill, not about fitting)
+    bar = max(comp.target_tokens, int(RECOVERY_RATIO * comp.working_window))
+    if comp.view_tokens(extra_tokens) > bar:
         comp._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
-    if comp.view_tokens(extra_tokens) > comp.target_tokens:
+    if comp.view_tokens(extra_tokens) > bar:
         comp._squeeze(run, extra_tokens)
     return comp._record(run, comp.view_tokens(extra_tokens), extra_tokens, persist=True)

@@ -8,7 +8,6 @@ keeps the text, a summarizer error falls back to extractive truncation, and each
 
 from __future__ import annotations
 
-import json
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -17,51 +16,42 @@ from pathlib import Path
 
 from ..anchors import (
     Anchor,
-    merge_anchors,
-    parse_summary,
-    render_compaction_message,
-    union_items,
 )
 from ..config import SummaryTriggerConfig, TierConfig, TruncateArgsConfig
-from ..errors import ContextFoldError, StorageError
+from ..errors import ContextFoldError
 from ..messages import Message
 from ..offload import (
     COMPACTION_POLICY,
     OffloadPolicy,
     OffloadStore,
-    is_offloaded_text,
     offloadable_text,
     placeholder,
 )
 from ..records import CompactionRecord, OffloadEntry, RecordStore, Tier
-from ..summarizers.base import Summarizer, SummaryRequest, SummaryStyle
+from ..summarizers.base import Summarizer, SummaryStyle
 from ..summarizers.extractive import ExtractiveSummarizer
 from ..summarizers.transcript import truncate_tool_arguments
 from ..view import HistoryView
+from .artifacts import WrittenFiles, message_writes
 from .budget import repair_orphaned_tool_pairs
 from .common import (
-    COMPACTION_KIND,
     EMERGENCY_POLICY,
     BeforeSummarize,
     CompactorState,
     IndexRange,
     _now,
     _Run,
-    bound_anchors,
-    clip_text,
     determine_tier,
-    render_sections_message,
 )
+from .emergency import TIGHT_POLICY, squeeze, squeeze_one, truncate
 from .harness import kept_tail, recover_overflow, run_trigger
+from .pinned import apply_pinned, budget_of, reduce_pinned
+from .stale import OWN_TOOLS, offload_stale
+from .summarize import offloaded_refs, set_compaction, summarize
+
+_ORDER = (Tier.NONE, Tier.WARN, Tier.SOFT, Tier.FULL, Tier.EMERGENCY)
 
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
-
-
-def _calls_json(msg: Message) -> str:
-    return json.dumps(
-        [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in msg.tool_calls],
-        ensure_ascii=False,
-    )
 
 
 class ProgressiveCompactor:
@@ -112,12 +102,25 @@ class ProgressiveCompactor:
         self.policies: dict[str, OffloadPolicy] = {
             "compaction": self.compaction_policy,
             "emergency": EMERGENCY_POLICY,
+            "stale": replace(
+                COMPACTION_POLICY,
+                name="stale",
+                threshold=config.stale_min_chars,
+                preview_lines=config.stale_preview_lines,
+                exclude_tools=OWN_TOOLS,
+            ),
+            "tight": TIGHT_POLICY,
             "squeeze": replace(
-                EMERGENCY_POLICY, name="squeeze", style="head_tail", head_chars=600, tail_chars=600
+                EMERGENCY_POLICY,
+                name="squeeze",
+                style="head_tail",
+                head_chars=self.squeeze_keep,
+                tail_chars=self.squeeze_keep,
             ),
             **(policies or {}),
         }
         self.record_errors: list[str] = []
+        self.written = WrittenFiles()
         #: Other offload stores whose files count as offloaded references (eviction root).
         self.extra_stores: list[OffloadStore] = []
 
@@ -164,32 +167,80 @@ class ProgressiveCompactor:
     def tier_for(self, tokens: int) -> Tier:
         if self.window <= 0:
             return Tier.NONE
-        return determine_tier(tokens / self.window, self.cfg)
+        tier = determine_tier(tokens / self.window, self.cfg)
+        if self.working_window < self.window:
+            # a smaller working window compacts earlier, never down to the emergency tier
+            working = determine_tier(tokens / self.working_window, self.cfg)
+            if working is Tier.EMERGENCY:
+                working = Tier.FULL
+            if _ORDER.index(working) > _ORDER.index(tier):
+                tier = working
+        return tier
+
+    @property
+    def working_window(self) -> int:
+        """The window the tiers and the target are computed on: the context window, or the
+        configured ``working_window`` when smaller (compact earlier to pay less per call)."""
+        ww = self.cfg.working_window
+        return min(self.window, ww) if ww else self.window
 
     # ------------------------------------------------------------------ entry points
     def run(
         self, *, extra_tokens: int = 0, force: Tier | None = None, reason: str = ""
     ) -> CompactionRecord:
-        """Decide the tier (or use ``force``) and compact the view. Returns the record."""
-        before = self.view_tokens(extra_tokens)
-        tier = force or self.tier_for(before)
+        """Decide the tier (or use ``force``) and compact the view. Returns the record.
+
+        Before the tier is decided, oversized pinned messages are shortened and stale tool
+        outputs leave in one batch when that pays for its cache miss (:mod:`.stale`)."""
+        first = self.view_tokens(extra_tokens)
         run = _Run(
-            tier=tier,
-            tokens_before=before,
-            msgs_before=len(self.view.view_messages()) if tier is not Tier.NONE else 0,
+            tier=Tier.NONE,
+            tokens_before=first,
+            msgs_before=len(self.view.view_messages()),
             started=time.perf_counter(),
-            reason=reason or self._reason(tier, before),
+            reason=reason,
             forced=force is not None,
         )
+        shortened = reduce_pinned(
+            self,
+            None,
+            above=int(self.cfg.pinned_max_ratio * self.window),
+            budget=self.pinned_budget,
+            errors=run.errors,
+        )
+        for entry in shortened:
+            run.offloaded.append(entry)
+            run.notes.append(
+                f"pinned message of {entry.chars} characters is over "
+                f"{self.cfg.pinned_max_ratio:.0%} of the window: shortened to head and tail, "
+                f"full text in {entry.path}"
+            )
+        stale = offload_stale(self, run) if force is None else 0
+        before = self.view_tokens(extra_tokens)
+        tier = force or self.tier_for(before)
+        stale_only = tier is Tier.NONE and stale > 0
+        if stale_only:
+            tier = Tier.WARN
+            run.reason = run.reason or (
+                f"{stale} stale tool outputs offloaded (view at {first / self.window:.0%} of "
+                f"the {self.window}-token window)"
+            )
+        run.tier = tier
+        run.reason = run.reason or self._reason(tier, before)
         if tier is Tier.NONE:
-            return self._record(run, before, extra_tokens, persist=False)
+            return self._record(run, before, extra_tokens, persist=bool(shortened))
         if tier is Tier.WARN:
-            self._warn(run)
+            if not stale_only:
+                self._warn(run)
         elif tier in (Tier.SOFT, Tier.FULL):
             self._summarize_tier(run, extra_tokens)
         else:
             run.errors.append("emergency fallback: forced truncation")
             self._truncate(run, extra_tokens)
+        if not stale_only and force is None:
+            # the tier changed the view: decide the stale batch again on the new view, now, so
+            # the next prepare() with nothing new returns the same view (one cache miss)
+            offload_stale(self, run)
         changed = bool(run.offloaded or run.summarized or run.errors)
         return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=changed)
 
@@ -218,6 +269,10 @@ class ProgressiveCompactor:
             end = mid if mid > start else tail
         self._offload_range(run, start, end, self.compaction_policy)
         end = self._extend_for_target(run, start, end, tail, extra)
+        if end > start and self._projected(end, extra) >= self.view_tokens(extra):
+            # the summary would take about as much as it replaces: wait for a longer head
+            run.notes.append("summarizing the head would not make the view smaller: skipped")
+            end = start
         if end > start:
             self._summarize(run, start, end, use_llm=True)
         if self.view_tokens(extra) > self.target_tokens:
@@ -227,16 +282,30 @@ class ProgressiveCompactor:
     @property
     def compaction_budget(self) -> int:
         """Tokens the compaction message may take: 8% of the window (at least 300)."""
-        return max(300, int(self.window * 0.08))
+        return max(300, int(self.working_window * 0.08))
+
+    @property
+    def squeeze_keep(self) -> int:
+        """Characters the emergency squeeze keeps of a long text or argument (head and tail
+        each): 600, less in a window under 4,800 tokens."""
+        return max(100, min(600, self.window // 8))
+
+    @property
+    def pinned_budget(self) -> int:
+        """Tokens an oversized pinned message keeps in the view: 10% of the window."""
+        return max(64, self.window // 10)
 
     @property
     def target_tokens(self) -> int:
-        return int(self.cfg.target_ratio * self.window)
+        return int(self.cfg.target_ratio * self.working_window)
 
     def _estimated_summary_tokens(self) -> int:
+        """The next compaction message: about the last one plus 200, never above its budget."""
         if self.view.compaction is not None:
-            return self.count_text(self.view.compaction.text) + 200
-        return 800
+            guess = self.count_text(self.view.compaction.text) + 200
+        else:
+            guess = 800
+        return min(guess, self.compaction_budget + 20)
 
     def _projected(self, boundary: int, extra: int) -> int:
         raw = self.view.view_tokens(boundary, compaction_tokens=self._estimated_summary_tokens())
@@ -315,64 +384,7 @@ class ProgressiveCompactor:
 
     # ------------------------------------------------------------------ summarize
     def _summarize(self, run: _Run, start: int, end: int, *, use_llm: bool) -> None:
-        v = self.view
-        msgs = list(v.messages_between(start, end))
-        if self.before_summarize is not None:
-            try:
-                self.before_summarize(msgs)
-            except Exception as exc:  # fail-open by design: memory flush must not block
-                run.errors.append(f"memory flush failed: {exc}")
-        to_send: Sequence[Message] = msgs
-        if self.truncate_args is not None:
-            to_send = truncate_tool_arguments(
-                msgs,
-                tools=self.truncate_args.tools,
-                max_length=self.truncate_args.max_arg_length,
-                text=self.truncate_args.truncation_text,
-            )
-        request = SummaryRequest(
-            messages=to_send,
-            previous_summary=self.state.last_summary or None,
-            previous_anchors=self.state.last_anchors,
-            style=self.summary_style,
-            prompt=self.summary_prompt,
-            max_summary_tokens=max(256, min(4_000, int(self.window * 0.06))),
-            notes=tuple(self.active_tasks() if self.active_tasks else ()),
-        )
-        summarizer = self.summarizer if use_llm else self.fallback_summarizer
-        text = ""
-        try:
-            text = summarizer.summarize(request)
-            if not isinstance(text, str):
-                raise ContextFoldError(f"summarizer returned {type(text).__name__}, not text")
-            if not text.strip():
-                raise ContextFoldError("summarizer returned an empty summary")
-            run.summarizer_name = type(summarizer).__name__
-        except Exception as exc:  # fail-open: any summarizer failure degrades to extractive
-            run.errors.append(f"LLM summary failed in Tier{run.tier.label}: {exc}")
-            summarizer = self.fallback_summarizer
-            text = summarizer.summarize(request)
-            run.summarizer_name = type(summarizer).__name__ + " (fallback)"
-        if summarizer is not self.fallback_summarizer:
-            prompt_tokens = sum(self.count_text(m.text) for m in to_send) + 300
-            prompt_tokens += self.count_text(self.state.last_summary)
-            run.summarizer_in += prompt_tokens
-            run.summarizer_out += self.count_text(text)
-        parsed = parse_summary(text)
-        if parsed.problems:
-            run.errors.append("summary parse: " + "; ".join(parsed.problems))
-        anchors = merge_anchors(self.state.last_anchors, parsed.anchors)
-        self.state.last_artifacts = tuple(union_items(self.state.last_artifacts, parsed.artifacts))
-        summary = parsed.summary
-        removed = list(v.history[start:end])
-        offloaded_here = [e for e in run.offloaded]
-        recall: list[str] = []
-        if self.index_range is not None:
-            try:
-                recall = self.index_range(removed, offloaded_here, anchors, summary, run.tier)
-            except Exception as exc:  # fail-open: the evidence index is an extra
-                run.errors.append(f"evidence indexing failed: {exc}")
-        self._set_compaction(run, end, anchors, summary, recall, summarized=end - start)
+        summarize(self, run, start, end, use_llm=use_llm)
 
     def _set_compaction(
         self,
@@ -385,162 +397,38 @@ class ProgressiveCompactor:
         summarized: int,
         note: str | None = None,
     ) -> None:
-        v = self.view
-        offloaded_refs = self._offloaded_refs(end)
-        tasks = self.active_tasks() if self.active_tasks else []
-        # the compaction message has a budget: anchors merged over many rounds keep their newest
-        # items (older ones stay in records.jsonl), so the message can never crowd out the view
-        budget = self.compaction_budget
-        max_items = 12
-        while True:
-            anchors = bound_anchors(anchors, max_items)
-            summary = clip_text(summary, max(200, budget * 3 // 3))
-            if self.summary_style == "sections":
-                text = render_sections_message(
-                    anchors,
-                    summary,
-                    self.state.last_artifacts[-max_items:],
-                    offloaded=offloaded_refs[-max_items:],
-                    active_tasks=tasks,
-                    recall=recall[-max_items:],
-                    note=note,
-                )
-            else:
-                text = render_compaction_message(
-                    anchors,
-                    summary,
-                    offloaded=offloaded_refs[-max_items:],
-                    active_tasks=tasks,
-                    recall=recall[-max_items:],
-                    note=note,
-                )
-            if self.count_text(text) <= budget or max_items <= 1:
-                break
-            max_items = max(1, max_items // 2)
-            budget_chars = budget * 3
-            summary = clip_text(summary, budget_chars // 3)
-        if self.count_text(text) > budget:
-            text = clip_text(text, budget * 3)
-        if v.newest_user is not None and v.newest_user < end and v.newest_user != v.first_user:
-            text += "\n\n(The latest user request follows verbatim.)"
-        msg = Message(
-            role="user",
-            content=text,
-            uuid=str(
-                uuidlib.uuid5(
-                    uuidlib.NAMESPACE_URL, f"cf:{self.session_id}:{end}:{self.state.compactions}"
-                )
-            ),
-            metadata={"cf_kind": COMPACTION_KIND},
-        )
-        v.set_boundary(end, msg)
-        self.state.last_summary = summary
-        self.state.last_anchors = anchors
-        self.state.compaction_text = text
-        self.state.boundary_uuid = v.history[end].uuid if end < len(v) else None
-        self.state.compactions += 1
-        run.summarized += summarized
-        run.summary_text = summary
-        run.anchors = anchors
+        set_compaction(self, run, end, anchors, summary, recall, summarized=summarized, note=note)
 
     def _offloaded_refs(self, end: int) -> list[tuple[str, str]]:
-        if self.offload is None:
-            return []
-        out: list[tuple[str, str]] = []
-        entries = self.offload.entries()
-        for store in self.extra_stores:
-            entries.update(store.entries())
-        hidden_ids = {
-            m.tool_call_id for m in self.view.history[self.view.prefix_len : end] if m.tool_call_id
-        }
-        for call_id, e in entries.items():
-            if call_id in hidden_ids:
-                out.append(
-                    (
-                        e.path,
-                        f"{e.lines} lines, {e.bytes // 1024} KB - tool result of "
-                        f"{e.tool_name or 'tool'} ({call_id})",
-                    )
-                )
-        return out[-20:]
+        return offloaded_refs(self, end)
 
     # ------------------------------------------------------------------ emergency
     def _truncate(self, run: _Run, extra: int) -> None:
-        """Seed 6.3: no LLM. Keep the newest messages within the target; the dropped range gets
-        an extractive (deterministic, no LLM) summary merged into the previous anchors."""
-        v = self.view
-        start = v.boundary
-        n = len(v)
-        budget = self.target_tokens
-        b = start
-        last_cut = v.legal_cut_at_or_before(n - 1, start) if n > start else start
-        while b < last_cut and self._projected(b, extra) > budget:
-            b = v.legal_cut_at_or_after(b + 1)
-            b = min(b, last_cut)
-        if b > start:
-            self._summarize(run, start, b, use_llm=False)
-            run.notes.append(f"truncated {b - start} messages without an LLM")
-        if self.view_tokens(extra) > budget:
-            self._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
-        if self.view_tokens(extra) > self.cfg.emergency_threshold * self.window:
-            self._squeeze(run, extra)
-        if self.view_tokens(extra) > self.window:
-            run.errors.append(
-                "view still exceeds the window: pinned messages (system prompt, first and newest "
-                "user message) alone are too large"
-            )
+        truncate(self, run, extra)
 
     def _squeeze(self, run: _Run, extra: int) -> None:
-        """Last resort: cut oversized non-pinned texts and tool-call arguments to head+tail,
-        saving the whole of them to a file first (so every byte stays recoverable)."""
-        v = self.view
-        pinned = {v.first_user, v.newest_user}
-        order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
-        for i in order:
-            if self.view_tokens(extra) <= self.target_tokens:
-                break
-            if i in pinned or self.offload is None:
-                continue
-            form = v.forms[i]
-            original = v.history[i]
-            args_chars = sum(len(c.arguments) for c in form.tool_calls)
-            complete = len(form.tool_calls) == len(original.tool_calls)  # no result pending
-            if args_chars >= 2_000 and complete:
-                self._squeeze_one(
-                    run, i, f"args-{original.uuid}", _calls_json(form), "squeeze_args"
-                )
-                form = v.forms[i]
-            if not isinstance(form.content, str) or len(form.content) < 2_000:
-                continue
-            if is_offloaded_text(form.content) and form.role == "tool":
-                continue
-            key = original.tool_call_id or f"msg-{original.uuid}"
-            self._squeeze_one(run, i, key, original.text, "squeeze")
+        squeeze(self, run, extra)
 
     def _squeeze_one(self, run: _Run, index: int, key: str, text: str, policy: str) -> None:
-        assert self.offload is not None
-        original = self.view.history[index]
-        try:
-            entry = self.offload.write(
-                key, text, message_uuid=original.uuid, policy=policy, tool_name=None
-            )
-        except (ContextFoldError, StorageError) as exc:
-            run.errors.append(f"emergency offload failed for {key}: {exc}")
-            return
-        self.reapply(index, entry, policy)
-        run.offloaded.append(entry)
+        squeeze_one(self, run, index, key, text, policy)
 
     def reapply(self, index: int, entry: OffloadEntry, policy_name: str) -> bool:
         """Put an offloaded entry's placeholder back into the view form (also on reopen)."""
         if policy_name == "squeeze_args":
             form = self.view.forms[index]
-            marker = f"... [truncated: full arguments in {entry.path}] ..."
-            short = truncate_tool_arguments([form], tools=("*",), max_length=600, text=marker)[0]
+            writes = message_writes(self.view.history[index])
+            named = f"; writes {', '.join(writes)}" if writes else ""
+            marker = f"... [truncated: full arguments in {entry.path}{named}] ..."
+            short = truncate_tool_arguments(
+                [form], tools=("*",), max_length=self.squeeze_keep, text=marker
+            )[0]
             meta = dict(short.metadata)
             meta.update(cf_replaced=True, cf_args_offloaded=entry.path)
             self.view.set_form(index, replace(short, metadata=meta))
             self.state.offload_policies[entry.tool_call_id] = policy_name
             return True
+        if budget_of(policy_name) is not None:
+            return apply_pinned(self, index, entry, policy_name)
         policy = self.policies.get(policy_name)
         if policy is None:
             return False
