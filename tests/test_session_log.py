@@ -66,8 +66,10 @@ def test_round_trip_keeps_uuid_and_metadata(workspace: Path) -> None:
     assert [e.uuid for e in got] == [m.uuid for m in msgs]
     assert all(e.ts.endswith("Z") for e in got)
     stored = next(iter(store.read("s1", start=2, stop=3))).data
-    assert set(stored) == {"pos", "uuid", "message", "metadata", "tokens"}
+    # an assistant message with tool calls also stores what each call was about (for recall)
+    assert set(stored) == {"pos", "uuid", "message", "metadata", "tokens", "calls"}
     assert stored["message"]["tool_calls"][0]["function"]["name"] == "bash"
+    assert len(stored["calls"]) == len(stored["message"]["tool_calls"])
     assert stored["metadata"] == {"note": 1}
 
 
