@@ -62,5 +62,5 @@ def files_section(files: Sequence[str], max_chars: int) -> str:
         shown.insert(0, path)
         used += len(path) + 2
     more = len(files) - len(shown)
-    lead = f"(+{more} earlier, in records.jsonl) " if more else ""
+    lead = f"(+{more} earlier, in the compaction records) " if more else ""
     return "\n\n## Files written so far\n" + lead + ", ".join(shown)

@@ -157,7 +157,7 @@ def bound_anchors(anchors: Sequence[Anchor], max_items: int) -> tuple[Anchor, ..
             earlier += len(items) - max_items
             items = items[len(items) - max_items :]
         if earlier:
-            items.insert(0, f"(+{earlier} earlier items, kept in records.jsonl)")
+            items.insert(0, f"(+{earlier} earlier items, kept in the compaction records)")
         out.append(Anchor(type=a.type, content="\n".join(f"- {i}" for i in items)))
     return tuple(out)
 

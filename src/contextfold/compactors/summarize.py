@@ -104,7 +104,7 @@ def set_compaction(
     offloaded_refs = comp._offloaded_refs(end)
     tasks = comp.active_tasks() if comp.active_tasks else []
     # the compaction message has a budget: anchors merged over many rounds keep their newest
-    # items (older ones stay in records.jsonl), so the message can never crowd out the view
+    # items (older ones stay in the compaction records), so the message can never crowd out the view
     budget = comp.compaction_budget
     max_items = 12
     # the files written come first: up to 40% of the budget (about 4 characters a token)
