@@ -110,6 +110,22 @@ def test_new_session_needs_expected_zero(store_factory: StoreFactory) -> None:
     assert store.session("new") is None and store.head("new") == 0
 
 
+def test_bad_append_arguments_are_clear_and_write_nothing(store_factory: StoreFactory) -> None:
+    """Every backend checks the same arguments the same way (a StorageError naming them)."""
+    store = store_factory.new()
+    bad: list[tuple[object, object, object, str]] = [
+        ("", "a", 0, "session id"),
+        (None, "a", 0, "session id"),
+        ("s", "", 0, "agent id"),
+        ("s", "a", -1, "expected_seq"),
+        ("s", "a", True, "expected_seq"),
+    ]
+    for sid, agent, seq, what in bad:
+        with pytest.raises(StorageError, match=what), store.transaction() as tx:
+            tx.append(sid, [ev()], expected_seq=seq, agent_id=agent)  # type: ignore[arg-type]
+    assert store.sessions() == []
+
+
 def test_owner_fixed_by_first_event(store_factory: StoreFactory) -> None:
     store = store_factory.new()
     with store.transaction() as txn:

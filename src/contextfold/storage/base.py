@@ -72,6 +72,16 @@ class BlobCorruptError(StorageError):
     """A stored blob no longer matches its sha256."""
 
 
+def check_append(session_id: object, agent_id: object, expected_seq: object) -> None:
+    """The arguments of :meth:`Transaction.append`, checked the same way by every backend."""
+    if not isinstance(session_id, str) or not session_id:
+        raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
+    if not isinstance(agent_id, str) or not agent_id:
+        raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
+    if isinstance(expected_seq, bool) or not isinstance(expected_seq, int) or expected_seq < 0:
+        raise StorageError(f"expected_seq must be an integer >= 0, got {expected_seq!r}")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NewEvent:
     """An event to append; the store assigns ``seq`` and ``ts``."""
@@ -263,4 +273,5 @@ __all__ = [
     "SessionInfo",
     "Store",
     "Transaction",
+    "check_append",
 ]

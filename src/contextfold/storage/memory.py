@@ -26,6 +26,7 @@ from .base import (
     SearchDoc,
     SearchHit,
     SessionInfo,
+    check_append,
 )
 from .text import bm25_scores, query_terms, split_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
@@ -129,10 +130,7 @@ class _MemoryTransaction:
         agent_id: str,
         title: str | None = None,
     ) -> list[Event]:
-        if not isinstance(session_id, str) or not session_id:
-            raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
-        if not isinstance(agent_id, str) or not agent_id:
-            raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
+        check_append(session_id, agent_id, expected_seq)
         sess = self._session(session_id)
         actual = len(sess.events) if sess is not None else 0
         if actual != expected_seq:

@@ -17,6 +17,7 @@ from .base import (
     Event,
     NewEvent,
     SearchDoc,
+    check_append,
 )
 from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
@@ -79,8 +80,7 @@ class PgTransaction:
         title: str | None = None,
     ) -> list[Event]:
         self._use(f"append to session {session_id!r}")
-        if expected_seq < 0:
-            raise StorageError(f"expected_seq must be >= 0, got {expected_seq}")
+        check_append(session_id, agent_id, expected_seq)
         s, conn, now = self._s, self._conn, utc_now()
         out = [
             Event(session_id=session_id, seq=expected_seq + i, kind=e.kind, ts=now, data=e.data)

@@ -36,6 +36,7 @@ from .base import (
     SearchDoc,
     SearchHit,
     SessionInfo,
+    check_append,
 )
 from .files import FileBlobs
 from .sqlite_search import fts_search, scan_search
@@ -133,10 +134,7 @@ class _SQLiteTransaction:
         agent_id: str,
         title: str | None = None,
     ) -> list[Event]:
-        if not isinstance(session_id, str) or not session_id:
-            raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
-        if not isinstance(agent_id, str) or not agent_id:
-            raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
+        check_append(session_id, agent_id, expected_seq)
         con = self._con
         row = con.execute(
             "SELECT agent_id, events, title FROM sessions WHERE session_id=?", (session_id,)
