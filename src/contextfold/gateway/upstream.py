@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from . import netio
 from .convert import Provider
 
 #: Request headers never forwarded: hop-by-hop, recomputed, or the gateway's own.
@@ -134,13 +135,13 @@ POOLS = 8
 class Upstream:
     def __init__(self, base_url: str, timeout: float, pools: int = POOLS) -> None:
         self.base = base_url.rstrip("/")
+        limits = httpx.Limits(
+            max_connections=max(1, 512 // pools), max_keepalive_connections=max(1, 128 // pools)
+        )
         self.clients = [
             httpx.AsyncClient(
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
-                limits=httpx.Limits(
-                    max_connections=max(1, 512 // pools),
-                    max_keepalive_connections=max(1, 128 // pools),
-                ),
+                transport=netio.transport(limits),
                 follow_redirects=False,
                 trust_env=False,
             )
