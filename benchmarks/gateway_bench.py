@@ -184,9 +184,11 @@ async def session(
                 compaction = resp.headers.get("x-contextfold-compaction")
                 status = resp.status_code
                 first = None
-                async for _ in resp.aiter_raw():
+                body_start = b""
+                async for chunk in resp.aiter_raw():
                     if first is None:
                         first = time.perf_counter()
+                        body_start = chunk[:300]
         else:
             resp = await client.post(
                 base + "/v1/chat/completions",
@@ -197,11 +199,12 @@ async def session(
             compaction = resp.headers.get("x-contextfold-compaction")
             status = resp.status_code
             first = None
+            body_start = resp.content[:300]
         end = time.perf_counter()
         total = (end - t0) * 1000
         waited = ((first or end) - t0) * 1000  # to the first byte of the body (or all of it)
         if status != 200:
-            raise RuntimeError(f"session {n} turn {turn}: HTTP {status}")
+            raise RuntimeError(f"session {n} turn {turn}: HTTP {status} {body_start!r}")
         parts = {k: float(v) for k, v in _DUR.findall(timing)}
         out.append(
             {

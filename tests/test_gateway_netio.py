@@ -186,3 +186,43 @@ def test_https_upstreams_are_verified(tmp_path: Path) -> None:
                     await client.post(url, content=b"x")
 
     asyncio.run(main())
+
+
+def test_a_request_the_upstream_dropped_unanswered_is_sent_once_more() -> None:
+    from contextfold.gateway.upstream import Upstream
+
+    connections: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        first = len(connections) == 1
+        try:
+            request = await _read_request(reader)
+            writer.write(_answer(request.split(b"\r\n\r\n", 1)[1]))
+            await writer.drain()
+            if first:  # kept alive, then dropped on the next request, as a server that
+                await _read_request(reader)  # timed the idle connection out would
+                return
+            while True:
+                request = await _read_request(reader)
+                writer.write(_answer(request.split(b"\r\n\r\n", 1)[1]))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await _serve(handler)
+        up = Upstream(f"http://127.0.0.1:{_port(server)}", timeout=5, pools=1)
+        try:
+            async with server:
+                for word in (b"one", b"two", b"three"):
+                    resp = await up.send("k", up.url("/v1/x"), word, {})
+                    assert (await resp.aread()) == word
+                    await resp.aclose()
+        finally:
+            await up.aclose()
+        assert len(connections) == 2
+
+    asyncio.run(main())
