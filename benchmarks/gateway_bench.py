@@ -153,6 +153,8 @@ async def session(
     out: list[dict[str, Any]],
     tag: str = "",
 ) -> None:
+    import orjson
+
     messages: list[Any] = list(trace[:2])
     i, turn = 2, 0
     stream = n % 2 == 1
@@ -162,6 +164,7 @@ async def session(
     await asyncio.sleep(rng.uniform(0, upstream_ms / 1000 + think))
     headers = {
         "authorization": f"Bearer sk-bench-{tag}-{n}",
+        "content-type": "application/json",
         "x-fake-trace": str(n % 45),
         "x-fake-latency-ms": str(upstream_ms),
     }
@@ -171,13 +174,14 @@ async def session(
             messages.append(m)
             i += 1
             continue
-        body = {"model": "gpt-bench", "messages": messages, "stream": stream}
+        # serialized before the clock starts, as an agent would have it ready
+        data = orjson.dumps({"model": "gpt-bench", "messages": messages, "stream": stream})
         t0 = time.perf_counter()
         if stream:
             async with client.stream(
                 "POST",
                 base + "/v1/chat/completions",
-                json=body,
+                content=data,
                 headers={**headers, "x-fake-turn": str(turn)},
             ) as resp:
                 timing = resp.headers.get("server-timing", "")
@@ -192,7 +196,7 @@ async def session(
         else:
             resp = await client.post(
                 base + "/v1/chat/completions",
-                json=body,
+                content=data,
                 headers={**headers, "x-fake-turn": str(turn)},
             )
             timing = resp.headers.get("server-timing", "")
@@ -229,17 +233,42 @@ async def session(
         await asyncio.sleep(think * rng.uniform(0.5, 1.5))  # the agent runs its tool
 
 
+async def warm_up(base: str) -> None:
+    """Two short conversations before the rounds (imports and caches of a fresh process)."""
+    await drive(base, 2, 2, 0.0, 0.0, "warm-up")
+
+
+def _traces() -> list[list[dict[str, Any]]]:
+    """The bundled trajectories, read once (not counted in a round's load-generator CPU)."""
+    global _TRACES
+    if _TRACES is None:
+        from tests.conftest import load_trace, trace_files
+
+        _TRACES = [load_trace(p) for p in trace_files()]
+    return _TRACES
+
+
+_TRACES: list[list[dict[str, Any]]] | None = None
+
+
 async def drive(
     base: str, sessions: int, turns: int, think: float, upstream_ms: float, tag: str = ""
 ) -> tuple[list[dict[str, Any]], float]:
     import httpx
-    from tests.conftest import load_trace, trace_files
 
-    traces = [load_trace(p) for p in trace_files()]
+    traces = _traces()
     results: list[dict[str, Any]] = []
+    from contextfold.gateway import netio
+
     # one client per session, as each agent is its own process (one shared pool would make
-    # the load generator scan all its connections on every request)
-    clients = [httpx.AsyncClient(timeout=120) for _ in range(sessions)]
+    # the load generator scan all its connections on every request); the agents stand for
+    # processes on other machines, so the load generator is kept light: plain asyncio
+    # connections (the gateway's own upstream layer), no TLS set up for loopback HTTP
+    limits = httpx.Limits(max_connections=4)
+    clients = [
+        httpx.AsyncClient(timeout=120, transport=netio.transport(limits, verify=False))
+        for _ in range(sessions)
+    ]
     try:
         t0 = time.perf_counter()
         await asyncio.gather(
@@ -290,6 +319,7 @@ def summarize(
     wall: float,
     cpu: float,
     loop_cpu: float,
+    others_cpu: tuple[float, float] = (float("nan"), float("nan")),
 ) -> dict[str, Any]:
     plain = [r for r in results if not r["compaction"]]
     added = [r["added_ms"] for r in plain]
@@ -315,6 +345,9 @@ def summarize(
         "stream_end_ms_p95": round(pct(ends, 0.95), 2) if ends else None,
         "gateway_cpu_ms_per_request": round(cpu * 1000 / max(1, len(results)), 2),
         "event_loop_cpu_ms_per_request": round(loop_cpu * 1000 / max(1, len(results)), 2),
+        # what the other two processes on the machine used per request
+        "fake_upstream_cpu_ms_per_request": round(others_cpu[0] * 1000 / max(1, len(results)), 2),
+        "load_generator_cpu_ms_per_request": round(others_cpu[1] * 1000 / max(1, len(results)), 2),
         "turns_without_compaction": len(plain),
         "p50_parts_ms": breakdown,
         "turns_with_compaction": len(compacting),
@@ -344,7 +377,9 @@ def report(s: dict[str, Any]) -> None:
         f"seen by the client p50 {s['client_seen_added_ms_p50']} / p95 "
         f"{s['client_seen_added_ms_p95']} ms{ends}; gateway CPU "
         f"{s['gateway_cpu_ms_per_request']} ms per request "
-        f"({s['event_loop_cpu_ms_per_request']} in the event loop)"
+        f"({s['event_loop_cpu_ms_per_request']} in the event loop; the fake upstream "
+        f"{s['fake_upstream_cpu_ms_per_request']}, the load generator "
+        f"{s['load_generator_cpu_ms_per_request']})"
     )
     print(
         f"       p50 parts: reading + parsing the request {b['parse']} ms, session lock "
@@ -461,8 +496,10 @@ def main(argv: list[str] | None = None) -> int:
             base = f"http://127.0.0.1:{gw_port}"
             asyncio.run(wait_ready(f"http://127.0.0.1:{fake_port}/v1/models"))
             asyncio.run(wait_ready(base + "/healthz"))
+            asyncio.run(warm_up(base))
             for r, (kind, sessions, upstream_ms) in enumerate(plan):
                 cpu0, loop0 = cpu_seconds(gateway.pid), loop_cpu_seconds(gateway.pid)
+                fake0, own0 = cpu_seconds(procs[0].pid), time.process_time()
                 results, wall = asyncio.run(
                     drive(base, sessions, args.turns, args.think_ms / 1000, upstream_ms, f"r{r}")
                 )
@@ -474,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
                     wall,
                     cpu_seconds(gateway.pid) - cpu0,
                     loop_cpu_seconds(gateway.pid) - loop0,
+                    (cpu_seconds(procs[0].pid) - fake0, time.process_time() - own0),
                 )
                 report(summary)
                 rounds.append(summary)
