@@ -33,7 +33,7 @@ MAX_FIELD_CHARS = 64_000
 #: splitting below is the costly part of tokenizing, a lookup replaces it. Bounded; cleared
 #: whole when full (dict reads and writes are atomic, the values are immutable).
 _WORD_TOKENS: dict[str, tuple[str, ...]] = {}
-_WORD_CACHE_MAX = 200_000
+_WORD_CACHE_MAX = 65_536
 
 
 def _word_tokens(word: str) -> tuple[str, ...]:
@@ -64,7 +64,7 @@ def tokenize(text: str) -> list[str]:
             tokens = _word_tokens(word)
             if len(cache) >= _WORD_CACHE_MAX:
                 cache.clear()
-            if len(word) <= 200:
+            if len(word) <= 64:  # long words (hashes, blobs) rarely repeat
                 cache[word] = tokens
         out.extend(tokens)
     if not text.isascii():
