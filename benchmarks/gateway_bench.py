@@ -286,22 +286,44 @@ async def drive(
     return results, wall
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc; nan elsewhere)."""
+def _stat_cpu(path: str) -> float:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (``serve --workers N``: the supervisor and workers)."""
+    out = [pid]
+    for child in _children(pid):
+        out.extend(_tree(child))
+    return out
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            text = (task / "children").read_text()
+            kids.extend(int(x) for x in text.split())
+    except OSError:
+        pass
+    return kids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far of a process and its children (Linux /proc; nan
+    elsewhere)."""
+    return sum(_stat_cpu(f"/proc/{p}/stat") for p in _tree(pid))
 
 
 def loop_cpu_seconds(pid: int) -> float:
-    """CPU time of the process's main thread (the gateway's event loop)."""
-    try:
-        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of the main threads (the gateway's event loops) of the serving processes."""
+    tree = _tree(pid)
+    serving = tree[1:] or tree  # with workers, the supervisor does not serve
+    return sum(_stat_cpu(f"/proc/{p}/task/{p}/stat") for p in serving)
 
 
 def load_average() -> str:
@@ -433,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         help="use a fresh schema on $CONTEXTFOLD_TEST_POSTGRES_URL (default the local test "
         "server), dropped afterwards",
     )
+    ap.add_argument(
+        "--workers", type=int, default=1, help="gateway processes (contextfold serve --workers)"
+    )
     ap.add_argument("--profile", help="run the gateway under cProfile, stats written here")
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "gateway.json"))
     args = ap.parse_args(argv)
@@ -461,9 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.store and args.store.startswith("postgres")
         else "embedded (workspace folder)"
     )
+    workers = f", {args.workers} gateway workers" if args.workers > 1 else ""
     print(
-        f"gateway benchmark, {store_kind} store, upstream {args.upstream_ms:g} ms per answer, "
-        f"{args.think_ms:g} ms between turns, {args.turns} turns per session; "
+        f"gateway benchmark, {store_kind} store{workers}, upstream {args.upstream_ms:g} ms per "
+        f"answer, {args.think_ms:g} ms between turns, {args.turns} turns per session; "
         f"load average before: {load_average()}",
         flush=True,
     )
@@ -488,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
                     str(args.window),
                     "--log-level",
                     "warning",
+                    "--workers",
+                    str(args.workers),
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -535,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "store": store_kind,
+        "workers": args.workers,
         "upstream_ms": args.upstream_ms,
         "think_ms": args.think_ms,
         "turns": args.turns,
