@@ -36,7 +36,27 @@ def _answer(body: bytes, *, close: bool = False) -> bytes:
 
 
 async def _serve(handler: Handler, ssl_ctx: ssl.SSLContext | None = None) -> Any:
-    return await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl_ctx)
+    """A server whose connections end quietly when the client goes away."""
+
+    async def guarded(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(guarded, "127.0.0.1", 0, ssl=ssl_ctx)
+
+
+async def _echo(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: bytes = b""
+) -> None:
+    """Answer every request on the connection with its own body."""
+    while True:
+        request = await _read_request(reader)
+        writer.write(_answer(prefix + request.split(b"\r\n\r\n", 1)[1]))
+        await writer.drain()
 
 
 def _client(**kw: Any) -> Any:
@@ -52,25 +72,20 @@ def test_requests_streams_and_kept_alive_connections() -> None:
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served.append(1)
-        try:
-            # the first connection answers twice, then closes while idle
-            for _ in range(2 if len(served) == 1 else 100):
-                request = await _read_request(reader)
-                if b"/stream" in request:
-                    writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-                    for i in range(5):
-                        data = b"data: %d\n\n" % i
-                        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-                        await writer.drain()
-                        await asyncio.sleep(0.01)
-                    writer.write(b"0\r\n\r\n")
-                else:
-                    writer.write(_answer(request.split(b"\r\n\r\n", 1)[1] or b"empty"))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        # the first connection answers twice, then closes while idle
+        for _ in range(2 if len(served) == 1 else 100):
+            request = await _read_request(reader)
+            if b"/stream" in request:
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                for i in range(5):
+                    data = b"data: %d\n\n" % i
+                    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(_answer(request.split(b"\r\n\r\n", 1)[1] or b"empty"))
+            await writer.drain()
 
     async def main() -> None:
         server = await _serve(handler)
@@ -163,15 +178,7 @@ def test_https_upstreams_are_verified(tmp_path: Path) -> None:
     server_ctx.load_cert_chain(cert, key)
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                request = await _read_request(reader)
-                writer.write(_answer(b"secure:" + request.split(b"\r\n\r\n", 1)[1]))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
+        await _echo(reader, writer, b"secure:")
 
     async def main() -> None:
         server = await _serve(handler, server_ctx)
@@ -195,22 +202,15 @@ def test_a_request_the_upstream_dropped_unanswered_is_sent_once_more() -> None:
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(1)
-        first = len(connections) == 1
-        try:
-            request = await _read_request(reader)
-            writer.write(_answer(request.split(b"\r\n\r\n", 1)[1]))
-            await writer.drain()
-            if first:  # kept alive, then dropped on the next request, as a server that
-                await _read_request(reader)  # timed the idle connection out would
-                return
-            while True:
-                request = await _read_request(reader)
-                writer.write(_answer(request.split(b"\r\n\r\n", 1)[1]))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        if len(connections) > 1:
+            await _echo(reader, writer)
+            return
+        request = await _read_request(reader)
+        writer.write(_answer(request.split(b"\r\n\r\n", 1)[1]))
+        await writer.drain()
+        # kept alive, then dropped on the next request, as a server that timed the idle
+        # connection out would
+        await _read_request(reader)
 
     async def main() -> None:
         server = await _serve(handler)
