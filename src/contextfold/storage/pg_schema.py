@@ -30,7 +30,7 @@ from ..errors import StorageError
 from .text import HINT_WEIGHT, clip, query_terms, tokenize
 
 #: The schema version this release writes and reads.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 
 #: PostgreSQL keeps at most 256 positions per lexeme; lexemes are limited to 2 KB.
 MAX_POSITIONS = 256
@@ -103,6 +103,18 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
             created_at timestamptz NOT NULL DEFAULT now()
         )""",
     ),
+    # exact lookup keys of search documents (and keys filed under any id of a session); the
+    # "C" collation orders keys by code point, so a prefix is one range of the primary key
+    3: (
+        """CREATE TABLE {s}.search_keys (
+            session_id text NOT NULL,
+            namespace text NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            doc_id text NOT NULL,
+            PRIMARY KEY (session_id, namespace, key, doc_id)
+        )""",
+        "CREATE INDEX search_keys_doc ON {s}.search_keys (namespace, doc_id)",
+    ),
 }
 
 
@@ -149,7 +161,7 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
             )
         ran = 0
         for number in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[number]:
+            for statement in _MIGRATIONS.get(number, ()):  # none: only the number moves
                 conn.execute(statement.replace("{s}", f'"{schema}"'))
             conn.execute(f'INSERT INTO "{schema}".schema_version (version) VALUES (%s)', (number,))
             ran += 1

@@ -315,6 +315,9 @@ class PostgresStore:
                 )
                 conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
                 conn.execute(
+                    f"DELETE FROM {self.s}.search_keys WHERE session_id = %s", (session_id,)
+                )
+                conn.execute(
                     f"WITH gone AS (DELETE FROM {self.s}.search_docs WHERE session_id = %s "
                     f"RETURNING namespace, doc_len) {subtract_sql(self.s)}",
                     (session_id,),
@@ -371,6 +374,29 @@ class PostgresStore:
 
         hits: list[SearchHit] = self._run(f"search {namespace!r} for {query[:60]!r}", run)
         return hits
+
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        def run(conn: Conn) -> list[tuple[str, str]]:
+            return pg_search.lookup(conn, self.s, namespace, session_id, keys, prefixes)
+
+        found: list[tuple[str, str]] = self._run(f"look up {namespace!r} keys", run)
+        return found
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        rows = self._rows(
+            f"read {namespace!r} documents",
+            f"SELECT doc_id, meta FROM {self.s}.search_docs WHERE namespace = %s "
+            "AND doc_id = ANY(%s::text[])",
+            (namespace, list(dict.fromkeys(doc_ids))),
+        )
+        return {str(d): dict(m) for d, m in rows}
 
 
 _SESSION_COLS = "session_id, agent_id, created_at, updated_at, title, head, messages"

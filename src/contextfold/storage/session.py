@@ -27,6 +27,7 @@ class _Unit:
         self.events: list[NewEvent] = []
         self.docs: list[tuple[str, str, Mapping[str, JSON] | None]] = []
         self.index: list[SearchDoc] = []
+        self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
         self.after_commit: list[Any] = []
 
@@ -85,7 +86,7 @@ class SessionStore:
         return self.head + pending
 
     def _commit(self, unit: _Unit) -> None:
-        if not (unit.events or unit.docs or unit.index):
+        if not (unit.events or unit.docs or unit.index or unit.keys):
             return
         try:
             with self.store.transaction() as txn:
@@ -104,6 +105,8 @@ class SessionStore:
                         txn.put_doc(ns, key, value)
                 if unit.index:
                     txn.index(unit.index)
+                for namespace, keys in unit.keys:
+                    txn.add_keys(namespace, self.session_id, keys)
         except StorageError:
             raise
         except (OSError, ValueError, TypeError) as exc:
@@ -140,6 +143,14 @@ class SessionStore:
         with self._lock:
             unit, alone = self._current()
             unit.index.extend(docs)
+            if alone:
+                self._commit(unit)
+
+    def add_keys(self, namespace: str, keys: Mapping[str, Sequence[str]]) -> None:
+        """File exact keys under documents of this session (see ``Transaction.add_keys``)."""
+        with self._lock:
+            unit, alone = self._current()
+            unit.keys.append((namespace, keys))
             if alone:
                 self._commit(unit)
 

@@ -37,6 +37,8 @@ from .base import (
     SearchHit,
     SessionInfo,
     check_append,
+    check_keys,
+    prefix_end,
 )
 from .files import FileBlobs
 from .sqlite_search import fts_search, scan_search
@@ -44,7 +46,7 @@ from .text import query_terms, split_fields
 from .util import utc_now
 
 DB_NAME = "store.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 BUSY_MS = 10_000
 #: BEGIN IMMEDIATE is retried this long (seconds) on a busy database before giving up.
 LOCK_PATIENCE = 120.0
@@ -69,6 +71,21 @@ CREATE TABLE IF NOT EXISTS search_docs (
 CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
 CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+#: Version 3: exact lookup keys of search documents (and keys filed under any id of a
+#: session), for :meth:`SQLiteStore.lookup`. The primary key serves the lookups (one session
+#: and namespace, a key or a key range); the second index the replacement of a document.
+_V3_SEARCH_KEYS = (
+    "CREATE TABLE IF NOT EXISTS search_keys (session_id TEXT NOT NULL, namespace TEXT NOT NULL, "
+    "key TEXT NOT NULL, doc_id TEXT NOT NULL, PRIMARY KEY (session_id, namespace, key, doc_id)) "
+    "WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS search_keys_doc ON search_keys(namespace, doc_id)",
+)
+#: Statements that bring a database from the previous version to this one (the base schema
+#: above is version 1; a version without statements only moves the number).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {3: _V3_SEARCH_KEYS}
+#: Arms of one compound SELECT (SQLite allows 500) and values of one IN list.
+_ARMS = 200
+_CHUNK = 500
 #: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
 #: weigh on evidence or memory queries, and BM25 statistics are per corpus.
 _FTS = (
@@ -188,6 +205,7 @@ class _SQLiteTransaction:
         fts = self._store.fts5
         for d in docs:
             meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
+            keys = check_keys(d.keys, f"search document {d.namespace}/{d.doc_id}")
             body, hints = split_fields(d.fields)
             tags = _tags(d.namespace, d.session_id)
             old = con.execute(
@@ -213,9 +231,32 @@ class _SQLiteTransaction:
                     f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
                     (cur.lastrowid, body, hints, tags),
                 )
+            con.execute(
+                "DELETE FROM search_keys WHERE namespace=? AND doc_id=?", (d.namespace, d.doc_id)
+            )
+            if keys:
+                con.executemany(
+                    "INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)",
+                    [(d.session_id, d.namespace, k, d.doc_id) for k in keys],
+                )
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._store._unindex(self._con, "namespace=? AND session_id=?", (namespace, session_id))
+        self._con.execute(
+            "DELETE FROM search_keys WHERE session_id=? AND namespace=?", (session_id, namespace)
+        )
+
+    def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
+        rows = [
+            (session_id, namespace, k, doc_id)
+            for doc_id, ks in keys.items()
+            for k in check_keys(ks, f"keys of {namespace}/{doc_id}")
+        ]
+        self._con.executemany("INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)", rows)
+
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+        rows = [(_dump(m, f"meta of {namespace}/{d}"), namespace, d) for d, m in metas.items()]
+        self._con.executemany("UPDATE search_docs SET meta=? WHERE namespace=? AND doc_id=?", rows)
 
 
 class SQLiteStore:
@@ -293,12 +334,11 @@ class SQLiteStore:
                         "INSERT OR IGNORE INTO store_meta VALUES ('fts5', ?)", (mode,)
                     )
                 )
+                # the base schema is version 1; the migrations bring it up to date
                 self._retry(
-                    lambda: con.execute(
-                        "INSERT OR IGNORE INTO store_meta VALUES ('schema', ?)",
-                        (str(SCHEMA_VERSION),),
-                    )
+                    lambda: con.execute("INSERT OR IGNORE INTO store_meta VALUES ('schema', '1')")
                 )
+                self._retry(lambda: _migrate(con))
             finally:
                 con.close()
         except (OSError, sqlite3.Error) as exc:
@@ -319,6 +359,8 @@ class SQLiteStore:
                 f"{self.path} has schema {version[0] if version else 'unknown'}; this contextfold "
                 f"reads schema {SCHEMA_VERSION} (upgrade contextfold)"
             )
+        #: a read-only database of an older version may have no key table: lookups find nothing
+        self._keys_table = int(version[0]) >= 3
 
     def _con(self) -> sqlite3.Connection:
         if self._closed:
@@ -499,6 +541,7 @@ class SQLiteStore:
                 (len(session_id) + 1, session_id + "/"),
             )
             self._unindex(con, "session_id=?", (session_id,))
+            con.execute("DELETE FROM search_keys WHERE session_id=?", (session_id,))
 
     # ------------------------------------------------------------------ documents
     def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
@@ -557,7 +600,54 @@ class SQLiteStore:
             if table is None:
                 return []
             tag = _tag("ss", f"{namespace}/{session_id}") if session_id is not None else None
-            return fts_search(con, table, terms, tag, where, args, limit)
+            return fts_search(con, table, terms, tag, where, args, limit, narrowed=scopes is None)
+
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        if not self._keys_table:
+            return []
+        base = "SELECT key, doc_id FROM search_keys WHERE session_id=? AND namespace=? AND "
+        arms: list[tuple[str, list[Any]]] = []
+        wanted = sorted(set(keys))
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            arms.append((f"key IN ({','.join('?' * len(chunk))})", chunk))
+        for prefix in sorted(set(prefixes)):
+            end = prefix_end(prefix)
+            arms.append(("key>=? AND key<?", [prefix, end]) if end else ("key>=?", [prefix]))
+        found: set[tuple[str, str]] = set()
+        with self._reading(f"looking up keys of {namespace}") as con:
+            for i in range(0, len(arms), _ARMS):
+                sql = " UNION ALL ".join(base + cond for cond, _ in arms[i : i + _ARMS])
+                args: list[Any] = []
+                for _, values in arms[i : i + _ARMS]:
+                    args += [session_id, namespace, *values]
+                found.update(con.execute(sql, args).fetchall())
+        return sorted(found)
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        wanted = list(dict.fromkeys(doc_ids))
+        out: dict[str, dict[str, JSON]] = {}
+        with self._reading(f"reading {namespace} documents") as con:
+            for i in range(0, len(wanted), _CHUNK):
+                chunk = wanted[i : i + _CHUNK]
+                rows = con.execute(
+                    f"SELECT doc_id, meta FROM search_docs WHERE namespace=? "
+                    f"AND doc_id IN ({','.join('?' * len(chunk))})",
+                    [namespace, *chunk],
+                ).fetchall()
+                for doc_id, text in rows:
+                    try:
+                        out[doc_id] = json.loads(text)
+                    except ValueError as exc:
+                        raise StorageError(f"document {namespace}/{doc_id} is damaged") from exc
+        return out
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
@@ -574,6 +664,26 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _migrate(con: sqlite3.Connection) -> None:
+    """Run the missing migrations in one write transaction (another process doing the same
+    waits for the lock, then finds nothing to do)."""
+    row = con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
+    if row is None or int(row[0]) >= SCHEMA_VERSION:
+        return
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        row = con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
+        for number in range(int(row[0]) + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS.get(number, ()):
+                con.execute(statement)
+            con.execute("UPDATE store_meta SET value=? WHERE key='schema'", (str(number),))
+        con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            con.execute("ROLLBACK")
+        raise
 
 
 __all__ = ["FileBlobs", "SQLiteStore", "fts5_available"]
