@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ContextFoldError, StorageError, UnsafeIdError
+from .evidence.lookups import Ords
 from .evidence.model import CompactBlock, EvidenceFormatError
 from .evidence.store import search_docs
 from .memory import NAMESPACE as MEMORY_NS
@@ -121,6 +122,7 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
         for body in sorted(evidence.glob("*/*.txt")):
             with contextlib.suppress(OSError):
                 blobs.put(body.read_bytes())
+    ords = Ords()  # one numbering for the whole session (the first copy of a pointer wins)
     for line in _lines(folder / "compact-blocks.jsonl"):
         try:
             block = CompactBlock.from_dict(line)
@@ -134,7 +136,7 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
                 return str(p.preview)
 
         events.append(NewEvent(kind="evidence", data={"block": block.to_dict()}))
-        docs.extend(search_docs(sid, owner, block, text_of))
+        docs.extend(search_docs(sid, owner, block, text_of, ords=ords.place(block)))
     for line in _lines(folder / "records.jsonl"):
         events.append(NewEvent(kind="compaction", data={"record": line}))
     state = _json(folder / "state.json")

@@ -7,28 +7,41 @@ any form (by path suffix), a URL, a search pattern, a tool, an exception type. T
 and what matched go to :func:`.rank.rerank`, which decides the order (match level, ordinal,
 recency, the seed's preferences for tool results and failures).
 
-BM25 is the store's persisted index (one row per pointer, written with its block: bodies are
-never re-read to build it); the exact lookups are built from the pointers' metadata when the
-session's evidence is first searched, then grown as blocks are appended. Bodies are read for
-the top hits only.
+Both are persisted in the store, written with each block (:mod:`.lookups`): BM25 is the
+store's index, the exact lookups are keys of the same documents. A question looks up only the
+keys it names and reads the metadata of the documents found; nothing is built when a session
+is reopened, and the cost of a question does not grow with the session's evidence (except an
+ordinal that names nothing, which counts every output). Bodies are read for the top hits only.
 contextfold's own tool results (recall, read_offloaded, session_*, memory_*) are never indexed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import re
-from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from ..errors import StorageError
 from .classify import normalize_command
-from .fields import CallFields, command_head, is_own_tool, path_suffixes, pattern_key
-from .model import CompactBlock, EvidencePointer
+from .fields import CallFields, path_suffixes, pattern_key
+from .lookups import (
+    KeySource,
+    MemoryKeys,
+    StoreKeys,
+    backfill,
+    cmd_key,
+    failed,
+    fits,
+    indexed,
+    longest_token,
+)
+from .model import EvidencePointer
 from .rank import (
     CallLog,
     Candidate,
-    QuerySpec,
     lines_match,
     parse_query,
     path_strength,
@@ -43,17 +56,12 @@ from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
 BM25_CANDIDATES = 60
 #: BM25 rows fetched from the store for a query (re-ranking may drop some).
 BM25_FETCH = 200
+#: Words of a tool name that contains blanks, at most (tool names are looked up exactly).
+TOOL_WORDS = 4
 
 _SPAN = re.compile(r"`([^`]{6,})`")
 _QUOTED = re.compile(r"`([^`\n]+)`|\"([^\"\n]{3,})\"|'([^'\n]{3,})'")
-
-
-def _failed(p: EvidencePointer) -> bool:
-    """A non-zero exit code; when the output reports none, a stack trace."""
-    code = next((a for a in p.anchors if a.startswith("exit_code:")), None)
-    if code is not None:
-        return code != "exit_code:0"
-    return "stack_trace" in p.content_types
+_WORDS = re.compile(r"[A-Za-z_][\w\-]*")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,9 +71,50 @@ class Hit:
     text_preview: str
 
 
+@dataclass(slots=True)
+class _Doc:
+    """One document met by a question: its pointer (as stored) and its place in the
+    session's evidence. A tool output taken only to count an ordinal has no ``raw`` pointer
+    until it is among the hits (``stub``)."""
+
+    ord: int
+    raw: Mapping[str, Any] | None = None
+    stub: EvidencePointer | None = None
+    failed: bool = False
+    _pointer: EvidencePointer | None = None
+
+    @property
+    def pointer(self) -> EvidencePointer:
+        if self._pointer is None:
+            if self.raw is None:
+                assert self.stub is not None
+                return self.stub
+            self._pointer = EvidencePointer.from_dict(self.raw)
+        return self._pointer
+
+
+def _doc(meta: Mapping[str, Any] | None) -> _Doc | None:
+    raw = meta.get("pointer") if meta is not None else None
+    if not isinstance(raw, Mapping):
+        return None
+    assert meta is not None
+    ord_ = meta.get("ord")
+    if not isinstance(ord_, int):
+        created = raw.get("createdAt")
+        ord_ = created if isinstance(created, int) else -1
+    fail = meta.get("failed")
+    return _Doc(ord=ord_, raw=raw, failed=fail if isinstance(fail, bool) else failed(raw))
+
+
+def _after(key: str, prefix: str) -> tuple[str, str]:
+    """``prefix<word> <rest>`` -> (word, rest)."""
+    word, _, rest = key[len(prefix) :].partition(" ")
+    return word, rest
+
+
 class EvidenceSearch:
-    """Evidence search of one session: the store's BM25 plus exact lookups by what a question
-    names (built from pointer metadata, grown incrementally)."""
+    """Evidence search of one session: the store's BM25 plus its exact lookups by what a
+    question names."""
 
     def __init__(
         self, store: EvidenceStore, *, calls: Callable[[], CallLog | None] | None = None
@@ -73,169 +122,84 @@ class EvidenceSearch:
         self.store = store
         #: The session's calls in order (ordinals count them); None: the indexed ones only.
         self.calls = calls
-        self._log = CallLog()
-        self._paths: dict[str, list[int]] = {}
-        self._full_paths: dict[str, list[int]] = {}
-        self._urls: dict[str, list[int]] = {}
-        self._patterns: dict[str, list[int]] = {}
-        self._pattern_words: dict[str, set[str]] = {}
-        self._tools: dict[str, list[int]] = {}
-        #: exception type -> documents that show it; the one each output ends with
-        self._exceptions: dict[str, list[int]] = {}
-        self._primary: list[str | None] = []
-        self._pointers: list[EvidencePointer] = []
-        self._by_id: dict[str, int] = {}
-        self._commands: dict[str, list[int]] = {}
-        self._anchors: dict[str, list[int]] = {}
-        self._blocks_seen = 0
-        self._max_created = 1
-        self._created: array[int] = array("q")
-        self._failed: list[bool] = []
-        self._pref: array[float] = array("d")
-        self._pref_error: array[float] = array("d")
-        self._anchor_keys: dict[str, set[str]] = {}
-        self._cmd_by_token: dict[str, set[str]] = {}
-        self._cmd_by_key: dict[str, set[str]] = {}
+        self._source: KeySource | None = None
+        self._internal: tuple[int, CallLog] | None = None
 
     def __len__(self) -> int:
-        return len(self._pointers)
+        return len(self.pointers())
 
-    # ----------------------------------------------------------------- building
+    # ----------------------------------------------------------------- the lookups
 
     def sync(self) -> int:
-        """Index blocks appended to the store since the last call; returns how many."""
+        """Make sure the session's exact lookups exist: a session written before they did gets
+        them once (in one transaction; in memory only when the store cannot be written).
+        Returns how many documents that took (0: nothing to do)."""
+        if isinstance(self._source, StoreKeys):
+            return 0
+        state = self.store.state()
+        session = self.store.session
+        if state.keyed or not state.blocks:
+            self._source = StoreKeys(session.store, session.session_id)
+            return 0
         blocks = self.store.blocks()
-        new = blocks[self._blocks_seen :]
-        for block in new:
-            self.add_block(block)
-        self._blocks_seen = len(blocks)
-        return len(new)
+        if isinstance(self._source, MemoryKeys):  # grown since: index the new blocks only
+            self._source.add(blocks[self._source.state.blocks :])
+            return 0
+        try:
+            done = backfill(session.store, session.session_id, blocks, state)
+        except StorageError:
+            memory = MemoryKeys(session.session_id)
+            memory.add(blocks)
+            self._source = memory
+            return memory.state.pointers
+        state.keyed = True
+        self._source = StoreKeys(session.store, session.session_id)
+        return done
 
-    def add_block(self, block: CompactBlock) -> None:
-        for pointer in block.evidence:
-            self.add(pointer)
-
-    def add(self, pointer: EvidencePointer, text: str | None = None) -> None:
-        """Take one pointer into the exact lookups (its words are in the store's index,
-        written with its block; ``text`` is not needed)."""
-        if pointer.id in self._by_id:  # same evidence indexed again: keep the first, no dupes
-            return
-        if pointer.role == "tool" and is_own_tool(pointer.tool_name):
-            return  # a recall / session / memory result is a view of evidence, not evidence
-        doc = len(self._pointers)
-        self._pointers.append(pointer)
-        self._by_id[pointer.id] = doc
-        if pointer.command:
-            # the whole command, and its first line (how a heredoc or script is named)
-            for norm in dict.fromkeys(
-                (normalize_command(pointer.command), command_head(pointer.command))
-            ):
-                if not norm:
-                    continue
-                if norm not in self._commands:
-                    toks = set(tokenize(norm))
-                    for tok in toks:
-                        self._cmd_by_token.setdefault(tok, set()).add(norm)
-                    if toks:
-                        key = max(sorted(toks), key=len)
-                        self._cmd_by_key.setdefault(key, set()).add(norm)
-                self._commands.setdefault(norm, []).append(doc)
-        for anchor in pointer.anchors:
-            if not anchor.startswith(("command:", "exit_code:")):
-                key = anchor.split(":", 1)[1].lower()
-                if len(key) < 4:
-                    continue
-                docs = self._anchors.setdefault(key, [])
-                if not docs:  # findable from any of its words
-                    for tok in set(tokenize(key)):
-                        self._anchor_keys.setdefault(tok, set()).add(key)
-                docs.append(doc)
-        for path in pointer.paths:
-            sufs = path_suffixes(path)
-            for suf in sufs:
-                self._paths.setdefault(suf, []).append(doc)
-            if sufs:
-                self._full_paths.setdefault(sufs[0], []).append(doc)
-        for url in pointer.urls:
-            self._urls.setdefault(url, []).append(doc)
-        for pat in pointer.patterns:
-            key = pattern_key(pat)
-            if key:
-                if key not in self._patterns:  # findable from its longest word
-                    word = max(key.split(), key=len)
-                    self._pattern_words.setdefault(word, set()).add(key)
-                self._patterns.setdefault(key, []).append(doc)
-        if pointer.tool_name:
-            self._tools.setdefault(pointer.tool_name, []).append(doc)
-        self._primary.append(primary_exception(pointer))
-        for name in dict.fromkeys(a[10:] for a in pointer.anchors if a.startswith("exception:")):
-            self._exceptions.setdefault(name, []).append(doc)
-        self._log.add(
-            pointer.tool_use_id or pointer.id,
-            CallFields(
-                tool=pointer.tool_name or "",
-                command=pointer.command or "",
-                paths=pointer.paths,
-                action=pointer.action or "other",
-                shell=pointer.shell,
-            ),
-        )
-        self._max_created = max(self._max_created, pointer.created_at)
-        self._created.append(pointer.created_at)
-        self._failed.append(_failed(pointer))
-        self._pref.append(_preference(pointer, False))
-        self._pref_error.append(_preference(pointer, True))
+    def _keys(self) -> KeySource:
+        self.sync()
+        assert self._source is not None
+        return self._source
 
     def get(self, evidence_id: str) -> EvidencePointer | None:
-        self.sync()
-        doc = self._by_id.get(evidence_id)
-        return self._pointers[doc] if doc is not None else None
+        doc_id = f"{self.store.session.session_id}:{evidence_id}"
+        got = _doc(self._keys().metas([doc_id]).get(doc_id))
+        return got.pointer if got is not None else None
 
     def pointers(self) -> list[EvidencePointer]:
-        self.sync()
-        return list(self._pointers)
+        """Every indexed pointer (reads every block: not for the hot path)."""
+        seen: dict[str, EvidencePointer] = {}
+        for p in self.store.pointers():
+            if indexed(p):
+                seen.setdefault(p.id, p)
+        return list(seen.values())
 
-    # ----------------------------------------------------------------- querying
+    def _internal_log(self) -> CallLog:
+        """The indexed pointers' calls in order: what ordinals count over when the session's
+        calls are not known (reads every block, only for such a question)."""
+        blocks = self.store.state().blocks
+        if self._internal is None or self._internal[0] != blocks:
+            log = CallLog()
+            for p in self.pointers():
+                log.add(
+                    p.tool_use_id or p.id,
+                    CallFields(
+                        tool=p.tool_name or "",
+                        command=p.command or "",
+                        paths=p.paths,
+                        action=p.action or "other",
+                        shell=p.shell,
+                    ),
+                )
+            self._internal = (blocks, log)
+        return self._internal[1]
 
-    def _command_matches(self, query: str) -> tuple[set[int], set[int]]:
-        exact: set[int] = set()
-        partial: set[int] = set()
-        quoted = [
-            normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
-        ]
-        quoted = [q for q in quoted if q]
-        for q in quoted:
-            exact.update(self._commands.get(q, ()))
-        named = set(quoted)
-        flat_query = " ".join(query.split())
-        # a command that appears verbatim in the query has its longest word in the query
-        candidates: set[str] = set()
-        for tok in set(tokenize(query)):
-            candidates.update(self._cmd_by_key.get(tok, ()))
-        verbatim = [c for c in candidates if c not in named and len(c) >= 6 and c in flat_query]
-        # a whole (multi-line) command in backticks: quotes inside it are part of it
-        spans = [normalize_command(m.group(1)) for m in _SPAN.finditer(query)]
-        for cmd in verbatim:
-            longer = [*verbatim, *(q for q in quoted if q in self._commands)]
-            if any(cmd != other and cmd in other for other in longer):
-                continue  # "python x.py" inside "python x.py --fast": the longer one is meant
-            # quotes inside the command ("sed -n '1,5p' x.py") do not make it a fragment
-            whole = all(q in cmd for q in quoted) or any(span.startswith(cmd) for span in spans)
-            (exact if whole else partial).update(self._commands[cmd])
-        # a quoted fragment of a longer command: every word of it is a word of the command
-        for q in quoted:
-            if len(q) < 4:
-                continue
-            sets = sorted((self._cmd_by_token.get(t, set()) for t in set(tokenize(q))), key=len)
-            if not sets:
-                continue
-            for cmd in sets[0].intersection(*sets[1:]):
-                if cmd != q and q in cmd:
-                    partial.update(self._commands[cmd])
-        return exact, partial - exact
+    # ----------------------------------------------------------------- BM25
 
-    def _bm25(self, terms: Iterable[str], limit: int = BM25_FETCH) -> dict[int, float]:
-        """BM25 scores from the store's index (this session's evidence only)."""
+    def _bm25(
+        self, src: KeySource, terms: Iterable[str], limit: int = BM25_FETCH
+    ) -> dict[str, tuple[float, Mapping[str, Any]]]:
+        """BM25 scores (and metadata) from the store's index, this session's evidence only."""
         words = list(terms)
         if not words:
             return {}
@@ -243,136 +207,318 @@ class EvidenceSearch:
         hits = session.store.search(
             NAMESPACE, " ".join(words), session_id=session.session_id, limit=limit
         )
-        prefix = f"{session.session_id}:"
-        out: dict[int, float] = {}
+        out: dict[str, tuple[float, Mapping[str, Any]]] = {}
         for h in hits:
-            doc = self._by_id.get(h.doc_id[len(prefix) :] if h.doc_id.startswith(prefix) else "")
-            if doc is not None:
-                out[doc] = h.score
+            meta = src.hit_meta(h.doc_id, h.meta)
+            if meta is not None:
+                out[h.doc_id] = (h.score, meta)
         return out
 
-    def _bm25_of(self, terms: Iterable[str], docs: set[int]) -> dict[int, float]:
-        """BM25 of ``terms`` for the given documents only."""
-        if not docs:
-            return {}
-        scores = self._bm25(terms, limit=max(BM25_FETCH, 4 * len(docs)))
-        return {d: s for d, s in scores.items() if d in docs}
-
-    def _path_docs(self, spec: QuerySpec) -> set[int]:
-        docs: set[int] = set()
-        for qp in spec.paths:
-            docs.update(self._paths.get(qp, ()))
-            for suf in path_suffixes(qp)[1:]:
-                docs.update(self._full_paths.get(suf, ()))
-        return docs
-
-    def _pattern_docs(self, query: str) -> set[int]:
-        flat = f" {pattern_key(query)} "
-        keys = {k for w in set(flat.split()) for k in self._pattern_words.get(w, ())}
-        return {
-            d for key in keys if len(key) >= 2 and f" {key} " in flat for d in self._patterns[key]
-        }
+    # ----------------------------------------------------------------- querying
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
         """The ``k`` best pieces of evidence for ``query``, best first."""
-        self.sync()
-        if not self._pointers or k <= 0:
+        if k <= 0:
             return []
-        spec = parse_query(query, self._tools)
+        src = self._keys()
+        state = self.store.state() if not isinstance(src, MemoryKeys) else src.state
+        if not state.pointers:
+            return []
+        return _Question(self, src, query, max(1, state.max_created)).answer(k)
+
+
+class _Question:
+    """One search: the lookups a question needs, in a few round trips to the store."""
+
+    def __init__(self, search: EvidenceSearch, src: KeySource, query: str, top: int) -> None:
+        self.search = search
+        self.src = src
+        self.query = query
+        self.top = top
+        self.docs: dict[str, _Doc] = {}
+        self.spec = parse_query(query, ())
         clean = strip_ordinals(query)
-        terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
-        scores = self._bm25([t for t in terms if t not in FILLER])
-        exact, partial = self._command_matches(query)
-        low_query = query.lower()
-        anchor_hits: dict[int, int] = {}
-        for term in terms:
-            for anchor in self._anchor_keys.get(term, ()):
-                if anchor in low_query:
-                    for doc in self._anchors[anchor]:
-                        anchor_hits[doc] = anchor_hits.get(doc, 0) + 1
-        path_docs = self._path_docs(spec)
-        url_docs = {d for u in spec.urls for d in self._urls.get(u, ())}
-        pattern_docs = self._pattern_docs(query)
-        tool_docs = {d for t in spec.tools for d in self._tools.get(t, ())}
+        self.terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
+        quoted = [
+            normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
+        ]
+        self.quoted = [q for q in quoted if q]
+        self.low = query.lower()
+        self.flat_pattern = f" {pattern_key(query)} "
+
+    # ------------------------------------------------------------ round 1: what it names
+
+    def _tool_names(self) -> list[str]:
+        """Names a tool could have in the question (parse_query keeps the known ones)."""
+        words = set(_WORDS.findall(self.query))
+        parts = self.query.split(" ")
+        for n in range(1, TOOL_WORDS + 1):
+            words.update(" ".join(parts[i : i + n]) for i in range(len(parts) - n + 1))
+        return [w for w in words if w]
+
+    def _first_keys(self) -> tuple[list[str], list[str]]:
+        spec = self.spec
+        keys = [f"tools:{w}" for w in self._tool_names()]
+        keys += [cmd_key(q) for q in self.quoted]
+        prefixes = [f"cmd:{t} " for t in set(tokenize(self.query))]
+        for q in self.quoted:
+            if len(q) >= 4 and tokenize(q):
+                prefixes.append(f"cmdtok:{longest_token(q)} ")
+        prefixes += [f"anctok:{t} " for t in self.terms]
+        for qp in spec.paths:
+            keys.append(f"path:{qp}")
+            keys += [f"full:{s}" for s in path_suffixes(qp)[1:]]
+        keys += [f"url:{u}" for u in spec.urls]
+        prefixes += [f"pat:{w} " for w in set(self.flat_pattern.split())]
+        keys += [f"exc:{e}" for e in spec.exceptions]
+        return [k for k in keys if fits(k)], [p for p in prefixes if fits(p)]
+
+    def answer(self, k: int) -> list[Hit]:
+        spec, query = self.spec, self.query
+        scores_meta = self.search._bm25(self.src, [t for t in self.terms if t not in FILLER])
+        for d, (_, meta) in scores_meta.items():
+            got = _doc(meta)
+            if got is not None:
+                self.docs[d] = got
+        scores = {d: s for d, (s, _) in scores_meta.items() if d in self.docs}
+        keys, prefixes = self._first_keys()
+        rows = self.src.lookup(keys, prefixes)
+        by: dict[str, set[str]] = {}  # key -> docs
+        for key, d in rows:
+            by.setdefault(key, set()).add(d)
+        tools = {key[6:] for key in by if key.startswith("tools:")}
+        words = set(_WORDS.findall(query))
+        spec = self.spec = dataclasses.replace(
+            spec,
+            tools=tuple(
+                t for t in sorted(tools) if t in words or (len(t) > 3 and f" {t} " in f" {query} ")
+            ),
+        )
+        commands: dict[str, set[str]] = {}  # normalized command -> its documents
+        filed: dict[str, str] = {}  # normalized command -> the word it is filed under
+        words_of: dict[str, set[str]] = {}  # word -> commands / anchors with it ("cmdtok:")
+        anchor_words: dict[str, set[str]] = {}
+        patterns: dict[str, set[str]] = {}
+        for key, ds in by.items():
+            if key.startswith("cmd:"):
+                word, norm = _after(key, "cmd:")
+                commands.setdefault(norm, set()).update(ds)
+                filed[norm] = word
+            elif key.startswith("cmdtok:"):
+                word, norm = _after(key, "cmdtok:")
+                words_of.setdefault(word, set()).add(norm)
+            elif key.startswith("anctok:"):
+                word, value = _after(key, "anctok:")
+                anchor_words.setdefault(word, set()).add(value)
+            elif key.startswith("pat:"):
+                _, pat = _after(key, "pat:")
+                patterns.setdefault(pat, set()).update(ds)
+
+        def docs_of(prefix: str, values: Iterable[str]) -> set[str]:
+            return {d for v in values for d in by.get(prefix + v, ())}
+
+        exact, partial, more = self._commands(commands, filed, words_of)
+        anchors: dict[str, int] = {}  # anchor -> how many of the question's words it has
+        for term in self.terms:
+            for value in anchor_words.get(term, ()):
+                if value in self.low:
+                    anchors[value] = anchors.get(value, 0) + 1
+        path_docs = docs_of("path:", spec.paths)
+        path_docs |= docs_of("full:", (s for qp in spec.paths for s in path_suffixes(qp)[1:]))
+        url_docs = docs_of("url:", spec.urls)
+        pattern_docs = {
+            d
+            for pat, ds in patterns.items()
+            if len(pat) >= 2 and f" {pat} " in self.flat_pattern
+            for d in ds
+        }
         exc = set(spec.exceptions)
-        exc_docs = {d for e in exc for d in self._exceptions.get(e, ())}
-        pref = self._pref_error if spec.wants_error else self._pref
-        created = self._created
-        top = self._max_created
+        exc_docs = docs_of("exc:", spec.exceptions)
+        bulk = spec.ordinal is not None and not (exact or path_docs or exc_docs)
+
+        # ------------------------------------------------------ round 2: what those lead to
+        keys2 = [cmd_key(c) for c in more] + [f"anc:{a}" for a in anchors]
+        prefixes2: list[str] = []
+        if bulk:
+            prefixes2.append("out:1" if spec.wants_failing else "out:")
+            keys2 += [f"tool:{t}" for t in spec.tools]
+        anchor_hits: dict[str, int] = {}
+        outputs: dict[str, tuple[int, bool, str]] = {}  # doc -> (ord, failed, call id)
+        tool_docs: set[str] = set()
+        for key, d in self.src.lookup([k for k in keys2 if fits(k)], prefixes2):
+            if key.startswith("cmd:"):
+                partial.add(d)
+            elif key.startswith("anc:"):
+                anchor_hits[d] = anchor_hits.get(d, 0) + anchors[key[4:]]
+            elif key.startswith("out:"):
+                place, _, call = key[5:].partition(" ")
+                outputs[d] = (int(place), key[4] == "1", call)
+            elif key.startswith("tool:"):
+                tool_docs.add(d)
+        partial -= exact
+
+        # ------------------------------------------------------ round 3: the candidates
         best = heapq.nlargest(
             BM25_CANDIDATES,
             scores,
-            key=lambda d: scores[d] * pref[d] * (1.0 + 0.1 * created[d] / top),
+            key=lambda d: scores[d] * self._pref(d) * (1.0 + 0.1 * self._created(d) / self.top),
         )
-        docs = set(best) | exact | partial | path_docs | url_docs | pattern_docs | exc_docs
-        docs |= set(anchor_hits)
-        if tool_docs and (path_docs or pattern_docs or url_docs):
-            docs |= tool_docs & (path_docs | pattern_docs | url_docs)
-        if spec.ordinal is not None and not (exact or path_docs or exc_docs):
-            docs |= {
-                d
-                for d, p in enumerate(self._pointers)
-                if p.role == "tool" and (self._failed[d] or not spec.wants_failing)
-            }
-        named = set(tokenize(" ".join(self._pointers[d].command or "" for d in exact | partial)))
-        handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
-        extra_terms = [t for t in terms if t not in named and t not in handles]
         strong = exact | partial | path_docs | url_docs | pattern_docs | exc_docs
+        wanted = set(best) | strong | set(anchor_hits)
+        self._fetch(wanted)
+        wanted &= self.docs.keys()
+        for d, (at, fail, call) in outputs.items():
+            if d not in self.docs:  # counted for the ordinal only: what it is comes later
+                bare = EvidencePointer(id=d.partition(":")[2], role="tool", tool_use_id=call)
+                self.docs[d] = _Doc(ord=at, stub=bare, failed=fail)
+            wanted.add(d)
+        named = set(
+            tokenize(
+                " ".join(self.docs[d].pointer.command or "" for d in (exact | partial) & wanted)
+            )
+        )
+        handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
+        extra_terms = [t for t in self.terms if t not in named and t not in handles]
         extra = self._bm25_of(
             [t for t in extra_terms if t not in GENERIC and t not in FILLER], strong
         )
-        log = self.calls() if self.calls is not None else None
-        log = log if log is not None and len(log) else self._log
-        positions = log.positions
+        log = self.search.calls() if self.search.calls is not None else None
+        external = log is not None and len(log) > 0
+        positions = log.positions if log is not None and external else {}
+        pref_of = self._pref_error if spec.wants_error else self._pref
         cands: list[Candidate] = []
-        for doc in docs:
-            p = self._pointers[doc]
+        for d in sorted(wanted, key=lambda d: (self.docs[d].ord, d)):
+            doc = self.docs[d]
+            p = doc.pointer
             seq = positions.get(p.tool_use_id or p.id)
-            if seq is None:
-                seq = self._log.positions.get(p.tool_use_id or p.id, -1)
+            is_stub = doc.raw is None
             cands.append(
                 Candidate(
                     pointer=p,
-                    seq=seq,
-                    bm25=scores.get(doc, 0.0) * (1.0 + 0.1 * created[doc] / top),
-                    command=2 if doc in exact else 1 if doc in partial else 0,
-                    path=path_strength(spec.paths, p.paths) if doc in path_docs else 0,
+                    seq=doc.ord if seq is None else seq,
+                    bm25=scores.get(d, 0.0) * (1.0 + 0.1 * self._created(d) / self.top),
+                    command=2 if d in exact else 1 if d in partial else 0,
+                    path=path_strength(spec.paths, p.paths) if d in path_docs else 0,
                     lines=lines_match(spec.lines, p.lines),
-                    tool=doc in tool_docs,
-                    pattern=doc in pattern_docs,
-                    url=doc in url_docs,
-                    anchors=anchor_hits.get(doc, 0),
-                    exception=doc in exc_docs,
-                    primary=self._primary[doc] in exc,
-                    failed=self._failed[doc],
-                    pref=pref[doc],
-                    extra=extra.get(doc, 0.0),
+                    tool=(d in tool_docs) if is_stub else p.tool_name in spec.tools,
+                    pattern=d in pattern_docs,
+                    url=d in url_docs,
+                    anchors=anchor_hits.get(d, 0),
+                    exception=d in exc_docs,
+                    primary=primary_exception(p) in exc,
+                    failed=doc.failed,
+                    pref=1.0 if is_stub else pref_of(d),
+                    extra=extra.get(d, 0.0),
                 )
             )
-        ranked = rerank(cands, spec, calls=log)[:k]
+        if not external and spec.ordinal is not None:
+            log = self.search._internal_log()
+        ranked = rerank(cands, spec, calls=log if spec.ordinal is not None else None)[:k]
+        return self._hits(ranked)
+
+    # ------------------------------------------------------------ commands
+
+    def _commands(
+        self,
+        commands: Mapping[str, set[str]],
+        filed: Mapping[str, str],
+        words_of: Mapping[str, set[str]],
+    ) -> tuple[set[str], set[str], set[str]]:
+        """Documents of the commands named exactly and in part, and the commands named in
+        part whose documents are still to be looked up."""
+        exact: set[str] = set()
+        partial: set[str] = set()
+        more: set[str] = set()
+        quoted = self.quoted
+        for q in quoted:
+            exact.update(commands.get(q, ()))
+        named = set(quoted)
+        flat_query = " ".join(self.query.split())
+        # a command that appears verbatim in the question has its longest word in it
+        qtoks = set(tokenize(self.query))
+        candidates = [c for c, w in filed.items() if w and w in qtoks]
+        verbatim = [c for c in candidates if c not in named and len(c) >= 6 and c in flat_query]
+        # a whole (multi-line) command in backticks: quotes inside it are part of it
+        spans = [normalize_command(m.group(1)) for m in _SPAN.finditer(self.query)]
+        longer = [*verbatim, *(q for q in quoted if q in commands)]
+        for cmd in verbatim:
+            if any(cmd != other and cmd in other for other in longer):
+                continue  # "python x.py" inside "python x.py --fast": the longer one is meant
+            # quotes inside the command ("sed -n '1,5p' x.py") do not make it a fragment
+            whole = all(q in cmd for q in quoted) or any(span.startswith(cmd) for span in spans)
+            (exact if whole else partial).update(commands[cmd])
+        # a quoted fragment of a longer command: every word of it is a word of the command
+        for q in quoted:
+            toks = set(tokenize(q))
+            if len(q) < 4 or not toks:
+                continue
+            for cmd in words_of.get(longest_token(q), ()):
+                if cmd != q and q in cmd and toks <= set(tokenize(cmd)):
+                    if cmd in commands:
+                        partial.update(commands[cmd])
+                    else:
+                        more.add(cmd)
+        return exact, partial, more
+
+    # ------------------------------------------------------------ documents
+
+    def _fetch(self, wanted: Iterable[str], *, again: bool = False) -> None:
+        """Read the metadata of documents not read yet (``again``: also of those given)."""
+        missing = sorted(wanted) if again else sorted(d for d in wanted if d not in self.docs)
+        for d, meta in self.src.metas(missing).items():
+            got = _doc(meta)
+            if got is not None:
+                self.docs[d] = got
+
+    def _created(self, d: str) -> int:
+        raw = self.docs[d].raw
+        created = raw.get("createdAt") if raw is not None else None
+        return created if isinstance(created, int) else 0
+
+    def _pref(self, d: str) -> float:
+        return _preference(self.docs[d], False)
+
+    def _pref_error(self, d: str) -> float:
+        return _preference(self.docs[d], True)
+
+    def _bm25_of(self, terms: list[str], docs: set[str]) -> dict[str, float]:
+        """BM25 of ``terms`` for the given documents only."""
+        if not docs:
+            return {}
+        scores = self.search._bm25(self.src, terms, limit=max(BM25_FETCH, 4 * len(docs)))
+        return {d: s for d, (s, _) in scores.items() if d in docs}
+
+    def _hits(self, ranked: list[Candidate]) -> list[Hit]:
+        sid = self.search.store.session.session_id
+        ids = [f"{sid}:{c.pointer.id}" for c in ranked]
+        self._fetch([d for d in ids if d in self.docs and self.docs[d].raw is None], again=True)
         hits: list[Hit] = []
-        for c in ranked:
-            body = self.store.restore(c.pointer).text
+        for c, d in zip(ranked, ids, strict=True):
+            doc = self.docs.get(d)
+            pointer = doc.pointer if doc is not None else c.pointer
+            body = self.search.store.restore(pointer).text
             hits.append(
                 Hit(
-                    pointer=c.pointer,
-                    score=round(c.score, 4),
-                    text_preview=snippet(body, terms),
+                    pointer=pointer, score=round(c.score, 4), text_preview=snippet(body, self.terms)
                 )
             )
         return hits
 
 
-def _preference(p: EvidencePointer, wants_error: bool) -> float:
+def _preference(doc: _Doc, wants_error: bool) -> float:
     """The seed's preferences (5.3) as a factor; recency is applied at query time."""
+    p = doc.raw
+    if p is None:
+        return 1.0
     factor = 1.0
-    if p.source_scope == "sub_agent":
+    if p.get("sourceScope") == "sub_agent":
         factor *= 1.15
-    if p.role == "tool":
+    role = p.get("role")
+    if role == "tool" or role is None:
         factor *= 1.1
-    if set(p.content_types) & {"stack_trace", "error", "test_output"}:
+    if set(p.get("contentTypes") or ()) & {"stack_trace", "error", "test_output"}:
         factor *= 1.2 if wants_error else 1.05
-    if wants_error and _failed(p):
+    if wants_error and doc.failed:
         factor *= 1.25
     return factor
 
