@@ -135,8 +135,9 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
             except (StorageError, ValueError):
                 return str(p.preview)
 
+        placed = ords.place(block)
+        docs.extend(search_docs(sid, owner, block, text_of, ords=placed, block_seq=len(events)))
         events.append(NewEvent(kind="evidence", data={"block": block.to_dict()}))
-        docs.extend(search_docs(sid, owner, block, text_of, ords=ords.place(block)))
     for line in _lines(folder / "records.jsonl"):
         events.append(NewEvent(kind="compaction", data={"record": line}))
     state = _json(folder / "state.json")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
 from .evidence.calls import load_calls
-from .evidence.fields import call_fields, describe, is_own_tool
+from .evidence.fields import call_fields, describe
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
@@ -124,6 +124,7 @@ class Recovery:
                 self.cm.session,
                 transcript_lookup=self._transcript,
                 offload_lookup=self._offloaded_bytes,
+                call_positions=lambda: self.session_calls().positions,
             )
         return self._store
 
@@ -262,8 +263,8 @@ class Recovery:
         indexed (offloaded inside a summarized range) are not indexed twice."""
         if not self.enabled or not record.offloaded:
             return
-        indexed = {p.tool_use_id for p in self.store.pointers() if p.tool_use_id}
-        wanted = {e.tool_call_id for e in record.offloaded} - indexed
+        offloaded = {e.tool_call_id for e in record.offloaded}
+        wanted = offloaded - self.store.indexed_calls(offloaded)
         if not wanted:
             return
         msgs = [m for m in self.cm.view.history if m.tool_call_id in wanted and m.role == "tool"]
@@ -305,14 +306,8 @@ class Recovery:
     def _recent_failures(self, k: int) -> list[Hit]:
         """When the question names nothing searchable ("what was the exact error just now?",
         often in another language than the logs), the newest failures are the best answer."""
-        failing = [
-            p
-            for p in self.store.pointers()
-            if {"stack_trace", "error", "test_output"} & set(p.content_types)
-            and not is_own_tool(p.tool_name)
-        ]
-        failing.sort(key=lambda p: p.created_at, reverse=True)
-        return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing[:k]]
+        failing = self.search.recent_failures(k)
+        return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing]
 
     def add_subagent_output(
         self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None
@@ -335,11 +330,10 @@ class Recovery:
                     return store.read(tool_call_id)
                 except StorageError as exc:
                     self.note_problem(str(exc))
-        for p in self.store.pointers():
-            if p.tool_use_id == tool_call_id:
-                restored = self.store.restore(p)
-                if restored.sha256_ok:
-                    return restored.text
+        for p in self.search.by_call(tool_call_id):
+            restored = self.store.restore(p)
+            if restored.sha256_ok:
+                return restored.text
         return None
 
     def injection_reserve(self) -> int:
@@ -375,7 +369,7 @@ class Recovery:
         intent = self._intent(msg)  # cached per message: the common case does no I/O at all
         if intent is None:
             return None
-        blocks = len(self.store.blocks())
+        blocks = self.store.state().blocks
         if self.cm.compactor.state.compactions == 0 and not blocks:
             return None
         key = (msg.uuid, blocks)

@@ -106,25 +106,31 @@ def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def load_calls(raw: Any) -> list[tuple[str, CallFields]] | None:
-    """The stored form back (None when missing or not in that form: derive it again)."""
+    """The stored form back (None when missing or not in that form: derive it again).
+
+    Run for every message with calls when a session is reopened: plain JSON values take a
+    fast path (exact type checks), anything else the general one."""
     if not isinstance(raw, list):
         return None
     out: list[tuple[str, CallFields]] = []
     for item in raw:
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             return None
-        cid, tool, command = item.get("id"), item.get("tool"), item.get("command")
-        paths, action, shell = item.get("paths"), item.get("action"), item.get("shell")
+        get = item.get
+        cid, tool, command = get("id"), get("tool"), get("command")
+        paths, action, shell = get("paths"), get("action"), get("shell")
         if not (
-            isinstance(cid, str)
-            and isinstance(tool, str)
-            and isinstance(command, str)
-            and isinstance(action, str)
+            (type(cid) is str or isinstance(cid, str))
+            and (type(tool) is str or isinstance(tool, str))
+            and (type(command) is str or isinstance(command, str))
+            and (type(action) is str or isinstance(action, str))
             and isinstance(shell, bool)
-            and isinstance(paths, list)
-            and all(isinstance(p, str) for p in paths)
+            and (type(paths) is list or isinstance(paths, list))
         ):
             return None
+        for path in paths:
+            if type(path) is not str and not isinstance(path, str):
+                return None
         out.append(
             (
                 cid,

@@ -15,8 +15,9 @@ reopened. Keys of one session (namespace ``"evidence"``)::
     err:<created_at>               an output showing an error, a stack trace or test output
     under <session>:#terms:  cmdtok:<word> <command>, anctok:<word> <anchor>, tools:<name>
 
-``ord`` is a pointer's place among the session's pointers (0 the first); the document's meta
-is ``{"pointer": <EvidencePointer dict>, "ord": ord, "failed": bool}``. The per-session document
+``ord`` numbers the calls the documents answer, in evidence order (:class:`Ords`). A
+document's meta (:func:`meta_of`) holds what ranking reads of its pointer, its ``ord``, and
+the seq of its block's event, where the whole pointer is read for the hits. The per-session document
 ``evidence/<session>/index`` (:class:`IndexState`) counts blocks and pointers; its presence
 says that every document of the session has its keys. Sessions written before keys existed
 get them once, on their first search (:func:`backfill`).
@@ -32,7 +33,7 @@ from ..storage.base import JSON, MAX_KEY_BYTES, SearchDoc
 from ..storage.keys import KeyTable
 from .classify import normalize_command
 from .fields import command_head, is_own_tool, path_suffixes, pattern_key
-from .model import CompactBlock, EvidencePointer
+from .model import CompactBlock, EvidenceFormatError, EvidencePointer
 from .text import tokenize
 
 NAMESPACE = "evidence"
@@ -92,19 +93,12 @@ def anchor_values(p: EvidencePointer) -> list[str]:
     return list(out)
 
 
-def failed(p: EvidencePointer | Mapping[str, Any]) -> bool:
+def failed(p: EvidencePointer) -> bool:
     """A non-zero exit code; when the output reports none, a stack trace."""
-    anchors, types = _anchors_types(p)
-    code = next((a for a in anchors if a.startswith("exit_code:")), None)
+    code = next((a for a in p.anchors if a.startswith("exit_code:")), None)
     if code is not None:
         return code != "exit_code:0"
-    return "stack_trace" in types
-
-
-def _anchors_types(p: EvidencePointer | Mapping[str, Any]) -> tuple[Sequence[str], Sequence[str]]:
-    if isinstance(p, EvidencePointer):
-        return p.anchors, p.content_types
-    return p.get("anchors") or (), p.get("contentTypes") or ()
+    return "stack_trace" in p.content_types
 
 
 def doc_keys(p: EvidencePointer, ord_: int) -> list[str]:
@@ -145,9 +139,69 @@ def term_keys(p: EvidencePointer) -> list[str]:
     return [k for k in dict.fromkeys(keys) if fits(k)]
 
 
-def meta_of(p: EvidencePointer, ord_: int) -> dict[str, JSON]:
-    """A document's metadata: the pointer, its place, and whether it failed (asked often)."""
-    return {"pointer": p.to_dict(), "ord": ord_, "failed": failed(p)}
+def meta_of(
+    p: EvidencePointer, ord_: int, block_seq: int, positions: Mapping[str, int] | None = None
+) -> dict[str, JSON]:
+    """A document's metadata: its place, whether it failed, the event of its block (where
+    the whole pointer is) and what ranking reads of the pointer (:func:`rank_pointer`).
+
+    ``positions``: the session's calls by id when known (:class:`.calls.CallLog`); then
+    ``pos`` is the call's position (None: not a call of the session). A call keeps its
+    position once made, so a question that counts no ordinal needs no call log."""
+    rank: dict[str, JSON] = {"id": p.id, "role": p.role, "createdAt": p.created_at}
+    optional: dict[str, JSON] = {
+        "toolUseId": p.tool_use_id,
+        "command": p.command,
+        "toolName": p.tool_name,
+        "patterns": list(p.patterns) or None,
+        "lines": p.lines,
+        "action": p.action,
+        "shell": p.shell or None,
+        "sourceScope": p.source_scope if p.source_scope != "main_agent" else None,
+        "errorish": bool(ERROR_TYPES & set(p.content_types)) or None,
+        "primary": next((a[10:] for a in p.anchors if a.startswith("exception:")), None),
+    }
+    rank.update((k, v) for k, v in optional.items() if v is not None)
+    meta: dict[str, JSON] = {"ord": ord_, "failed": failed(p), "block": block_seq, "rank": rank}
+    if positions is not None:
+        meta["pos"] = positions.get(p.tool_use_id or p.id)
+    return meta
+
+
+def rank_pointer(rank: Mapping[str, Any]) -> EvidencePointer | None:
+    """The part of a pointer ranking reads, from :func:`meta_of`'s ``rank`` (None when it is
+    not in that form). Its primary exception is its only anchor."""
+    get = rank.get
+    pid, role, created = get("id"), get("role"), get("createdAt")
+    use, command, tool = get("toolUseId"), get("command"), get("toolName")
+    lines, action, primary = get("lines"), get("action"), get("primary")
+    patterns, scope = get("patterns") or (), get("sourceScope") or "main_agent"
+    for value in (use, command, tool, lines, action, primary):
+        if value is not None and type(value) is not str:
+            return None
+    if (
+        type(pid) is not str
+        or type(role) is not str
+        or type(created) is not int
+        or type(patterns) not in (list, tuple)
+        or any(type(x) is not str for x in patterns)
+        or scope not in ("main_agent", "sub_agent")
+    ):
+        return None
+    return EvidencePointer(
+        id=pid,
+        tool_use_id=use,
+        command=command,
+        tool_name=tool,
+        role=role,
+        created_at=created,
+        patterns=tuple(patterns),
+        lines=lines,
+        action=action,
+        shell=get("shell") is True,
+        source_scope="sub_agent" if scope == "sub_agent" else "main_agent",
+        anchors=(f"exception:{primary}",) if primary else (),
+    )
 
 
 def indexed(p: EvidencePointer) -> bool:
@@ -189,10 +243,13 @@ def search_docs(
     text_of: Callable[[EvidencePointer], str],
     *,
     ords: Mapping[str, int] | None = None,
+    block_seq: int = -1,
+    positions: Mapping[str, int] | None = None,
 ) -> list[SearchDoc]:
     """The index rows of a block's pointers (body, command, hints, command key, exact keys).
     ``ords`` (from :meth:`Ords.place`) says which pointers get one; by default every pointer
-    of the block, as if it were the session's first."""
+    of the block, as if it were the session's first. ``block_seq``: the seq of the block's
+    event (where a hit's whole pointer is read); ``positions``: see :func:`meta_of`."""
     from .store import command_key  # store imports this module
 
     if ords is None:
@@ -217,7 +274,7 @@ def search_docs(
                     "hints": hints,
                     "key": command_key(p.command),
                 },
-                meta=meta_of(p, ord_),
+                meta=meta_of(p, ord_, block_seq, positions),
                 keys=doc_keys(p, ord_),
             )
         )
@@ -321,6 +378,10 @@ class KeySource(Protocol):
         """The metadata to trust for a BM25 hit (None: not a document of this search)."""
         ...
 
+    def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
+        """The whole pointers of some documents (by their metadata), for the hits."""
+        ...
+
 
 class StoreKeys:
     """The store's keys of one session (the normal case)."""
@@ -348,6 +409,27 @@ class StoreKeys:
     def hit_meta(self, doc_id: str, meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return meta
 
+    def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
+        """Read from the evidence events of their blocks (one event per block)."""
+        by_block: dict[int, set[str]] = {}
+        for d, meta in metas.items():
+            seq = meta.get("block")
+            if isinstance(seq, int) and seq >= 0:
+                by_block.setdefault(seq, set()).add(d.partition(":")[2])
+        out: dict[str, EvidencePointer] = {}
+        for seq, ids in sorted(by_block.items()):
+            for ev in self.store.read(self.session_id, start=seq, stop=seq + 1):
+                block = ev.data.get("block") if ev.kind == "evidence" else None
+                evidence = block.get("evidence") if isinstance(block, Mapping) else None
+                for raw in evidence if isinstance(evidence, list) else ():
+                    pid = raw.get("id") if isinstance(raw, Mapping) else None
+                    if pid in ids and doc_id(self.session_id, pid) not in out:
+                        try:
+                            out[doc_id(self.session_id, pid)] = EvidencePointer.from_dict(raw)
+                        except (EvidenceFormatError, TypeError, ValueError):
+                            continue
+        return out
+
 
 class MemoryKeys:
     """The same keys built in memory from the blocks: what a search uses when a session
@@ -357,18 +439,27 @@ class MemoryKeys:
         self.session_id = session_id
         self.table = KeyTable()
         self._metas: dict[str, dict[str, JSON]] = {}
+        self._full: dict[str, EvidencePointer] = {}
         self.state = IndexState(keyed=True)
         self.ords = Ords()
 
-    def add(self, blocks: Iterable[CompactBlock]) -> None:
-        for block in blocks:
+    def add(
+        self,
+        blocks: Iterable[tuple[int, CompactBlock]],
+        positions: Mapping[str, int] | None = None,
+    ) -> None:
+        """Index ``(event seq, block)`` pairs."""
+        for seq, block in blocks:
             placed = self.ords.place(block)
-            keys, terms, metas = block_keys(self.session_id, block, placed)
+            keys, terms, metas = block_keys(self.session_id, block, placed, seq, positions)
             for d, ks in keys.items():
                 self.table.add(d, ks)
             self.table.add(terms_id(self.session_id), terms)
             self._metas.update(metas)
-            self.state.add_block(self.state.seq, block, placed, self.ords.calls)
+            self._full.update(
+                (doc_id(self.session_id, p.id), p) for p in block.evidence if p.id in placed
+            )
+            self.state.add_block(seq, block, placed, self.ords.calls)
 
     def lookup(
         self, keys: Sequence[str] = (), prefixes: Sequence[str] = ()
@@ -381,23 +472,36 @@ class MemoryKeys:
     def hit_meta(self, doc_id: str, meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return self._metas.get(doc_id)
 
+    def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
+        return {d: self._full[d] for d in metas if d in self._full}
+
 
 def block_keys(
-    session_id: str, block: CompactBlock, placed: Mapping[str, int]
+    session_id: str,
+    block: CompactBlock,
+    placed: Mapping[str, int],
+    block_seq: int,
+    positions: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, list[str]], list[str], dict[str, dict[str, JSON]]]:
     """A block's keys by document, its session-wide words, and its documents' metadata
-    (``placed``: from :meth:`Ords.place`)."""
+    (``placed``: from :meth:`Ords.place`; ``block_seq``: the seq of the block's event)."""
     keys: dict[str, list[str]] = {}
     metas: dict[str, dict[str, JSON]] = {}
     for p in block.evidence:
         ord_ = placed.get(p.id)
         if ord_ is not None:
             keys[doc_id(session_id, p.id)] = doc_keys(p, ord_)
-            metas[doc_id(session_id, p.id)] = meta_of(p, ord_)
+            metas[doc_id(session_id, p.id)] = meta_of(p, ord_, block_seq, positions)
     return keys, block_terms(block), metas
 
 
-def backfill(store: Any, session_id: str, blocks: Sequence[CompactBlock], state: IndexState) -> int:
+def backfill(
+    store: Any,
+    session_id: str,
+    blocks: Sequence[tuple[int, CompactBlock]],
+    state: IndexState,
+    positions: Mapping[str, int] | None = None,
+) -> int:
     """Give the documents of a session written before keys existed their keys and metadata,
     and file its index state, in one transaction; returns how many documents that took.
     Raises StorageError when the store cannot be written."""
@@ -405,8 +509,8 @@ def backfill(store: Any, session_id: str, blocks: Sequence[CompactBlock], state:
     terms: dict[str, None] = {}
     metas: dict[str, dict[str, JSON]] = {}
     ords = Ords()
-    for block in blocks:
-        k, t, m = block_keys(session_id, block, ords.place(block))
+    for seq, block in blocks:
+        k, t, m = block_keys(session_id, block, ords.place(block), seq, positions)
         keys.update(k)
         terms.update(dict.fromkeys(t))
         metas.update(m)
@@ -435,6 +539,7 @@ __all__ = [
     "fits",
     "longest_token",
     "meta_of",
+    "rank_pointer",
     "search_docs",
     "term_keys",
 ]

@@ -33,10 +33,10 @@ from .lookups import (
     StoreKeys,
     backfill,
     cmd_key,
-    failed,
     fits,
     indexed,
     longest_token,
+    rank_pointer,
 )
 from .model import EvidencePointer
 from .rank import (
@@ -44,7 +44,6 @@ from .rank import (
     Candidate,
     lines_match,
     parse_query,
-    path_strength,
     primary_exception,
     rerank,
     strip_ordinals,
@@ -73,37 +72,31 @@ class Hit:
 
 @dataclass(slots=True)
 class _Doc:
-    """One document met by a question: its pointer (as stored) and its place in the
-    session's evidence. A tool output taken only to count an ordinal has no ``raw`` pointer
-    until it is among the hits (``stub``)."""
+    """One document met by a question: what ranking reads of its pointer (``rank``, from the
+    stored metadata; None for a tool output taken only to count an ordinal, known by
+    ``pointer`` alone until it is among the hits) and its place in the session's evidence."""
 
     ord: int
-    raw: Mapping[str, Any] | None = None
-    stub: EvidencePointer | None = None
+    pointer: EvidencePointer
+    meta: Mapping[str, Any] | None = None
+    rank: Mapping[str, Any] | None = None
     failed: bool = False
-    _pointer: EvidencePointer | None = None
-
-    @property
-    def pointer(self) -> EvidencePointer:
-        if self._pointer is None:
-            if self.raw is None:
-                assert self.stub is not None
-                return self.stub
-            self._pointer = EvidencePointer.from_dict(self.raw)
-        return self._pointer
 
 
 def _doc(meta: Mapping[str, Any] | None) -> _Doc | None:
-    raw = meta.get("pointer") if meta is not None else None
-    if not isinstance(raw, Mapping):
+    rank = meta.get("rank") if meta is not None else None
+    if meta is None or not isinstance(rank, Mapping):
         return None
-    assert meta is not None
+    pointer = rank_pointer(rank)
+    ord_, fail = meta.get("ord"), meta.get("failed")
+    if pointer is None or type(ord_) is not int or not isinstance(fail, bool):
+        return None
+    return _Doc(ord=ord_, pointer=pointer, meta=meta, rank=rank, failed=fail)
+
+
+def _ord_of(meta: Mapping[str, Any]) -> int:
     ord_ = meta.get("ord")
-    if not isinstance(ord_, int):
-        created = raw.get("createdAt")
-        ord_ = created if isinstance(created, int) else -1
-    fail = meta.get("failed")
-    return _Doc(ord=ord_, raw=raw, failed=fail if isinstance(fail, bool) else failed(raw))
+    return ord_ if type(ord_) is int else -1
 
 
 def _after(key: str, prefix: str) -> tuple[str, str]:
@@ -141,15 +134,20 @@ class EvidenceSearch:
         if state.keyed or not state.blocks:
             self._source = StoreKeys(session.store, session.session_id)
             return 0
-        blocks = self.store.blocks()
+        blocks = self.store.numbered_blocks()
         if isinstance(self._source, MemoryKeys):  # grown since: index the new blocks only
-            self._source.add(blocks[self._source.state.blocks :])
+            log = self.calls() if self.calls is not None else None
+            self._source.add(
+                blocks[self._source.state.blocks :], log.positions if log is not None else None
+            )
             return 0
+        log = self.calls() if self.calls is not None else None
+        positions = log.positions if log is not None else None
         try:
-            done = backfill(session.store, session.session_id, blocks, state)
+            done = backfill(session.store, session.session_id, blocks, state, positions)
         except StorageError:
             memory = MemoryKeys(session.session_id)
-            memory.add(blocks)
+            memory.add(blocks, positions)
             self._source = memory
             return memory.state.pointers
         state.keyed = True
@@ -162,9 +160,31 @@ class EvidenceSearch:
         return self._source
 
     def get(self, evidence_id: str) -> EvidencePointer | None:
+        src = self._keys()
         doc_id = f"{self.store.session.session_id}:{evidence_id}"
-        got = _doc(self._keys().metas([doc_id]).get(doc_id))
-        return got.pointer if got is not None else None
+        meta = src.metas([doc_id]).get(doc_id)
+        if meta is None:
+            return None
+        return src.full({doc_id: meta}).get(doc_id) or self.store.find(evidence_id)
+
+    def _full(self, doc_ids: list[str]) -> list[EvidencePointer]:
+        src = self._keys()
+        metas = src.metas(doc_ids)
+        full = src.full(metas)
+        return [full[d] for d in doc_ids if d in full]
+
+    def by_call(self, call_id: str) -> list[EvidencePointer]:
+        """The evidence of one tool call (its result), oldest first."""
+        key = f"call:{call_id}"
+        rows = self._keys().lookup([key]) if fits(key) else []
+        metas = self._keys().metas([d for _, d in rows])
+        order = sorted(metas, key=lambda d: (_ord_of(metas[d]), d))
+        return self._full(order)
+
+    def recent_failures(self, k: int) -> list[EvidencePointer]:
+        """The ``k`` newest outputs showing an error, a stack trace or test output."""
+        rows = self._keys().lookup(prefixes=["err:"])
+        return self._full([d for _, d in sorted(rows, reverse=True)[: max(k, 0)]])
 
     def pointers(self) -> list[EvidencePointer]:
         """Every indexed pointer (reads every block: not for the hot path)."""
@@ -323,8 +343,16 @@ class _Question:
             for value in anchor_words.get(term, ()):
                 if value in self.low:
                     anchors[value] = anchors.get(value, 0) + 1
-        path_docs = docs_of("path:", spec.paths)
-        path_docs |= docs_of("full:", (s for qp in spec.paths for s in path_suffixes(qp)[1:]))
+        # how many components a named path has in common with the call's (path_strength):
+        # all of the question's path when it is a suffix of the call's, else all of the
+        # call's path when that is a suffix of the question's
+        strength: dict[str, int] = {}
+        for qp in spec.paths:
+            ways = [(f"path:{qp}", qp), *((f"full:{s}", s) for s in path_suffixes(qp)[1:])]
+            for key, path in ways:
+                for d in by.get(key, ()):
+                    strength[d] = max(strength.get(d, 0), path.count("/") + 1)
+        path_docs = set(strength)
         url_docs = docs_of("url:", spec.urls)
         pattern_docs = {
             d
@@ -370,35 +398,41 @@ class _Question:
         for d, (at, fail, call) in outputs.items():
             if d not in self.docs:  # counted for the ordinal only: what it is comes later
                 bare = EvidencePointer(id=d.partition(":")[2], role="tool", tool_use_id=call)
-                self.docs[d] = _Doc(ord=at, stub=bare, failed=fail)
+                self.docs[d] = _Doc(ord=at, pointer=bare, failed=fail)
             wanted.add(d)
-        named = set(
-            tokenize(
-                " ".join(self.docs[d].pointer.command or "" for d in (exact | partial) & wanted)
-            )
-        )
+        commands_named = {self.docs[d].pointer.command or "" for d in (exact | partial) & wanted}
+        named = set(tokenize(" ".join(commands_named)))  # (the words of each, once)
         handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
         extra_terms = [t for t in self.terms if t not in named and t not in handles]
         extra = self._bm25_of(
             [t for t in extra_terms if t not in GENERIC and t not in FILLER], strong
         )
-        log = self.search.calls() if self.search.calls is not None else None
-        external = log is not None and len(log) > 0
-        positions = log.positions if log is not None and external else {}
+        # where each call is in the session: stored with the documents, so the session's
+        # call log is read only for an ordinal (it counts every call) or for documents
+        # written without it; without the session's calls, the documents' own order
+        log: CallLog | None = None
+        stored = self.search.calls is not None and spec.ordinal is None
+        stored = stored and all("pos" in (self.docs[d].meta or {}) for d in wanted)
+        if self.search.calls is not None and not stored:
+            log = self.search.calls()
+            log = log if log is not None and len(log) else None
         pref_of = self._pref_error if spec.wants_error else self._pref
         cands: list[Candidate] = []
         for d in sorted(wanted, key=lambda d: (self.docs[d].ord, d)):
             doc = self.docs[d]
             p = doc.pointer
-            seq = positions.get(p.tool_use_id or p.id)
-            is_stub = doc.raw is None
+            if stored:
+                seq = (doc.meta or {}).get("pos")
+            else:
+                seq = log.positions.get(p.tool_use_id or p.id) if log is not None else None
+            is_stub = doc.rank is None
             cands.append(
                 Candidate(
                     pointer=p,
-                    seq=doc.ord if seq is None else seq,
+                    seq=seq if type(seq) is int else doc.ord,
                     bm25=scores.get(d, 0.0) * (1.0 + 0.1 * self._created(d) / self.top),
                     command=2 if d in exact else 1 if d in partial else 0,
-                    path=path_strength(spec.paths, p.paths) if d in path_docs else 0,
+                    path=strength.get(d, 0),
                     lines=lines_match(spec.lines, p.lines),
                     tool=(d in tool_docs) if is_stub else p.tool_name in spec.tools,
                     pattern=d in pattern_docs,
@@ -411,7 +445,7 @@ class _Question:
                     extra=extra.get(d, 0.0),
                 )
             )
-        if not external and spec.ordinal is not None:
+        if log is None and spec.ordinal is not None:
             log = self.search._internal_log()
         ranked = rerank(cands, spec, calls=log if spec.ordinal is not None else None)[:k]
         return self._hits(ranked)
@@ -471,9 +505,7 @@ class _Question:
                 self.docs[d] = got
 
     def _created(self, d: str) -> int:
-        raw = self.docs[d].raw
-        created = raw.get("createdAt") if raw is not None else None
-        return created if isinstance(created, int) else 0
+        return self.docs[d].pointer.created_at
 
     def _pref(self, d: str) -> float:
         return _preference(self.docs[d], False)
@@ -489,13 +521,16 @@ class _Question:
         return {d: s for d, (s, _) in scores.items() if d in docs}
 
     def _hits(self, ranked: list[Candidate]) -> list[Hit]:
+        """The hits with their whole pointers (read now: ranking needed only a part)."""
         sid = self.search.store.session.session_id
         ids = [f"{sid}:{c.pointer.id}" for c in ranked]
-        self._fetch([d for d in ids if d in self.docs and self.docs[d].raw is None], again=True)
+        missing = [d for d in ids if d in self.docs and self.docs[d].meta is None]
+        self._fetch(missing, again=True)
+        metas = {d: m for d in ids if (m := self._meta(d)) is not None}
+        full = self.src.full(metas) if metas else {}
         hits: list[Hit] = []
         for c, d in zip(ranked, ids, strict=True):
-            doc = self.docs.get(d)
-            pointer = doc.pointer if doc is not None else c.pointer
+            pointer = full.get(d) or self.search.store.find(c.pointer.id) or c.pointer
             body = self.search.store.restore(pointer).text
             hits.append(
                 Hit(
@@ -504,19 +539,22 @@ class _Question:
             )
         return hits
 
+    def _meta(self, d: str) -> Mapping[str, Any] | None:
+        doc = self.docs.get(d)
+        return doc.meta if doc is not None else None
+
 
 def _preference(doc: _Doc, wants_error: bool) -> float:
     """The seed's preferences (5.3) as a factor; recency is applied at query time."""
-    p = doc.raw
-    if p is None:
+    if doc.rank is None:
         return 1.0
+    p = doc.pointer
     factor = 1.0
-    if p.get("sourceScope") == "sub_agent":
+    if p.source_scope == "sub_agent":
         factor *= 1.15
-    role = p.get("role")
-    if role == "tool" or role is None:
+    if p.role == "tool":
         factor *= 1.1
-    if set(p.get("contentTypes") or ()) & {"stack_trace", "error", "test_output"}:
+    if doc.rank.get("errorish") is True:
         factor *= 1.2 if wants_error else 1.05
     if wants_error and doc.failed:
         factor *= 1.25

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -32,6 +32,7 @@ from .lookups import (
     Ords,
     block_terms,
     doc_id,
+    fits,
     indexed,
     search_docs,
     state_key,
@@ -125,10 +126,13 @@ class EvidenceStore:
         *,
         transcript_lookup: TranscriptLookup | None = None,
         offload_lookup: OffloadLookup | None = None,
+        call_positions: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.session = session
         self.transcript_lookup = transcript_lookup
         self.offload_lookup = offload_lookup
+        #: the session's calls by id -> position, as of now (stored with each document)
+        self.call_positions = call_positions
         self._blocks: list[CompactBlock] | None = None
         #: event seq of each loaded block
         self._seqs: list[int] = []
@@ -392,6 +396,8 @@ class EvidenceStore:
             block,
             lambda p: self._texts.pop(p.id, p.preview),
             ords=placed,
+            block_seq=session.next_seq,
+            positions=self.call_positions() if self.call_positions is not None else None,
         )
         self._texts.clear()
         seq = session.emit("evidence", {"block": block.to_dict()})
@@ -436,6 +442,22 @@ class EvidenceStore:
             if isinstance(call, str):
                 ords.by_call.setdefault(call, ord_)
 
+    def indexed_calls(self, call_ids: Iterable[str]) -> set[str]:
+        """Which of these tool calls have evidence already (stored, or indexed by this writer
+        in the unit still open), without reading the blocks."""
+        wanted = set(call_ids)
+        state = self.state()  # a session written before keys: its blocks are read (once)
+        found = {c for c in wanted if c in self._ords.by_call}
+        rest = wanted - found
+        if rest and state.keyed:
+            rows = self.session.store.lookup(
+                NAMESPACE,
+                session_id=self.session.session_id,
+                keys=[f"call:{c}" for c in rest if fits(f"call:{c}")],
+            )
+            found |= {key[5:] for key, _ in rows}
+        return found
+
     def _state_doc(self) -> dict[str, Any] | None:
         return self.session.store.get_doc(STATE_NAMESPACE, state_key(self.session.session_id))
 
@@ -453,7 +475,7 @@ class EvidenceStore:
                 self._ords = Ords(state.calls)
             else:
                 state, ords = IndexState(), Ords()
-                for seq, block in zip(self._seqs_loaded(), self._load(), strict=True):
+                for seq, block in self.numbered_blocks():
                     state.add_block(seq, block, ords.place(block), ords.calls)
                 self._ords = ords
             self._state = state
@@ -462,6 +484,10 @@ class EvidenceStore:
     def _seqs_loaded(self) -> list[int]:
         self._load()
         return self._seqs
+
+    def numbered_blocks(self) -> list[tuple[int, CompactBlock]]:
+        """``(event seq, block)`` of every block, in order."""
+        return list(zip(self._seqs_loaded(), self._load(), strict=True))
 
     def _load(self) -> list[CompactBlock]:
         if self._blocks is None:
