@@ -14,7 +14,7 @@ import pytest
 
 from contextfold import ContextManager
 from contextfold.errors import StorageError
-from contextfold.evidence.lookups import NAMESPACE, search_docs, state_key
+from contextfold.evidence.keys import NAMESPACE, search_docs, state_key
 from contextfold.evidence.rank import parse_ordinal
 from contextfold.evidence.search import EvidenceSearch
 from contextfold.evidence.store import EvidenceStore
@@ -77,10 +77,14 @@ def messages(n: int) -> list[Message]:
     return out
 
 
+#: The messages of each range (one set of message uuids: the same message is the same pointer)
+RANGES = {n: messages(n) for n in (5, 6, 7)}
+
+
 def build(store: Store, sid: str = "s") -> EvidenceStore:
     es = EvidenceStore(SessionStore(store, sid, "agent"))
     for n in (5, 6, 7):
-        msgs = messages(n)
+        msgs = RANGES[n]
         for start in range(0, len(msgs), 9):
             chunk = msgs[start : start + 9]
             es.index_compaction(
@@ -216,6 +220,35 @@ def test_duplicate_pointers_keep_their_first_document(store: Store) -> None:
         got = search.get(p.id)
         first = next(q for q in pointers if q.id == p.id)
         assert got == first
+
+
+def test_a_writer_that_reopened_does_not_index_a_pointer_again(store: Store) -> None:
+    """After a reopen the writer has not read the blocks: it asks the store which pointers
+    and calls are there already, and keeps their first documents."""
+    build(store)
+    search = EvidenceSearch(EvidenceStore(SessionStore(store, "s", "agent")))
+    before = {q: answers_of(search, q) for q in QUERIES[:6]}
+    es = EvidenceStore(SessionStore(store, "s", "agent"))
+    calls = es.state().calls
+    again = RANGES[5][:9]  # indexed before, by another writer
+    es.index_compaction(
+        messages=again,
+        offloaded={},
+        summary_items_source=[],
+        token_before=0,
+        token_after=0,
+        boundary_uuid=None,
+        natural_summary="",
+        tier="t",
+        strategy="s",
+    )
+    assert es.state().calls == calls  # no new documents
+    fresh = EvidenceSearch(EvidenceStore(SessionStore(store, "s", "agent")))
+    assert {q: answers_of(fresh, q) for q in QUERIES[:6]} == before
+
+
+def answers_of(search: EvidenceSearch, query: str) -> list[tuple[str, float]]:
+    return [(h.pointer.id, h.score) for h in search.search(query, k=5)]
 
 
 def test_manager_restore_after_reopen_uses_stored_positions(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ContextFoldError, StorageError, UnsafeIdError
-from .evidence.lookups import Ords
+from .evidence.keys import Ords
 from .evidence.model import CompactBlock, EvidenceFormatError
 from .evidence.store import search_docs
 from .memory import NAMESPACE as MEMORY_NS

@@ -25,19 +25,17 @@ from ..messages import Message
 from ..storage.session import SessionStore
 from .classify import classify, extract_anchors, link_summary_item, normalize_command, summary_hints
 from .fields import CallFields, call_fields, is_own_tool, lines_text
-from .lookups import (
+from .keys import (
     NAMESPACE,
     STATE_NAMESPACE,
-    IndexState,
     Ords,
     block_terms,
-    doc_id,
     fits,
-    indexed,
     search_docs,
     state_key,
     terms_id,
 )
+from .lookups import IndexState, seed
 from .model import CompactBlock, EvidenceFormatError, EvidencePointer
 
 PREVIEW_CHARS = 240
@@ -388,7 +386,7 @@ class EvidenceStore:
         state = self.state()
         session = self.session
         if state.keyed:
-            self._seed(block)
+            seed(self._ords, session.store, session.session_id, block)
         placed = self._ords.place(block)
         docs = search_docs(
             session.session_id,
@@ -414,33 +412,6 @@ class EvidenceStore:
         if self._blocks is not None:
             self._blocks.append(block)
             self._seqs.append(seq)
-
-    def _seed(self, block: CompactBlock) -> None:
-        """Tell ``self._ords`` which of the block's pointers and calls are stored already."""
-        ords, sid = self._ords, self.session.session_id
-        store = self.session.store
-        ids = [doc_id(sid, p.id) for p in block.evidence if indexed(p) and p.id not in ords.seen]
-        calls = {
-            p.tool_use_id
-            for p in block.evidence
-            if indexed(p) and p.tool_use_id and p.tool_use_id not in ords.by_call
-        }
-        if not ids:
-            return
-        metas = dict(store.metas(NAMESPACE, ids))
-        if calls:
-            rows = store.lookup(NAMESPACE, session_id=sid, keys=[f"call:{c}" for c in calls])
-            more = [d for _, d in rows if d not in metas]
-            metas.update(store.metas(NAMESPACE, more) if more else {})
-        for meta in metas.values():
-            pointer, ord_ = meta.get("pointer"), meta.get("ord")
-            if not isinstance(pointer, dict) or not isinstance(ord_, int):
-                continue
-            pid, call = pointer.get("id"), pointer.get("toolUseId") or pointer.get("id")
-            if isinstance(pid, str) and doc_id(sid, pid) in ids:
-                ords.seen.add(pid)
-            if isinstance(call, str):
-                ords.by_call.setdefault(call, ord_)
 
     def indexed_calls(self, call_ids: Iterable[str]) -> set[str]:
         """Which of these tool calls have evidence already (stored, or indexed by this writer
