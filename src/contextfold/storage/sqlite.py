@@ -38,10 +38,9 @@ from .base import (
     SessionInfo,
     check_append,
     check_keys,
-    prefix_end,
 )
 from .files import FileBlobs
-from .sqlite_search import fts_search, scan_search
+from .sqlite_search import doc_metas, fts_search, key_lookup, scan_search
 from .text import query_terms, split_fields
 from .util import utc_now
 
@@ -83,9 +82,6 @@ _V3_SEARCH_KEYS = (
 #: Statements that bring a database from the previous version to this one (the base schema
 #: above is version 1; a version without statements only moves the number).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {3: _V3_SEARCH_KEYS}
-#: Arms of one compound SELECT (SQLite allows 500) and values of one IN list.
-_ARMS = 200
-_CHUNK = 500
 #: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
 #: weigh on evidence or memory queries, and BM25 statistics are per corpus.
 _FTS = (
@@ -612,42 +608,15 @@ class SQLiteStore:
     ) -> list[tuple[str, str]]:
         if not self._keys_table:
             return []
-        base = "SELECT key, doc_id FROM search_keys WHERE session_id=? AND namespace=? AND "
-        arms: list[tuple[str, list[Any]]] = []
-        wanted = sorted(set(keys))
-        for i in range(0, len(wanted), _CHUNK):
-            chunk = wanted[i : i + _CHUNK]
-            arms.append((f"key IN ({','.join('?' * len(chunk))})", chunk))
-        for prefix in sorted(set(prefixes)):
-            end = prefix_end(prefix)
-            arms.append(("key>=? AND key<?", [prefix, end]) if end else ("key>=?", [prefix]))
-        found: set[tuple[str, str]] = set()
         with self._reading(f"looking up keys of {namespace}") as con:
-            for i in range(0, len(arms), _ARMS):
-                sql = " UNION ALL ".join(base + cond for cond, _ in arms[i : i + _ARMS])
-                args: list[Any] = []
-                for _, values in arms[i : i + _ARMS]:
-                    args += [session_id, namespace, *values]
-                found.update(con.execute(sql, args).fetchall())
-        return sorted(found)
+            return key_lookup(con, namespace, session_id, keys, prefixes)
 
     def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
-        wanted = list(dict.fromkeys(doc_ids))
-        out: dict[str, dict[str, JSON]] = {}
         with self._reading(f"reading {namespace} documents") as con:
-            for i in range(0, len(wanted), _CHUNK):
-                chunk = wanted[i : i + _CHUNK]
-                rows = con.execute(
-                    f"SELECT doc_id, meta FROM search_docs WHERE namespace=? "
-                    f"AND doc_id IN ({','.join('?' * len(chunk))})",
-                    [namespace, *chunk],
-                ).fetchall()
-                for doc_id, text in rows:
-                    try:
-                        out[doc_id] = json.loads(text)
-                    except ValueError as exc:
-                        raise StorageError(f"document {namespace}/{doc_id} is damaged") from exc
-        return out
+            try:
+                return doc_metas(con, namespace, doc_ids)
+            except ValueError as exc:
+                raise StorageError(f"a {namespace} document is damaged: {exc}") from exc
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:

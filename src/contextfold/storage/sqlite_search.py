@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .base import SearchHit
+from .base import JSON, SearchHit, prefix_end
 from .text import BODY_WEIGHT, HINT_WEIGHT, bm25_scores
 
 
@@ -144,4 +144,56 @@ def scan_search(
     ]
 
 
-__all__ = ["JsonMeta", "fts_search", "scan_search"]
+#: Arms of one compound SELECT (SQLite allows 500) and values of one IN list.
+_ARMS = 200
+_CHUNK = 500
+
+
+def key_lookup(
+    con: sqlite3.Connection,
+    namespace: str,
+    session_id: str,
+    keys: Sequence[str],
+    prefixes: Sequence[str],
+) -> list[tuple[str, str]]:
+    """Exact keys (IN lists) and prefixes (key ranges of the primary key), one compound
+    SELECT per batch of arms."""
+    base = "SELECT key, doc_id FROM search_keys WHERE session_id=? AND namespace=? AND "
+    arms: list[tuple[str, list[Any]]] = []
+    wanted = sorted(set(keys))
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        arms.append((f"key IN ({','.join('?' * len(chunk))})", chunk))
+    for prefix in sorted(set(prefixes)):
+        end = prefix_end(prefix)
+        arms.append(("key>=? AND key<?", [prefix, end]) if end else ("key>=?", [prefix]))
+    found: set[tuple[str, str]] = set()
+    for i in range(0, len(arms), _ARMS):
+        sql = " UNION ALL ".join(base + cond for cond, _ in arms[i : i + _ARMS])
+        args: list[Any] = []
+        for _, values in arms[i : i + _ARMS]:
+            args += [session_id, namespace, *values]
+        found.update(con.execute(sql, args).fetchall())
+    return sorted(found)
+
+
+def doc_metas(
+    con: sqlite3.Connection, namespace: str, doc_ids: Sequence[str]
+) -> dict[str, dict[str, JSON]]:
+    """The meta of documents by id (ValueError: a damaged one)."""
+    wanted = list(dict.fromkeys(doc_ids))
+    out: dict[str, dict[str, JSON]] = {}
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        rows = con.execute(
+            f"SELECT doc_id, meta FROM search_docs WHERE namespace=? "
+            f"AND doc_id IN ({','.join('?' * len(chunk))})",
+            [namespace, *chunk],
+        ).fetchall()
+        for doc_id, text in rows:
+            value = json.loads(text)
+            out[doc_id] = value if isinstance(value, dict) else {}
+    return out
+
+
+__all__ = ["JsonMeta", "doc_metas", "fts_search", "key_lookup", "scan_search"]
