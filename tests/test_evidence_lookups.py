@@ -133,6 +133,8 @@ def age(store: Store, sid: str = "s") -> None:
         txn.unindex(NAMESPACE, session_id=sid)
         txn.index(docs)
         txn.delete_doc("evidence", state_key(sid))
+        for key in store.docs("evidence", prefix=f"{sid}/ev/"):
+            txn.delete_doc("evidence", key)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
@@ -157,6 +159,7 @@ def test_old_session_gets_its_keys_once_and_answers_the_same(store: Store) -> No
     first = EvidenceSearch(EvidenceStore(SessionStore(store, "s", "agent")))
     assert first.sync() > 0  # the keys are written now, in one transaction
     assert store.get_doc("evidence", state_key("s")) is not None
+    assert store.docs("evidence", prefix="s/ev/")  # the hits' whole pointers
     assert store.lookup(NAMESPACE, session_id="s", prefixes=["cmd:"])
     assert answers(first) == fresh
     again = EvidenceSearch(EvidenceStore(SessionStore(store, "s", "agent")))

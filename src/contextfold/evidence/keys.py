@@ -16,8 +16,9 @@ work; the words that lead to a command or an anchor are filed once per session, 
 
 ``ord`` numbers the calls the documents answer, in evidence order (:class:`Ords`). A
 document's meta (:func:`meta_of`) holds what ranking reads of its pointer, its ``ord``, the
-call's position in the session when known, and the seq of its block's event, where the whole
-pointer is read for the hits.
+call's position in the session when known, and the seq of its block's event. The whole pointer
+of each document is also a small document of its own (``evidence/<session>/ev/<id>``,
+:func:`pointer_key`), read for the hits only.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def terms_id(session_id: str) -> str:
 
 def state_key(session_id: str) -> str:
     return f"{session_id}/index"
+
+
+def pointer_key(session_id: str, pointer_id: str) -> str:
+    """The document holding a pointer whole (for the hits: ranking reads the meta only)."""
+    return f"{session_id}/ev/{pointer_id}"
 
 
 def fits(key: str) -> bool:
@@ -315,6 +321,7 @@ __all__ = [
     "indexed",
     "longest_token",
     "meta_of",
+    "pointer_key",
     "rank_pointer",
     "search_docs",
     "state_key",

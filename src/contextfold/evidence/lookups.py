@@ -23,6 +23,7 @@ from .keys import (
     doc_id,
     fits,
     indexed,
+    pointer_key,
     state_key,
     terms_id,
 )
@@ -153,22 +154,33 @@ class StoreKeys:
         return meta
 
     def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
-        """Read from the evidence events of their blocks (one event per block)."""
+        """Read from their documents (:func:`.keys.pointer_key`), else from the evidence
+        event of their block."""
+        out: dict[str, EvidencePointer] = {}
         by_block: dict[int, set[str]] = {}
         for d, meta in metas.items():
+            pid = d.partition(":")[2]
+            doc = self.store.get_doc(STATE_NAMESPACE, pointer_key(self.session_id, pid))
+            raw = doc.get("pointer") if doc is not None else None
+            if isinstance(raw, Mapping):
+                try:
+                    out[d] = EvidencePointer.from_dict(raw)
+                    continue
+                except (EvidenceFormatError, TypeError, ValueError):
+                    pass
             seq = meta.get("block")
-            if isinstance(seq, int) and seq >= 0:
-                by_block.setdefault(seq, set()).add(d.partition(":")[2])
-        out: dict[str, EvidencePointer] = {}
+            if type(seq) is int and seq >= 0:
+                by_block.setdefault(seq, set()).add(pid)
         for seq, ids in sorted(by_block.items()):
             for ev in self.store.read(self.session_id, start=seq, stop=seq + 1):
                 block = ev.data.get("block") if ev.kind == "evidence" else None
                 evidence = block.get("evidence") if isinstance(block, Mapping) else None
-                for raw in evidence if isinstance(evidence, list) else ():
-                    pid = raw.get("id") if isinstance(raw, Mapping) else None
-                    if pid in ids and doc_id(self.session_id, pid) not in out:
+                for item in evidence if isinstance(evidence, list) else ():
+                    got = item.get("id") if isinstance(item, Mapping) else None
+                    if isinstance(got, str) and got in ids:
+                        d = doc_id(self.session_id, got)
                         try:
-                            out[doc_id(self.session_id, pid)] = EvidencePointer.from_dict(raw)
+                            out.setdefault(d, EvidencePointer.from_dict(item))
                         except (EvidenceFormatError, TypeError, ValueError):
                             continue
         return out
@@ -232,16 +244,21 @@ def backfill(
     keys: dict[str, list[str]] = {}
     terms: dict[str, None] = {}
     metas: dict[str, dict[str, JSON]] = {}
+    whole: dict[str, EvidencePointer] = {}
     ords = Ords()
     for seq, block in blocks:
-        k, t, m = block_keys(session_id, block, ords.place(block), seq, positions)
+        placed = ords.place(block)
+        k, t, m = block_keys(session_id, block, placed, seq, positions)
         keys.update(k)
         terms.update(dict.fromkeys(t))
         metas.update(m)
+        whole.update((p.id, p) for p in block.evidence if p.id in placed)
     keys[terms_id(session_id)] = list(terms)
     with store.transaction() as txn:
         txn.add_keys(NAMESPACE, session_id, keys)
         txn.update_meta(NAMESPACE, metas)
+        for pid, p in whole.items():
+            txn.put_doc(STATE_NAMESPACE, pointer_key(session_id, pid), {"pointer": p.to_dict()})
         txn.put_doc(STATE_NAMESPACE, state_key(session_id), state.to_doc())
     return len(metas)
 

@@ -48,28 +48,67 @@ class Hit:
     text_preview: str
 
 
-@dataclass(slots=True)
 class _Doc:
     """One document met by a question: what ranking reads of its pointer (``rank``, from the
-    stored metadata; None for a tool output taken only to count an ordinal, known by
-    ``pointer`` alone until it is among the hits) and its place in the session's evidence."""
+    stored metadata; None for a tool output taken only to count an ordinal, known by a bare
+    pointer until it is among the hits) and its place in the session's evidence. The pointer
+    object is made when ranking asks for it (most documents met only count for recency)."""
 
-    ord: int
-    pointer: EvidencePointer
-    meta: Mapping[str, Any] | None = None
-    rank: Mapping[str, Any] | None = None
-    failed: bool = False
+    __slots__ = ("_pointer", "failed", "meta", "ord", "rank")
+
+    def __init__(
+        self,
+        ord: int,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        rank: Mapping[str, Any] | None = None,
+        failed: bool = False,
+        pointer: EvidencePointer | None = None,
+    ) -> None:
+        self.ord = ord
+        self.meta = meta
+        self.rank = rank
+        self.failed = failed
+        self._pointer = pointer
+
+    @property
+    def pointer(self) -> EvidencePointer:
+        if self._pointer is None:
+            rank = self.rank or {}
+            self._pointer = rank_pointer(rank) or EvidencePointer(
+                id=str(rank.get("id")), created_at=self.created
+            )
+        return self._pointer
+
+    @property
+    def created(self) -> int:
+        created = self.rank.get("createdAt") if self.rank is not None else None
+        return created if type(created) is int else 0
+
+    @property
+    def call(self) -> str:
+        """The tool call it answers (its own id for a message): what positions are of."""
+        if self.rank is None:
+            return self.pointer.tool_use_id or self.pointer.id
+        use, own = self.rank.get("toolUseId"), self.rank.get("id")
+        return use if isinstance(use, str) and use else str(own)
+
+    @property
+    def command(self) -> str:
+        if self.rank is None:
+            return self.pointer.command or ""
+        command = self.rank.get("command")
+        return command if isinstance(command, str) else ""
 
 
 def _doc(meta: Mapping[str, Any] | None) -> _Doc | None:
     rank = meta.get("rank") if meta is not None else None
-    if meta is None or not isinstance(rank, Mapping):
+    if meta is None or not isinstance(rank, Mapping) or not isinstance(rank.get("id"), str):
         return None
-    pointer = rank_pointer(rank)
     ord_, fail = meta.get("ord"), meta.get("failed")
-    if pointer is None or type(ord_) is not int or not isinstance(fail, bool):
+    if type(ord_) is not int or not isinstance(fail, bool):
         return None
-    return _Doc(ord=ord_, pointer=pointer, meta=meta, rank=rank, failed=fail)
+    return _Doc(ord_, meta=meta, rank=rank, failed=fail)
 
 
 def ord_of(meta: Mapping[str, Any]) -> int:
@@ -101,6 +140,9 @@ class Question:
         self.quoted = [q for q in quoted if q]
         self.low = query.lower()
         self.flat_pattern = f" {pattern_key(query)} "
+        #: the first BM25 query (its words and hits)
+        self.first_terms: list[str] = []
+        self.first: dict[str, tuple[float, Mapping[str, Any]]] = {}
 
     # ------------------------------------------------------------ round 1: what it names
 
@@ -131,7 +173,8 @@ class Question:
 
     def answer(self, k: int) -> list[Hit]:
         spec, query = self.spec, self.query
-        scores_meta = self.search.bm25(self.src, [t for t in self.terms if t not in FILLER])
+        self.first_terms = [t for t in self.terms if t not in FILLER]
+        scores_meta = self.first = self.search.bm25(self.src, self.first_terms)
         for d, (_, meta) in scores_meta.items():
             got = _doc(meta)
             if got is not None:
@@ -234,9 +277,9 @@ class Question:
         for d, (at, fail, call) in outputs.items():
             if d not in self.docs:  # counted for the ordinal only: what it is comes later
                 bare = EvidencePointer(id=d.partition(":")[2], role="tool", tool_use_id=call)
-                self.docs[d] = _Doc(ord=at, pointer=bare, failed=fail)
+                self.docs[d] = _Doc(at, pointer=bare, failed=fail)
             wanted.add(d)
-        commands_named = {self.docs[d].pointer.command or "" for d in (exact | partial) & wanted}
+        commands_named = {self.docs[d].command for d in (exact | partial) & wanted}
         named = set(tokenize(" ".join(commands_named)))  # (the words of each, once)
         handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
         extra_terms = [t for t in self.terms if t not in named and t not in handles]
@@ -252,20 +295,32 @@ class Question:
         if self.search.calls is not None and not stored:
             log = self.search.calls()
             log = log if log is not None and len(log) else None
-        pref_of = self._pref_error if spec.wants_error else self._pref
-        cands: list[Candidate] = []
-        for d in sorted(wanted, key=lambda d: (self.docs[d].ord, d)):
+        seqs: dict[str, int] = {}
+        for d in wanted:
             doc = self.docs[d]
-            p = doc.pointer
             if stored:
                 seq = (doc.meta or {}).get("pos")
+            elif log is not None:
+                seq = log.positions.get(doc.call)
             else:
-                seq = log.positions.get(p.tool_use_id or p.id) if log is not None else None
+                seq = None
+            seqs[d] = seq if type(seq) is int else doc.ord
+        # without an ordinal or a tool named, only the command named exactly reaches the top
+        # level: when it has k outputs or more, the others cannot be among the hits (they
+        # count only for recency, through the newest place among all)
+        keep = wanted
+        if spec.ordinal is None and not spec.tools and len(exact & wanted) >= k:
+            keep = exact & wanted
+        pref_of = self._pref_error if spec.wants_error else self._pref
+        cands: list[Candidate] = []
+        for d in sorted(keep, key=lambda d: (self.docs[d].ord, d)):
+            doc = self.docs[d]
+            p = doc.pointer
             is_stub = doc.rank is None
             cands.append(
                 Candidate(
                     pointer=p,
-                    seq=seq if type(seq) is int else doc.ord,
+                    seq=seqs[d],
                     bm25=scores.get(d, 0.0) * (1.0 + 0.1 * self._created(d) / self.top),
                     command=2 if d in exact else 1 if d in partial else 0,
                     path=strength.get(d, 0),
@@ -283,7 +338,9 @@ class Question:
             )
         if log is None and spec.ordinal is not None:
             log = self.search.internal_log()
-        ranked = rerank(cands, spec, calls=log if spec.ordinal is not None else None)[:k]
+        calls = log if spec.ordinal is not None else None
+        newest = max(seqs.values(), default=0)
+        ranked = rerank(cands, spec, calls=calls, newest=newest)[:k]
         return self._hits(ranked)
 
     # ------------------------------------------------------------ commands
@@ -341,7 +398,7 @@ class Question:
                 self.docs[d] = got
 
     def _created(self, d: str) -> int:
-        return self.docs[d].pointer.created_at
+        return self.docs[d].created
 
     def _pref(self, d: str) -> float:
         return _preference(self.docs[d], False)
@@ -353,7 +410,11 @@ class Question:
         """BM25 of ``terms`` for the given documents only."""
         if not docs:
             return {}
-        scores = self.search.bm25(self.src, terms, limit=max(BM25_FETCH, 4 * len(docs)))
+        limit = max(BM25_FETCH, 4 * len(docs))
+        if terms == self.first_terms and limit == BM25_FETCH:  # the same query: asked already
+            scores = self.first
+        else:
+            scores = self.search.bm25(self.src, terms, limit=limit)
         return {d: s for d, (s, _) in scores.items() if d in docs}
 
     def _hits(self, ranked: list[Candidate]) -> list[Hit]:
@@ -382,15 +443,15 @@ class Question:
 
 def _preference(doc: _Doc, wants_error: bool) -> float:
     """The seed's preferences (5.3) as a factor; recency is applied at query time."""
-    if doc.rank is None:
+    rank = doc.rank
+    if rank is None:
         return 1.0
-    p = doc.pointer
     factor = 1.0
-    if p.source_scope == "sub_agent":
+    if rank.get("sourceScope") == "sub_agent":
         factor *= 1.15
-    if p.role == "tool":
+    if rank.get("role") == "tool":
         factor *= 1.1
-    if doc.rank.get("errorish") is True:
+    if rank.get("errorish") is True:
         factor *= 1.2 if wants_error else 1.05
     if wants_error and doc.failed:
         factor *= 1.25

@@ -31,6 +31,7 @@ from .keys import (
     Ords,
     block_terms,
     fits,
+    pointer_key,
     search_docs,
     state_key,
     terms_id,
@@ -400,6 +401,11 @@ class EvidenceStore:
         self._texts.clear()
         seq = session.emit("evidence", {"block": block.to_dict()})
         session.index(docs)
+        for p in block.evidence:
+            if p.id in placed:
+                session.put_doc(
+                    STATE_NAMESPACE, pointer_key(session.session_id, p.id), {"pointer": p.to_dict()}
+                )
         terms = block_terms(block)
         if terms:
             session.add_keys(NAMESPACE, {terms_id(session.session_id): terms})
