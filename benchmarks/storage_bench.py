@@ -58,23 +58,29 @@ def _renamed(msgs: list[dict[str, Any]], tag: str, repeat: int) -> list[dict[str
 
 
 def session_messages(n: int, megabytes: float) -> list[dict[str, Any]]:
+    """``n`` trace messages, tool outputs repeated until the session holds ``megabytes``."""
     traces = _traces()
-    plain = [m for t in traces for m in t[1:]]  # one system prompt, at the start
-    size = sum(len(json.dumps(m)) for m in plain) / len(plain)
-    repeat = max(1, round(megabytes * 1e6 / n / size))
-    out: list[dict[str, Any]] = [traces[0][0]]
-    loop = 0
-    while len(out) < n:
-        for t in traces:
-            body = _renamed(t[1:], f"l{loop}", repeat)
-            out.extend(body)
-            loop += 1
-            if len(out) >= n:
-                break
-    out = out[:n]
-    while out[-1].get("role") == "assistant" and out[-1].get("tool_calls"):
-        out.pop()  # never end on an unanswered call
-    return out
+
+    def make(repeat: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [traces[0][0]]  # one system prompt, at the start
+        loop = 0
+        while len(out) < n:
+            for t in traces:
+                out.extend(_renamed(t[1:], f"l{loop}", repeat))
+                loop += 1
+                if len(out) >= n:
+                    break
+        out = out[:n]
+        while out[-1].get("role") == "assistant" and out[-1].get("tool_calls"):
+            out.pop()  # never end on an unanswered call
+        return out
+
+    repeat = 1
+    while True:
+        msgs = make(repeat)
+        if sum(len(json.dumps(m)) for m in msgs) >= megabytes * 1e6 or repeat >= 20:
+            return msgs
+        repeat += 1
 
 
 def build(target: str, msgs: list[dict[str, Any]]) -> float:

@@ -39,6 +39,7 @@ from .overflow import is_context_overflow
 from .paths import Workspace, check_session_id
 from .records import CompactionRecord, OffloadEntry, StoreRecordStore, Tier
 from .recovery import Recovery, RestoreHit
+from .reopen import deferred_policy, load_lazily
 from .responses import parse_inputs, response_message
 from .sessions.log import LogEntry, SessionLog, entry_of
 from .state import SessionState, load_state, save_state
@@ -234,6 +235,20 @@ class ContextManager:
 
     # ------------------------------------------------------------------ persistence
     def _load(self) -> None:
+        self._seqs: list[int] | None = None
+        self._deferred: list[tuple[int, OffloadEntry, str]] = []
+        offloads = load_lazily(self)
+        if offloads is None:  # events of an older release (no heads): read every message
+            offloads = self._load_all()
+        self.offload.load(offloads)
+        if self.eviction_store is not self.offload:
+            self.eviction_store.load(offloads)
+        # user data, not derived: a damaged snapshot is an error naming it, never dropped
+        self.session_state = load_state(self.session)
+        with self.view.deferred_sums():
+            self._load_view_state()
+
+    def _load_all(self) -> list[Any]:
         offloads = []
         entries: list[LogEntry] = []
         stored_calls = self.recovery.stored_calls
@@ -255,13 +270,17 @@ class ContextManager:
                     len(self.view), {c.id for c in msg.tool_calls if c.id in answered}
                 )
             self.view.append(msg, entry.seq, checked=True)  # entry_of validated it
-        self.offload.load(offloads)
-        if self.eviction_store is not self.offload:
-            self.eviction_store.load(offloads)
-        # user data, not derived: a damaged snapshot is an error naming it, never dropped
-        self.session_state = load_state(self.session)
-        with self.view.deferred_sums():
-            self._load_view_state()
+        return offloads
+
+    def message_at(self, index: int) -> Message:
+        """History message ``index`` without loading the rest of a lazily reopened history."""
+        with self._lock:
+            if self.view.is_loaded(index) or self._seqs is None:
+                return self.view.history[index]
+            seq = self._seqs[index]
+            for event in self.store.read(self.session_id, start=seq, stop=seq + 1):
+                return entry_of(event).message
+            return self.view.history[index]
 
     def _load_view_state(self) -> None:
         last = self.session.read_last(1, ["state"])
@@ -294,6 +313,9 @@ class ContextManager:
         st.boundary_uuid = data.get("boundary_uuid")
         st.compactions = int(data.get("compactions", 0))
         st.last_artifacts = tuple(data.get("last_artifacts", ()))
+        written = data.get("written")
+        if isinstance(written, Mapping):
+            self.compactor.written.restore(self.view, written)
         self.calibration = Calibration.from_dict(data.get("calibration", {}))
         self.compactor.scale = self.calibration.apply
         self._set_window(LearnedWindow.from_dict(data.get("learned_window")))
@@ -314,14 +336,27 @@ class ContextManager:
         entries = self.offload.entries()
         if self.eviction_store is not self.offload:
             entries.update(self.eviction_store.entries())
-        by_call = {m.tool_call_id: i for i, m in enumerate(self.view.history) if m.tool_call_id}
+        view = self.view
         for key, entry in entries.items():
-            idx = by_call.get(key)
+            idx = view.result_index(key)
             if idx is None and key.startswith(("msg-", "args-")):
-                idx = self.view.uuids.get(key.split("-", 1)[1])
+                idx = view.uuids.get(key.split("-", 1)[1])
             if idx is None:
                 continue
-            self.compactor.reapply(idx, entry, policies.get(key, entry.policy))
+            policy = policies.get(key, entry.policy)
+            if view.is_loaded(idx):
+                self.compactor.reapply(idx, entry, policy)
+                continue
+            # before the boundary of a lazily reopened history: applied when it is loaded
+            self._deferred.append((idx, entry, policy))
+            if deferred_policy(self, entry, policy):
+                self.compactor.state.offload_policies[entry.tool_call_id] = policy
+
+    def _reapply_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        with self.view.deferred_sums():
+            for idx, entry, policy in deferred:
+                self.compactor.reapply(idx, entry, policy)
 
     def _state_data(self) -> dict[str, Any]:
         st: CompactorState = self.compactor.state
@@ -335,6 +370,7 @@ class ContextManager:
             "last_anchors": [{"type": a.type.value, "content": a.content} for a in st.last_anchors],
             "compactions": st.compactions,
             "last_artifacts": list(st.last_artifacts),
+            "written": self.compactor.written.snapshot(self.view),
             "offload_policies": st.offload_policies,
             "calibration": self.calibration.to_dict(),
             "learned_window": self.learned_window.to_dict() if self.learned_window else None,

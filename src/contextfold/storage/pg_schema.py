@@ -29,9 +29,6 @@ import psycopg
 from ..errors import StorageError
 from .text import HINT_WEIGHT, clip, query_terms, tokenize
 
-#: The schema version this release writes and reads.
-SCHEMA_VERSION = 1
-
 #: PostgreSQL keeps at most 256 positions per lexeme; lexemes are limited to 2 KB.
 MAX_POSITIONS = 256
 MAX_LEXEME_CHARS = 200
@@ -103,7 +100,12 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
             created_at timestamptz NOT NULL DEFAULT now()
         )""",
     ),
+    # each event may carry a small head (a message's position, uuid, role, call ids, tokens)
+    # that reopening reads instead of every message; older events keep NULL
+    2: ("ALTER TABLE {s}.events ADD COLUMN head json",),
 }
+#: The schema version this release writes and reads.
+SCHEMA_VERSION = max(_MIGRATIONS)
 
 
 def check_schema_name(schema: str) -> str:

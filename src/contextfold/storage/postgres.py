@@ -39,6 +39,7 @@ from . import pg_search
 from .base import (
     JSON,
     Event,
+    EventHead,
     SearchHit,
     SessionInfo,
 )
@@ -270,6 +271,30 @@ class PostgresStore:
             if len(rows) < PAGE:
                 return
             cursor = int(rows[-1][1]) + 1
+
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        self._check_open()
+        if kinds is not None and not kinds:
+            return []
+        params: list[Any] = [session_id, max(start, 0)]
+        sql = f"SELECT seq, kind, head FROM {self.s}.events WHERE session_id = %s AND seq >= %s"
+        if stop is not None:
+            sql += " AND seq < %s"
+            params.append(stop)
+        if kinds is not None:
+            sql += " AND kind = ANY(%s)"
+            params.append(list(kinds))
+        rows = self._rows(
+            f"read the heads of session {session_id!r}", sql + " ORDER BY seq", params
+        )
+        return [EventHead(seq=int(r[0]), kind=str(r[1]), head=r[2]) for r in rows]
 
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
