@@ -371,9 +371,22 @@ class ContextManager:
             "compactions": st.compactions,
             "last_artifacts": list(st.last_artifacts),
             "written": self.compactor.written.snapshot(self.view),
-            "offload_policies": st.offload_policies,
+            "offload_policies": self._changed_policies(),
             "calibration": self.calibration.to_dict(),
             "learned_window": self.learned_window.to_dict() if self.learned_window else None,
+        }
+
+    def _changed_policies(self) -> dict[str, str]:
+        """The offload policies that differ from the one stored with their entry (reopening
+        falls back to the entry's): the state stays small however many outputs were
+        offloaded."""
+        entries = self.offload.entries()
+        if self.eviction_store is not self.offload:
+            entries.update(self.eviction_store.entries())
+        return {
+            key: policy
+            for key, policy in self.compactor.state.offload_policies.items()
+            if (entry := entries.get(key)) is None or entry.policy != policy
         }
 
     def _save_state(self) -> None:

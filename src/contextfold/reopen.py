@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .compactors.pinned import budget_of
 from .errors import InvalidMessageError
 from .messages import Message
 from .sessions.log import LogEntry, entry_of
@@ -35,29 +36,25 @@ def _parse_heads(rows: Sequence[Any]) -> tuple[list[Head], list[int], dict[int, 
     calls: dict[int, Any] = {}
     for row in rows:
         h = row.head
-        if not isinstance(h, Mapping):
+        try:
+            uuid, role, tokens = h["uuid"], h["role"], h["tokens"]
+            call_id = h.get("tool_call_id")
+            raw = h.get("calls")
+            ids = tuple([c["id"] for c in raw]) if raw is not None else ()
+        except (TypeError, KeyError, AttributeError):
             return None
-        uuid, role, tokens = h.get("uuid"), h.get("role"), h.get("tokens")
-        call_id = h.get("tool_call_id")
         if (
-            h.get("pos") != len(heads)
-            or not isinstance(uuid, str)
+            h["pos"] != len(heads)
+            or type(uuid) is not str
             or role not in _ROLES
-            or isinstance(tokens, bool)
-            or not isinstance(tokens, int)
-            or (call_id is not None and not isinstance(call_id, str))
+            or type(tokens) is not int
+            or (call_id is not None and type(call_id) is not str)
+            or any(type(c) is not str for c in ids)
         ):
             return None
-        raw = h.get("calls")
-        ids: tuple[str, ...] = ()
         if raw is not None:
-            if not isinstance(raw, list) or not all(
-                isinstance(c, Mapping) and isinstance(c.get("id"), str) for c in raw
-            ):
-                return None
-            ids = tuple(c["id"] for c in raw)
             calls[len(heads)] = raw
-        heads.append((uuid, str(role), call_id, ids, tokens))
+        heads.append((uuid, role, call_id, ids, tokens))
         seqs.append(row.seq)
     return heads, seqs, calls
 
@@ -147,8 +144,6 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
 def deferred_policy(cm: ContextManager, entry: OffloadEntry, policy: str) -> bool:
     """Whether reapplying ``entry`` under ``policy`` would record that policy (then the
     deferred entry records it at once: a state saved before the history is loaded keeps it)."""
-    from .compactors.pinned import budget_of
-
     return (
         policy == "squeeze_args" or budget_of(policy) is not None or policy in cm.compactor.policies
     )

@@ -53,6 +53,7 @@ from .sqlite_search import fts_search, scan_search
 from .text import query_terms, split_fields
 from .util import utc_now
 
+_DECODER = json.JSONDecoder()
 BUSY_MS = 10_000
 #: BEGIN IMMEDIATE is retried this long (seconds) on a busy database before giving up.
 LOCK_PATIENCE = 120.0
@@ -403,9 +404,9 @@ class SQLiteStore:
         try:
             with self._reading(f"reading session {session_id!r}") as con:
                 rows = con.execute(sql, args).fetchall()
-            loads = json.loads
+            decode = _DECODER.raw_decode  # no whitespace checks: the store wrote the text
             return [
-                EventHead(seq=r[0], kind=r[1], head=loads(r[2]) if r[2] is not None else None)
+                EventHead(seq=r[0], kind=r[1], head=decode(r[2])[0] if r[2] is not None else None)
                 for r in rows
             ]
         except ValueError as exc:

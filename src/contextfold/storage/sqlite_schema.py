@@ -39,7 +39,11 @@ CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL
 MIGRATIONS: dict[int, Sequence[str]] = {
     # each event may carry a small head (a message's position, uuid, role, call ids, tokens)
     # that reopening reads instead of every message; older events keep NULL
-    2: ("ALTER TABLE events ADD COLUMN head TEXT",),
+    # (the index covers the heads: reading them never walks the events' data pages)
+    2: (
+        "ALTER TABLE events ADD COLUMN head TEXT",
+        "CREATE INDEX IF NOT EXISTS events_heads ON events(session_id, kind, seq, head)",
+    ),
 }
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = max(MIGRATIONS)
