@@ -71,7 +71,7 @@ def _open(store: Store) -> ContextManager:
 
 def _open_full(store: Store, monkeypatch: pytest.MonkeyPatch) -> ContextManager:
     with monkeypatch.context() as m:
-        m.setattr("contextfold.manager.load_lazily", lambda cm: None)
+        m.setattr("contextfold.reopen.load_lazily", lambda cm: None)
         return _open(store)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import StorageError
 
@@ -94,10 +94,9 @@ class NewEvent:
     head: Mapping[str, JSON] | None = None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EventHead:
+class EventHead(NamedTuple):
     """The head of a stored event (None for an event written without one, e.g. by an older
-    release: read the event itself)."""
+    release: read the event itself). A named tuple: sessions have tens of thousands."""
 
     seq: int
     kind: str
