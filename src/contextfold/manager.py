@@ -301,8 +301,10 @@ class ContextManager:
     # ------------------------------------------------------------------ adding
     @property
     def history(self) -> list[Message]:
-        """The full history (a copy of the list; messages are immutable)."""
-        return list(self.view.history)
+        """The full history (a copy of the list; messages are immutable). After a reopen the
+        messages before the compaction boundary are read from the store on first use."""
+        with self._lock:
+            return list(self.view.history)
 
     def add(self, message: Mapping[str, Any] | Message) -> Message:
         """Append one message (OpenAI dict or Message). Validated before anything is written.
