@@ -355,6 +355,28 @@ class SQLiteStore:
             session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
         )
 
+    def _range_rows(
+        self,
+        columns: str,
+        session_id: str,
+        start: int,
+        stop: int | None,
+        kinds: Sequence[str] | None,
+    ) -> list[Any]:
+        """Rows of the session's events with ``start <= seq < stop`` (of those kinds), in order."""
+        if kinds is not None and not kinds:
+            return []
+        sql = f"SELECT {columns} FROM events WHERE session_id=? AND seq>=?"
+        args: list[Any] = [session_id, start]
+        if stop is not None:
+            sql += " AND seq<?"
+            args.append(stop)
+        if kinds is not None:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        with self._reading(f"reading session {session_id!r}") as con:
+            return con.execute(sql + " ORDER BY seq", args).fetchall()
+
     def read(
         self,
         session_id: str,
@@ -363,20 +385,8 @@ class SQLiteStore:
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
     ) -> Iterator[Event]:
-        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=? AND seq>=?"
-        args: list[Any] = [session_id, start]
-        if stop is not None:
-            sql += " AND seq<?"
-            args.append(stop)
-        if kinds is not None:
-            if not kinds:
-                return iter(())
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
-        sql += " ORDER BY seq"
+        rows = self._range_rows("seq, kind, ts, data", session_id, start, stop, kinds)
         try:
-            with self._reading(f"reading session {session_id!r}") as con:
-                rows = con.execute(sql, args).fetchall()
             return iter([self._event(r, session_id) for r in rows])
         except ValueError as exc:
             raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
@@ -390,21 +400,9 @@ class SQLiteStore:
         kinds: Sequence[str] | None = None,
     ) -> list[EventHead]:
         head = "head" if self._heads else "NULL"
-        sql = f"SELECT seq, kind, {head} FROM events WHERE session_id=? AND seq>=?"
-        args: list[Any] = [session_id, start]
-        if stop is not None:
-            sql += " AND seq<?"
-            args.append(stop)
-        if kinds is not None:
-            if not kinds:
-                return []
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
-        sql += " ORDER BY seq"
+        rows = self._range_rows(f"seq, kind, {head}", session_id, start, stop, kinds)
+        decode = _DECODER.raw_decode  # no whitespace checks: the store wrote the text
         try:
-            with self._reading(f"reading session {session_id!r}") as con:
-                rows = con.execute(sql, args).fetchall()
-            decode = _DECODER.raw_decode  # no whitespace checks: the store wrote the text
             return [
                 EventHead(seq=r[0], kind=r[1], head=decode(r[2])[0] if r[2] is not None else None)
                 for r in rows
