@@ -65,6 +65,8 @@ class Recovery:
         self._calls_seen = 0
         #: history index -> its calls' fields as stored with the message (a reopened log)
         self.stored_calls: dict[int, Any] = {}
+        #: positions below this without stored calls make no calls (known from the heads)
+        self.calls_known = 0
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -72,10 +74,17 @@ class Recovery:
         history = self.cm.view.history
         stored = self.stored_calls
         for i in range(self._calls_seen, len(history)):
+            raw = stored.pop(i, None)
+            if raw is None and i < self.calls_known:
+                continue  # its head says it makes no calls
+            known = load_calls(raw)
+            if known is not None and i < self.calls_known:
+                for call_id, fields in known:  # the head was written with the message
+                    self._calls.add(call_id, fields)
+                continue
             msg = history[i]
             if not msg.tool_calls:
                 continue
-            known = load_calls(stored.pop(i, None))
             if known is not None and [c for c, _ in known] == [c.id for c in msg.tool_calls]:
                 for call_id, fields in known:
                     self._calls.add(call_id, fields)
@@ -163,7 +172,7 @@ class Recovery:
 
     def _transcript(self, message_uuid: str) -> str | None:
         idx = self.cm.view.uuids.get(message_uuid)
-        return None if idx is None else self.cm.view.history[idx].text
+        return None if idx is None else self.cm.message_at(idx).text
 
     # ------------------------------------------------------------------ compaction hooks
     def before_summarize(self, msgs: Sequence[Message]) -> None:
@@ -267,7 +276,9 @@ class Recovery:
         wanted = offloaded - self.store.indexed_calls(offloaded)
         if not wanted:
             return
-        msgs = [m for m in self.cm.view.history if m.tool_call_id in wanted and m.role == "tool"]
+        view = self.cm.view
+        found = sorted(i for i in map(view.result_index, wanted) if i is not None)
+        msgs = [view.history[i] for i in found]
         try:
             self.store.index_compaction(
                 messages=msgs,
@@ -423,6 +434,7 @@ class Recovery:
         self._calls = CallLog()
         self._calls_seen = 0
         self.stored_calls = {}
+        self.calls_known = 0
         self._injection_key = None
         self._injection = None
         self._intent_cache = None

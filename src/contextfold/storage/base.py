@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import StorageError
 
@@ -127,6 +127,19 @@ class NewEvent:
 
     kind: str
     data: Mapping[str, JSON]
+    #: A small summary of ``data`` that :meth:`Store.read_heads` returns without reading the
+    #: data (a message's position, uuid, role, call ids and token count): reopening a long
+    #: session reads these instead of every message. None: the event has no head.
+    head: Mapping[str, JSON] | None = None
+
+
+class EventHead(NamedTuple):
+    """The head of a stored event (None for an event written without one, e.g. by an older
+    release: read the event itself). A named tuple: sessions have tens of thousands."""
+
+    seq: int
+    kind: str
+    head: Mapping[str, JSON] | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -282,6 +295,18 @@ class Store(Protocol):
         """The newest ``n`` events (of those kinds), oldest first, without reading the rest."""
         ...
 
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        """The heads of the events with ``start <= seq < stop`` in order (their data is not
+        read), optionally only some kinds."""
+        ...
+
     def session(self, session_id: str) -> SessionInfo | None: ...
 
     def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
@@ -341,6 +366,7 @@ __all__ = [
     "BlobStore",
     "ConcurrentWriteError",
     "Event",
+    "EventHead",
     "EventKind",
     "NewEvent",
     "SearchDoc",

@@ -23,6 +23,7 @@ from .base import (
     BlobNotFoundError,
     ConcurrentWriteError,
     Event,
+    EventHead,
     NewEvent,
     SearchDoc,
     SearchHit,
@@ -53,6 +54,8 @@ class _Session:
     updated_at: str
     title: str
     events: list[Event] = field(default_factory=list)
+    #: the head of each event (same positions as ``events``)
+    heads: list[dict[str, JSON] | None] = field(default_factory=list)
     messages: int = 0
 
 
@@ -119,6 +122,7 @@ class _MemoryTransaction:
             updated_at=cur.updated_at,
             title=cur.title,
             events=list(cur.events),
+            heads=list(cur.heads),
             messages=cur.messages,
         )
         self._sessions[session_id] = copy
@@ -147,12 +151,16 @@ class _MemoryTransaction:
                 f"session {session_id!r} belongs to agent {sess.agent_id!r}, not {agent_id!r}"
             )
         out: list[Event] = []
+        heads: list[dict[str, JSON] | None] = []
         for i, ev in enumerate(events):
-            data = _frozen(ev.data, f"event {ev.kind!r} of session {session_id!r}")
+            what = f"event {ev.kind!r} of session {session_id!r}"
+            data = _frozen(ev.data, what)
+            heads.append(None if ev.head is None else _frozen(ev.head, f"the head of {what}"))
             out.append(
                 Event(session_id=session_id, seq=actual + i, kind=ev.kind, ts=now, data=data)
             )
         sess.events.extend(out)
+        sess.heads.extend(heads)
         sess.messages += sum(1 for e in out if e.kind == "message")
         sess.updated_at = now
         if title and not sess.title:
@@ -307,6 +315,27 @@ class MemoryStore:
             events = list(sess.events[start:stop]) if sess else []
         wanted = set(kinds) if kinds is not None else None
         return iter([e for e in events if wanted is None or e.kind in wanted])
+
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        with self._lock:
+            self._check_open()
+            sess = self._view(session_id)
+            if sess is None:
+                return []
+            pairs = list(zip(sess.events[start:stop], sess.heads[start:stop], strict=True))
+        wanted = set(kinds) if kinds is not None else None
+        return [
+            EventHead(seq=e.seq, kind=e.kind, head=h)
+            for e, h in pairs
+            if wanted is None or e.kind in wanted
+        ]
 
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None

@@ -88,6 +88,10 @@ class PgTransaction:
             for i, e in enumerate(events)
         ]
         data = [dumps(ev.data, f"event {ev.seq} ({ev.kind})") for ev in out]
+        heads = [
+            None if e.head is None else dumps(e.head, f"the head of event {ev.seq} ({ev.kind})")
+            for e, ev in zip(events, out, strict=True)
+        ]
         head = expected_seq + len(out)
         messages = sum(1 for e in events if e.kind == "message")
         if expected_seq == 0:  # a new session, its owner in the same statement
@@ -106,10 +110,11 @@ class PgTransaction:
             )
         # the events are inserted only if the claim succeeded (no stale row is ever written)
         row = conn.execute(
-            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}) "
-            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json "
-            "FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(data)s::text[]) "
-            "AS e(seq, kind, data) WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
+            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}, head) "
+            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json, e.head::json "
+            "FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(data)s::text[], "
+            "%(heads)s::text[]) AS e(seq, kind, data, head) "
+            "WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
             "SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM ins)",
             {
                 "sid": session_id,
@@ -122,6 +127,7 @@ class PgTransaction:
                 "seqs": [ev.seq for ev in out],
                 "kinds": [ev.kind for ev in out],
                 "data": data,
+                "heads": heads,
             },
         ).fetchone()  # the one round trip: the server answers for everything queued
         self.pending.clear()

@@ -24,6 +24,7 @@ pre-tokenized text, so a query ranks the same documents the same way on both bac
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,6 +40,7 @@ from . import pg_search
 from .base import (
     JSON,
     Event,
+    EventHead,
     SearchHit,
     SessionInfo,
 )
@@ -271,6 +273,44 @@ class PostgresStore:
                 return
             cursor = int(rows[-1][1]) + 1
 
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        self._check_open()
+        if kinds is not None and not kinds:
+            return []
+        params: list[Any] = [session_id, max(start, 0)]
+        # as text, decoded here without the whitespace checks of json.loads (the store wrote it)
+        sql = (
+            f"SELECT seq, kind, head::text FROM {self.s}.events WHERE session_id = %s AND seq >= %s"
+        )
+        if stop is not None:
+            sql += " AND seq < %s"
+            params.append(stop)
+        if kinds is not None:
+            sql += " AND kind = ANY(%s)"
+            params.append(list(kinds))
+        rows = self._rows(
+            f"read the heads of session {session_id!r}", sql + " ORDER BY seq", params
+        )
+        decode = _DECODER.raw_decode
+        try:
+            return [
+                EventHead(
+                    seq=int(r[0]),
+                    kind=str(r[1]),
+                    head=decode(r[2])[0] if r[2] is not None else None,
+                )
+                for r in rows
+            ]
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event head: {exc}") from exc
+
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
     ) -> list[Event]:
@@ -412,6 +452,9 @@ def _session(row: Sequence[Any]) -> SessionInfo:
         events=int(row[5]),
         messages=int(row[6]),
     )
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _event(row: Sequence[Any]) -> Event:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import StorageError
-from .base import JSON, ConcurrentWriteError, Event, NewEvent, SearchDoc, Store
+from .base import JSON, ConcurrentWriteError, Event, EventHead, NewEvent, SearchDoc, Store
 
 
 class _Unit:
@@ -120,12 +120,19 @@ class SessionStore:
             return self._unit, False
         return _Unit(), True
 
-    def emit(self, kind: str, data: Mapping[str, JSON], *, title: str | None = None) -> int:
+    def emit(
+        self,
+        kind: str,
+        data: Mapping[str, JSON],
+        *,
+        title: str | None = None,
+        head: Mapping[str, JSON] | None = None,
+    ) -> int:
         """Add an event to the unit; returns the seq it will have."""
         with self._lock:
             unit, alone = self._current()
             seq = self.head + len(unit.events)
-            unit.events.append(NewEvent(kind=kind, data=data))
+            unit.events.append(NewEvent(kind=kind, data=data, head=head))
             if title and unit.title is None:
                 unit.title = title
             if alone:
@@ -177,6 +184,9 @@ class SessionStore:
 
     def read(self, *, start: int = 0, kinds: Sequence[str] | None = None) -> Iterator[Event]:
         return self.store.read(self.session_id, start=start, stop=self.head, kinds=kinds)
+
+    def read_heads(self, kinds: Sequence[str]) -> list[EventHead]:
+        return self.store.read_heads(self.session_id, stop=self.head, kinds=kinds)
 
     def read_last(self, n: int, kinds: Sequence[str]) -> list[Event]:
         return (

@@ -18,7 +18,6 @@ searches work, writes raise :class:`StorageError`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 import threading
@@ -32,6 +31,7 @@ from .base import (
     JSON,
     ConcurrentWriteError,
     Event,
+    EventHead,
     NewEvent,
     SearchDoc,
     SearchHit,
@@ -40,80 +40,24 @@ from .base import (
     check_keys,
 )
 from .files import FileBlobs
+from .sqlite_schema import (
+    DB_NAME,
+    FTS,
+    SCHEMA_VERSION,
+    create_or_migrate,
+    fts5_available,
+    fts_table,
+    session_tag,
+    version_of,
+)
 from .sqlite_search import doc_metas, fts_search, key_lookup, scan_search
 from .text import query_terms, split_fields
 from .util import utc_now
 
-DB_NAME = "store.sqlite"
-SCHEMA_VERSION = 3
+_DECODER = json.JSONDecoder()
 BUSY_MS = 10_000
 #: BEGIN IMMEDIATE is retried this long (seconds) on a busy database before giving up.
 LOCK_PATIENCE = 120.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', events INTEGER NOT NULL,
-    messages INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id, updated_at);
-CREATE TABLE IF NOT EXISTS events (
-    session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
-    data TEXT NOT NULL, PRIMARY KEY (session_id, seq));
-CREATE INDEX IF NOT EXISTS events_kind ON events(session_id, kind, seq);
-CREATE TABLE IF NOT EXISTS docs (
-    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (namespace, key));
-CREATE TABLE IF NOT EXISTS search_docs (
-    id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
-    session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
-    tags TEXT NOT NULL, UNIQUE (namespace, doc_id));
-CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
-CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-#: Version 3: exact lookup keys of search documents (and keys filed under any id of a
-#: session), for :meth:`SQLiteStore.lookup`. The primary key serves the lookups (one session
-#: and namespace, a key or a key range); the second index the replacement of a document.
-_V3_SEARCH_KEYS = (
-    "CREATE TABLE IF NOT EXISTS search_keys (session_id TEXT NOT NULL, namespace TEXT NOT NULL, "
-    "key TEXT NOT NULL, doc_id TEXT NOT NULL, PRIMARY KEY (session_id, namespace, key, doc_id)) "
-    "WITHOUT ROWID",
-    "CREATE INDEX IF NOT EXISTS search_keys_doc ON search_keys(namespace, doc_id)",
-)
-#: Statements that bring a database from the previous version to this one (the base schema
-#: above is version 1; a version without statements only moves the number).
-_MIGRATIONS: dict[int, tuple[str, ...]] = {3: _V3_SEARCH_KEYS}
-#: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
-#: weigh on evidence or memory queries, and BM25 statistics are per corpus.
-_FTS = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(body, hints, tags, content='', "
-    "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
-)
-
-
-def _tag(kind: str, value: str) -> str:
-    """One index token standing for a namespace or a session: MATCH narrows to it first, so a
-    common word is not ranked across every other session of the workspace."""
-    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def _tags(namespace: str, session_id: str) -> str:
-    return _tag("ss", f"{namespace}/{session_id}")
-
-
-def _fts_table(namespace: str) -> str:
-    return "fts_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def fts5_available() -> bool:
-    try:
-        con = sqlite3.connect(":memory:")
-        try:
-            con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
-    return True
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -161,10 +105,12 @@ class _SQLiteTransaction:
                 f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
             )
         out: list[Event] = []
-        rows: list[tuple[str, int, str, str, str]] = []
+        rows: list[tuple[str, int, str, str, str, str | None]] = []
         for i, ev in enumerate(events):
-            text = _dump(ev.data, f"event {ev.kind!r} of session {session_id!r}")
-            rows.append((session_id, actual + i, ev.kind, now, text))
+            what = f"event {ev.kind!r} of session {session_id!r}"
+            text = _dump(ev.data, what)
+            head = None if ev.head is None else _dump(ev.head, f"the head of {what}")
+            rows.append((session_id, actual + i, ev.kind, now, text, head))
             out.append(
                 Event(
                     session_id=session_id,
@@ -174,7 +120,10 @@ class _SQLiteTransaction:
                     data=json.loads(text),
                 )
             )
-        con.executemany("INSERT INTO events VALUES (?,?,?,?,?)", rows)
+        con.executemany(
+            "INSERT INTO events (session_id, seq, kind, ts, data, head) VALUES (?,?,?,?,?,?)",
+            rows,
+        )
         n_msg = sum(1 for e in out if e.kind == "message")
         if row is None:
             con.execute(
@@ -203,7 +152,7 @@ class _SQLiteTransaction:
             meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
             keys = check_keys(d.keys, f"search document {d.namespace}/{d.doc_id}")
             body, hints = split_fields(d.fields)
-            tags = _tags(d.namespace, d.session_id)
+            tags = session_tag(d.namespace, d.session_id)
             old = con.execute(
                 "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id=?",
                 (d.namespace, d.doc_id),
@@ -273,7 +222,7 @@ class SQLiteStore:
 
     def _fts(self, con: sqlite3.Connection, namespace: str, *, create: bool) -> str | None:
         """The FTS5 table of a namespace (created inside the caller's transaction)."""
-        table = _fts_table(namespace)
+        table = fts_table(namespace)
         if table in self._fts_known:
             return table
         if con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone():
@@ -282,7 +231,7 @@ class SQLiteStore:
             return table
         if not create:
             return None
-        con.execute(_FTS.format(table=table))
+        con.execute(FTS.format(table=table))
         return table
 
     # ------------------------------------------------------------------ connections
@@ -323,18 +272,15 @@ class SQLiteStore:
             con = self._connect()
             try:
                 self._retry(lambda: con.execute("PRAGMA journal_mode=WAL"))
-                self._retry(lambda: con.executescript(_SCHEMA))
-                mode = "1" if self.fts5 else "0"
-                self._retry(
-                    lambda: con.execute(
-                        "INSERT OR IGNORE INTO store_meta VALUES ('fts5', ?)", (mode,)
-                    )
-                )
-                # the base schema is version 1; the migrations bring it up to date
-                self._retry(
-                    lambda: con.execute("INSERT OR IGNORE INTO store_meta VALUES ('schema', '1')")
-                )
-                self._retry(lambda: _migrate(con))
+                if version_of(con) != SCHEMA_VERSION:  # new, or written by an older release
+                    self._retry(lambda: con.execute("BEGIN IMMEDIATE"))
+                    try:
+                        create_or_migrate(con, self.fts5)
+                        con.execute("COMMIT")
+                    except BaseException:
+                        with contextlib.suppress(sqlite3.Error):
+                            con.execute("ROLLBACK")
+                        raise
             finally:
                 con.close()
         except (OSError, sqlite3.Error) as exc:
@@ -355,6 +301,8 @@ class SQLiteStore:
                 f"{self.path} has schema {version[0] if version else 'unknown'}; this contextfold "
                 f"reads schema {SCHEMA_VERSION} (upgrade contextfold)"
             )
+        #: a read-only workspace of an older release has no head column: heads read as None
+        self._heads = int(version[0]) >= 2
         #: a read-only database of an older version may have no key table: lookups find nothing
         self._keys_table = int(version[0]) >= 3
 
@@ -434,6 +382,28 @@ class SQLiteStore:
             session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
         )
 
+    def _range_rows(
+        self,
+        columns: str,
+        session_id: str,
+        start: int,
+        stop: int | None,
+        kinds: Sequence[str] | None,
+    ) -> list[Any]:
+        """Rows of the session's events with ``start <= seq < stop`` (of those kinds), in order."""
+        if kinds is not None and not kinds:
+            return []
+        sql = f"SELECT {columns} FROM events WHERE session_id=? AND seq>=?"
+        args: list[Any] = [session_id, start]
+        if stop is not None:
+            sql += " AND seq<?"
+            args.append(stop)
+        if kinds is not None:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        with self._reading(f"reading session {session_id!r}") as con:
+            return con.execute(sql + " ORDER BY seq", args).fetchall()
+
     def read(
         self,
         session_id: str,
@@ -442,23 +412,30 @@ class SQLiteStore:
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
     ) -> Iterator[Event]:
-        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=? AND seq>=?"
-        args: list[Any] = [session_id, start]
-        if stop is not None:
-            sql += " AND seq<?"
-            args.append(stop)
-        if kinds is not None:
-            if not kinds:
-                return iter(())
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
-        sql += " ORDER BY seq"
+        rows = self._range_rows("seq, kind, ts, data", session_id, start, stop, kinds)
         try:
-            with self._reading(f"reading session {session_id!r}") as con:
-                rows = con.execute(sql, args).fetchall()
             return iter([self._event(r, session_id) for r in rows])
         except ValueError as exc:
             raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
+
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        head = "head" if self._heads else "NULL"
+        rows = self._range_rows(f"seq, kind, {head}", session_id, start, stop, kinds)
+        decode = _DECODER.raw_decode  # no whitespace checks: the store wrote the text
+        try:
+            return [
+                EventHead(seq=r[0], kind=r[1], head=decode(r[2])[0] if r[2] is not None else None)
+                for r in rows
+            ]
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event head: {exc}") from exc
 
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
@@ -595,7 +572,7 @@ class SQLiteStore:
             table = self._fts(con, namespace, create=False)
             if table is None:
                 return []
-            tag = _tag("ss", f"{namespace}/{session_id}") if session_id is not None else None
+            tag = session_tag(namespace, session_id) if session_id is not None else None
             return fts_search(con, table, terms, tag, where, args, limit, narrowed=scopes is None)
 
     def lookup(
@@ -633,26 +610,6 @@ class SQLiteStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _migrate(con: sqlite3.Connection) -> None:
-    """Run the missing migrations in one write transaction (another process doing the same
-    waits for the lock, then finds nothing to do)."""
-    row = con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
-    if row is None or int(row[0]) >= SCHEMA_VERSION:
-        return
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        row = con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
-        for number in range(int(row[0]) + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS.get(number, ()):
-                con.execute(statement)
-            con.execute("UPDATE store_meta SET value=? WHERE key='schema'", (str(number),))
-        con.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            con.execute("ROLLBACK")
-        raise
 
 
 __all__ = ["FileBlobs", "SQLiteStore", "fts5_available"]
