@@ -3,10 +3,11 @@
 One session's durable state is an append-only **event log** (messages, compactions, offloads,
 state changes: one source of truth). Around it: a content-addressed **blob store** for the bytes
 that leave the view (offloaded outputs, evidence bodies, oversized messages), one **search index**
-(sessions, evidence and memory; BM25-ranked), and small **keyed documents** (caches derived from
-the log, memory files, workspace settings). A backend implements all four behind :class:`Store`:
-``MemoryStore`` (tests, notebooks), ``SQLiteStore`` (embedded default: SQLite in WAL mode plus
-blob files under the workspace folder), ``PostgresStore`` (many workers on many hosts).
+(sessions, evidence and memory; BM25-ranked, with exact lookup keys per document), and small
+**keyed documents** (caches derived from the log, memory files, workspace settings). A backend
+implements all four behind :class:`Store`: ``MemoryStore`` (tests, notebooks), ``SQLiteStore``
+(embedded default: SQLite in WAL mode plus blob files under the workspace folder),
+``PostgresStore`` (many workers on many hosts).
 
 Atomic units. Everything one call writes (one ``add_many``, one compaction with its record,
 blocks, state and index rows) is a single :meth:`Store.transaction`. Blobs are written first
