@@ -12,6 +12,12 @@ Replies come from a *script*: ``fake.scripts[name] = fn`` where ``fn(request) ->
 client picks the script with the ``x-fake-script`` header (the gateway forwards client headers).
 Every request is recorded in ``fake.received`` (path, headers, body, tokens, accepted or the
 error returned).
+
+A model's generation time can be simulated: ``latency`` seconds per answer (or the
+``x-fake-latency-ms`` request header). A whole answer comes after that time; a streamed one
+sends its headers with its first event after ``FIRST_EVENT_SHARE`` of it (providers answer once
+the first token is ready) and the other events evenly over the rest, on a fixed schedule (no
+drift from late wake-ups).
 """
 
 from __future__ import annotations
@@ -47,15 +53,33 @@ from tests.gateway_fake_wire import (
     signature_for,
 )
 
-__all__ = ["Call", "FakeUpstream", "Received", "Reply", "signature_for", "trace_replies"]
+__all__ = [
+    "FIRST_EVENT_SHARE",
+    "LATENCY_HEADER",
+    "Call",
+    "FakeUpstream",
+    "Received",
+    "Reply",
+    "signature_for",
+    "trace_replies",
+]
+
+#: request header: the simulated generation time of this answer, milliseconds
+LATENCY_HEADER = "x-fake-latency-ms"
+#: the part of the generation time before a streamed answer's first event
+FIRST_EVENT_SHARE = 0.4
 
 # ----------------------------------------------------------------------------- the server
 
 
 class FakeUpstream:
-    def __init__(self, *, limit: int = 1_000_000, port: int = 0, keep: bool = True) -> None:
+    def __init__(
+        self, *, limit: int = 1_000_000, port: int = 0, keep: bool = True, latency: float = 0.0
+    ) -> None:
         self.limit = limit
         self.keep = keep
+        #: seconds of simulated generation per answer (the LATENCY_HEADER overrides it)
+        self.latency = latency
         self.scripts: dict[str, Script] = {}
         self.default: Script = lambda call: Reply(text="ok")
         self.received: list[Received] = []
@@ -108,6 +132,41 @@ class FakeUpstream:
             rec.body = None
         with self._lock:
             self.received.append(rec)
+
+    def _latency(self, request: Request) -> float:
+        raw = request.headers.get(LATENCY_HEADER)
+        try:
+            return max(0.0, float(raw) / 1000) if raw else self.latency
+        except ValueError:
+            return self.latency
+
+    async def _stream(
+        self, request: Request, frames: list[bytes], event_delay: float
+    ) -> StreamingResponse:
+        """``frames`` as SSE, paced as the model would generate them (see the module doc)."""
+        latency = self._latency(request)
+        first = latency * FIRST_EVENT_SHARE
+        if first and not event_delay:
+            await asyncio.sleep(first)  # the headers go out with the first event
+        step = (latency - first) / max(1, len(frames) - 1)
+
+        async def gen() -> AsyncIterator[bytes]:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            for k, frame in enumerate(frames):
+                if event_delay:
+                    await asyncio.sleep(event_delay)
+                elif step and k:
+                    await asyncio.sleep(max(0.0, start + k * step - loop.time()))
+                yield frame
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    async def _whole(self, request: Request, body: Any) -> Response:
+        latency = self._latency(request)
+        if latency:
+            await asyncio.sleep(latency)
+        return JSONResponse(body)
 
     def _script(self, request: Request) -> Script:
         return self.scripts.get(request.headers.get("x-fake-script", ""), self.default)
@@ -174,16 +233,10 @@ class FakeUpstream:
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             chunks = _openai_chunks(reply, model, tokens, usage)
-
-            async def gen() -> AsyncIterator[bytes]:
-                for c in chunks:
-                    if reply.event_delay:
-                        await asyncio.sleep(reply.event_delay)
-                    yield f"data: {json.dumps(c)}\n\n".encode()
-                yield b"data: [DONE]\n\n"
-
-            return StreamingResponse(gen(), media_type="text/event-stream")
-        return JSONResponse(_openai_completion(reply, model, tokens))
+            frames = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks]
+            frames[-1] += b"data: [DONE]\n\n"
+            return await self._stream(request, frames, reply.event_delay)
+        return await self._whole(request, _openai_completion(reply, model, tokens))
 
     async def _anthropic(self, request: Request) -> Response:
         body = await request.json()
@@ -210,15 +263,9 @@ class FakeUpstream:
         model = str(body.get("model"))
         if body.get("stream"):
             events = _anthropic_events(reply, model, tokens)
-
-            async def gen() -> AsyncIterator[bytes]:
-                for name, data in events:
-                    if reply.event_delay:
-                        await asyncio.sleep(reply.event_delay)
-                    yield f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-
-            return StreamingResponse(gen(), media_type="text/event-stream")
-        return JSONResponse(_anthropic_message(reply, model, tokens))
+            frames = [f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events]
+            return await self._stream(request, frames, reply.event_delay)
+        return await self._whole(request, _anthropic_message(reply, model, tokens))
 
 
 # ----------------------------------------------------------------------------- trace replay

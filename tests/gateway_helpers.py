@@ -4,6 +4,10 @@ HTTP servers on 127.0.0.1 (port 0)."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,3 +54,38 @@ def long_trace(min_turns: int = 100) -> list[dict[str, Any]]:
             best = (size, trace)
     assert best is not None, f"no bundled trajectory has {min_turns} turns"
     return best[1]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def gateway_process(
+    upstream: str, store: str, log: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``contextfold serve`` in its own process (log lines at info level into ``log``), once
+    it answers /healthz; returns the process and its URL."""
+    import httpx
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    command = [sys.executable, "-m", "contextfold", "serve", "--upstream", upstream]
+    command += ["--port", str(port), "--store", store, "--log-level", "info", *extra]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the gateway exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("the gateway did not start")

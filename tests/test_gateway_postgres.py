@@ -1,6 +1,7 @@
 """Two gateway replicas (separate processes, real uvicorn servers on 127.0.0.1) on one
-PostgreSQL schema serve the same conversations alternately, as behind a load balancer, with
-the real openai and anthropic SDK clients: every message stored once, none lost.
+PostgreSQL schema, or on one workspace folder, serve the same conversations alternately, as
+behind a load balancer, with the real openai and anthropic SDK clients: every message stored
+once, none lost.
 
 Each replica checks the stored head before a request and reopens a session another replica
 moved on; a write that still meets a concurrent one (ConcurrentWriteError) is re-diffed and
@@ -9,37 +10,33 @@ retried (see the README)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests import pg_support
 from tests.gateway_fakes import Call, FakeUpstream, Reply
+from tests.gateway_helpers import gateway_process
 
 pytestmark = pytest.mark.timeout(300)
 
-REPO = Path(__file__).resolve().parents[1]
 SYSTEM = "You are a careful coding agent."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def pg_store() -> Iterator[str]:
+@pytest.fixture(params=["postgresql", "folder"])
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh schema on the test server (created first, so the replicas do not race to create
-    it), dropped afterwards."""
+    it), dropped afterwards; or a workspace folder."""
+    if request.param == "folder":
+        from contextfold.gateway.stores import open_shared_store
+
+        folder = str(tmp_path / "ws")
+        open_shared_store(folder).close()
+        yield folder
+        return
     url = pg_support.require_postgres()
     schema = pg_support.new_schema_name()
     from contextfold.storage import open_store
@@ -52,42 +49,6 @@ def pg_store() -> Iterator[str]:
         pg_support.drop_schema(url, schema)
 
 
-def _replica(upstream: str, store: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "contextfold",
-            "serve",
-            "--upstream",
-            upstream,
-            "--port",
-            str(port),
-            "--store",
-            store,
-            "--log-level",
-            "info",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"replica exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("replica did not start")
-
-
 def _echo(call: Call) -> Reply:
     last = call.messages[-1]
     content = last.get("content")
@@ -96,8 +57,8 @@ def _echo(call: Call) -> Reply:
     return Reply(text=f"answer to: {str(content)[:40]}")
 
 
-def test_two_replicas_on_postgresql_serve_sessions_alternately(
-    pg_store: str, tmp_path: Path
+def test_two_replicas_on_one_store_serve_sessions_alternately(
+    shared_store: str, tmp_path: Path
 ) -> None:
     import anthropic
     import openai
@@ -108,7 +69,7 @@ def test_two_replicas_on_postgresql_serve_sessions_alternately(
     urls: list[str] = []
     try:
         for n in range(2):
-            proc, url = _replica(fake.url, pg_store, tmp_path / f"replica{n}.log")
+            proc, url = gateway_process(fake.url, shared_store, tmp_path / f"replica{n}.log")
             procs.append(proc)
             urls.append(url)
         oa = [openai.OpenAI(base_url=u + "/v1", api_key="sk-pg", max_retries=0) for u in urls]
@@ -170,7 +131,7 @@ def test_two_replicas_on_postgresql_serve_sessions_alternately(
     from contextfold import ContextManager
     from contextfold.storage import open_store
 
-    store = open_store(pg_store)
+    store = open_store(shared_store if "://" in shared_store else Path(shared_store))
     try:
         infos = store.sessions(["gateway"])
         assert len(infos) == 2, [i.session_id for i in infos]  # no branch, no duplicate session

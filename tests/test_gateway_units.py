@@ -203,3 +203,38 @@ def test_the_cli_does_not_import_the_gateway_stack_until_serve_runs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_gateways_workspace_store_serializes_its_writers(tmp_path: Path) -> None:
+    import threading
+
+    from contextfold.gateway.stores import SerialSQLiteStore, open_shared_store
+    from contextfold.storage import NewEvent
+
+    store = open_shared_store(str(tmp_path / "ws"))
+    try:
+        assert isinstance(store, SerialSQLiteStore)
+        # a nested transaction joins the outer one (the lock is reentrant)
+        with store.transaction() as outer, store.transaction() as inner:
+            assert inner is outer
+            outer.append("s0", [NewEvent(kind="m", data={})], expected_seq=0, agent_id="a")
+        errors: list[BaseException] = []
+
+        def write(k: int) -> None:
+            try:
+                for i in range(20):
+                    with store.transaction() as tx:
+                        ev = NewEvent(kind="m", data={"i": i})
+                        tx.append(f"s{k}", [ev], expected_seq=i, agent_id="a")
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(1, 9)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert [store.head(f"s{k}") for k in range(9)] == [1] + [20] * 8
+    finally:
+        store.close()

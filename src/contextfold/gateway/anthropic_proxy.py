@@ -11,12 +11,12 @@ from starlette.responses import Response
 
 from ..errors import InvalidMessageError
 from ..usage import extract_input_tokens
+from . import relay
 from .convert import parse_anthropic, render_anthropic, response_message_anthropic
-from .openai_proxy import _upstream_failure
 from .pipeline import Pipeline, RequestError, Turn
-from .sse import SSEEvent, SSEParser, encode
-from .streaming import AnthropicAssembler, GatewayResponse, GatewayStream
-from .upstream import UpstreamError, error_body, response_headers
+from .sse import SSEEvent, encode
+from .streaming import AnthropicAssembler
+from .upstream import response_headers
 
 PATH = "/v1/messages"
 
@@ -69,39 +69,17 @@ async def handle(
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RequestError(400, "tools: Input should be a valid list of tool objects")
-    turn = await pipe.begin("anthropic", body, conv, headers, tools, _tools_allowed(body), query)
-    handed_over = False
-    try:
-        payload = _payload(turn)
-        if body.get("stream") is True:
-            response = await _start_stream(pipe, turn, payload)
-        else:
-            response = await _complete(pipe, turn, payload)
-        # these release the lock themselves, once the client has the answer
-        handed_over = isinstance(response, GatewayStream | GatewayResponse)
-        return response
-    finally:
-        if not handed_over:
-            pipe.release(turn)
+    args = ("anthropic", body, conv, headers, tools, _tools_allowed(body), query)
+    return await relay.handle_turn(pipe, args, _payload, _start_stream, _complete)
 
 
 # ---------------------------------------------------------------------- non-streaming
 
 
 async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Response:
-    try:
-        resp = await pipe.post(turn, PATH, payload)
-        if resp.status_code >= 400:
-            err = UpstreamError(resp.status_code, resp.content, resp.headers)
-            if await pipe.recover_overflow(turn, err):
-                payload.update(_payload(turn))
-                resp = await pipe.post(turn, PATH, payload)
-                pipe.note_retry(resp.status_code < 400)
-    except httpx.HTTPError as exc:
-        raise _upstream_failure(exc) from None
+    resp = await relay.post(pipe, turn, PATH, payload, _payload)
     if resp.status_code >= 400:
-        pipe.upstream_error(turn, resp.status_code)
-        return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
+        return relay.passed_back(pipe, turn, resp.status_code, resp.content, resp.headers)
     first = resp
     data = _read(resp)
     input_tokens = extract_input_tokens(data)
@@ -127,13 +105,9 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         answers = await pipe.answer_tools(turn, mine)
         sent.extend(b for b in content if b not in mine)
         _continue(payload, content, mine, answers)
-        try:
-            resp = await pipe.post(turn, PATH, payload)
-        except httpx.HTTPError as exc:
-            raise _upstream_failure(exc) from None
+        resp = await relay.repost(pipe, turn, PATH, payload)
         if resp.status_code >= 400:
-            pipe.upstream_error(turn, resp.status_code)
-            return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
+            return relay.passed_back(pipe, turn, resp.status_code, resp.content, resp.headers)
         data = _read(resp)
     if changed:
         data["content"] = [*sent, *data["content"]]
@@ -146,11 +120,7 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         recorded = response_message_anthropic(data["content"])
     except InvalidMessageError as exc:
         raise RequestError(502, f"the upstream answered with an invalid message: {exc}") from None
-    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-    headers.update(pipe.gateway_headers(turn))
-    pipe.observe_first_byte(turn)
-    state: dict[str, Any] = {"record": (recorded, input_tokens)}
-    return GatewayResponse(content, on_close=pipe.closer(turn, state), headers=headers)
+    return relay.whole_answer(pipe, turn, content, headers, recorded, input_tokens)
 
 
 def _read(resp: httpx.Response) -> dict[str, Any]:
@@ -167,32 +137,7 @@ def _read(resp: httpx.Response) -> dict[str, Any]:
 
 
 async def _start_stream(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Response:
-    try:
-        resp = await pipe.open_stream(turn, PATH, payload)
-        if resp.status_code >= 400:
-            raw = await resp.aread()
-            await resp.aclose()
-            err = UpstreamError(resp.status_code, raw, resp.headers)
-            retried = await pipe.recover_overflow(turn, err)
-            if retried:
-                payload.update(_payload(turn))
-                resp = await pipe.open_stream(turn, PATH, payload)
-                pipe.note_retry(resp.status_code < 400)
-                if resp.status_code >= 400:
-                    raw = await resp.aread()
-                    await resp.aclose()
-            if resp.status_code >= 400:
-                pipe.upstream_error(turn, resp.status_code)
-                return Response(raw, resp.status_code, headers=response_headers(resp.headers))
-    except httpx.HTTPError as exc:
-        raise _upstream_failure(exc) from None
-    state: dict[str, Any] = {"resp": resp}
-
-    return GatewayStream(
-        _events(pipe, turn, payload, state),
-        on_close=pipe.closer(turn, state),
-        headers={**response_headers(resp.headers), **pipe.gateway_headers(turn)},
-    )
+    return await relay.start_stream(pipe, turn, PATH, payload, _payload, _events)
 
 
 def _shifted(
@@ -223,11 +168,14 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     sent: list[Any] = []  # content blocks the client has seen from earlier rounds
     input_tokens: int | None = None
+    # tool_use blocks and the message's end are held back only when some call could be the
+    # gateway's (to drop it and fix the stop reason)
+    holding = bool(turn.gateway_tools)
     while True:
         resp: httpx.Response = state["resp"]
         asm = AnthropicAssembler()
         held: list[tuple[SSEEvent, Any]] = []
-        parser = SSEParser()
+        reader = relay.SSEReader(resp)
         offset = len(sent)
         continuing = turn.rounds > 0  # a continuation after the gateway answered its tools
 
@@ -235,33 +183,29 @@ async def _events(
             return i + offset
 
         try:
-            async for chunk in resp.aiter_bytes():
-                for ev in parser.feed(chunk):
+            async for events in reader:
+                out: list[bytes] = []
+                for ev in events:
                     obj = ev.json()
                     asm.add(ev.event, obj)
-                    kind = obj.get("type") if isinstance(obj, dict) else None
-                    if kind == "content_block_start":
-                        block = obj.get("content_block")
-                        if isinstance(block, dict) and block.get("type") == "tool_use":
-                            held.append((ev, obj))
-                            continue
-                    if held or kind in ("message_delta", "message_stop"):
+                    if holding and (held or _holds(obj)):
                         held.append((ev, obj))
                         continue
-                    if continuing and kind == "message_start":
+                    if continuing and isinstance(obj, dict) and obj.get("type") == "message_start":
                         continue
+                    shifted = _shifted(ev, obj, shift if offset else None, False)
+                    if shifted is not None:
+                        out.append(shifted)
+                if out:  # the events of one upstream chunk go to the client in one write
                     pipe.observe_first_byte(turn)
-                    out = _shifted(ev, obj, shift if offset else None, False)
-                    if out is not None:
-                        yield out
+                    yield b"".join(out)
         except httpx.HTTPError as exc:  # the upstream died or went silent mid-stream
-            failure = _upstream_failure(exc)
-            pipe.upstream_error(turn, failure.status)
-            yield encode(error_body("anthropic", failure.status, failure.message), "error")
+            yield relay.broken_off(pipe, turn, exc)
             return
-        for ev in parser.flush():
-            asm.add(ev.event, ev.json())
-            held.append((ev, ev.json()))
+        for ev in reader.rest():
+            obj = ev.json()
+            asm.add(ev.event, obj)
+            held.append((ev, obj))
         await resp.aclose()
         if not continuing:
             input_tokens = extract_input_tokens({"usage": asm.usage})
@@ -275,32 +219,19 @@ async def _events(
             answers = await pipe.answer_tools(turn, calls)
             sent.extend(b for i, b in by_index.items() if i not in mine_idx)
             _continue(payload, content, calls, answers)
-            try:
-                nxt = await pipe.open_stream(turn, PATH, payload)
-            except httpx.HTTPError as exc:
-                failure = _upstream_failure(exc)
-                body = error_body("anthropic", failure.status, failure.message)
-                yield encode(body, "error")
-                return
-            state["resp"] = nxt
-            if nxt.status_code >= 400:
-                raw = await nxt.aread()
-                pipe.upstream_error(turn, nxt.status_code)
-                err = UpstreamError(nxt.status_code, raw, nxt.headers)
-                yield encode(
-                    err.body or error_body("anthropic", nxt.status_code, err.message), "error"
-                )
+            failed = await relay.next_round(pipe, turn, PATH, payload, state)
+            if failed is not None:
+                yield failed
                 return
             continue
         kept = [i for i in sorted(asm.blocks) if i not in mine_idx]
         index_map = {old: offset + new for new, old in enumerate(kept)}
         stop_fix = bool(mine_idx) and len(mine_idx) == len(uses)
         mapper = index_map.get if (mine_idx or offset) else None
-        for ev, obj in held:
-            out = _shifted(ev, obj, mapper, stop_fix)
-            if out is not None:
-                yield out
+        tail = [b for b in (_shifted(ev, obj, mapper, stop_fix) for ev, obj in held) if b]
         pipe.observe_first_byte(turn)
+        if tail:
+            yield b"".join(tail)
         if asm.error is not None or asm.stop_reason is None:
             return  # an error event or a cut stream: the client did not get a whole answer
         final = [*sent, *(by_index[i] for i in kept)]
@@ -310,6 +241,17 @@ async def _events(
             return
         state["record"] = (recorded, input_tokens)  # stored once the client has it all
         return
+
+
+def _holds(obj: Any) -> bool:
+    """Whether an event starts what is held back: a tool_use block or the message's end."""
+    if not isinstance(obj, dict):
+        return False
+    kind = obj.get("type")
+    if kind == "content_block_start":
+        block = obj.get("content_block")
+        return isinstance(block, dict) and block.get("type") == "tool_use"
+    return kind in ("message_delta", "message_stop")
 
 
 __all__ = ["PATH", "handle"]

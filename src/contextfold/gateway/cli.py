@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import sys
 import threading
 import time
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from ..errors import ConfigError
@@ -47,6 +50,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, help="largest request body (default 32 MiB)")
     p.add_argument("--upstream-timeout", type=float, help="seconds to wait for the upstream")
     p.add_argument(
+        "--workers",
+        type=int,
+        help="server processes sharing the port and the store (default 1); a client keeps "
+        "to one while its connection stays open",
+    )
+    p.add_argument(
         "--log-level",
         choices=["debug", "info", "warning", "error"],
         help="JSON log lines on stderr from this level on (default info)",
@@ -70,6 +79,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         "summarizer",
         "max_body_bytes",
         "upstream_timeout",
+        "workers",
         "log_level",
     )
     overrides = {k: getattr(args, k, None) for k in keys}
@@ -81,12 +91,29 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
 def _setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        logging.Formatter('{"ts": "%(asctime)s", "level": "%(levelname)s", "log": %(message)s}')
+        logging.Formatter(
+            '{"ts": "%(asctime)s", "level": "%(levelname)s", "pid": %(process)d, '
+            '"log": %(message)s}'
+        )
     )
     logger = logging.getLogger("contextfold.gateway")
     logger.handlers[:] = [handler]
     logger.setLevel(level.upper())
     logger.propagate = False
+
+
+#: how ``contextfold serve --workers N`` hands its settings to the worker processes
+WORKER_CONFIG_ENV = "CONTEXTFOLD_GATEWAY__WORKER_CONFIG"
+
+
+def worker_app() -> Any:
+    """The app of one worker process of ``contextfold serve --workers N`` (uvicorn's factory)."""
+    from .app import create_app
+
+    config = GatewayConfig(**json.loads(os.environ[WORKER_CONFIG_ENV])).check()
+    _setup_logging(config.log_level)
+    sys.setswitchinterval(0.001)
+    return create_app(config)
 
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
@@ -99,20 +126,29 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     # ContextManager work runs in worker threads; a short GIL switch interval keeps the event
     # loop (streaming, other sessions) from waiting behind them (this process is ours)
     sys.setswitchinterval(0.001)
+    workers = f", {config.workers} worker processes" if config.workers > 1 else ""
     print(
         f"contextfold gateway on http://{config.host}:{config.port} -> {config.upstream_base} "
-        f"(store {config.store})",
+        f"(store {config.store}{workers})",
         file=out,
         flush=True,
     )
-    uvicorn.run(
-        create_app(config),
-        host=config.host,
-        port=config.port,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
-    )
+    options: dict[str, Any] = {
+        "host": config.host,
+        "port": config.port,
+        "log_level": "warning",
+        "access_log": False,
+        "server_header": False,
+    }
+    if config.workers == 1:
+        uvicorn.run(create_app(config), **options)
+        return 0
+    from .stores import open_shared_store
+
+    # created (or migrated) once, here, before the workers open it side by side
+    open_shared_store(config.store).close()
+    os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(config))
+    uvicorn.run(f"{__name__}:worker_app", factory=True, workers=config.workers, **options)
     return 0
 
 
@@ -167,4 +203,11 @@ class BackgroundServer:
         self.stop()
 
 
-__all__ = ["BackgroundServer", "add_parser", "cmd_serve", "config_from_args", "register"]
+__all__ = [
+    "BackgroundServer",
+    "add_parser",
+    "cmd_serve",
+    "config_from_args",
+    "register",
+    "worker_app",
+]

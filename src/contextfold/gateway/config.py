@@ -51,6 +51,10 @@ class GatewayConfig:
     #: turn instead of two). Written at the latest after this delay, at shutdown, before the
     #: session is closed. 0: written as soon as the client has it.
     record_delay: float = 1.0
+    #: Server processes sharing the port and the store. A conversation's requests on one
+    #: kept-alive connection stay on one process; one that arrives at another process makes it
+    #: reopen the session from the store (correct, but it reads the history again).
+    workers: int = 1
     log_level: str = "info"
 
     def window_for(self, model: str) -> int:
@@ -64,6 +68,8 @@ class GatewayConfig:
             raise ConfigError(f"upstream must be an http(s) URL, got {self.upstream!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
+        if not isinstance(self.workers, int) or not 1 <= self.workers <= 64:
+            raise ConfigError(f"workers must be 1..64, got {self.workers!r}")
         for name in ("context_window", "max_body_bytes", "max_open_sessions"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

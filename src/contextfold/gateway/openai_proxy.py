@@ -10,11 +10,12 @@ import httpx
 from starlette.responses import Response
 
 from ..errors import InvalidMessageError
+from . import relay
 from .convert import parse_openai, render_openai, response_message_openai
 from .pipeline import Pipeline, RequestError, Turn
-from .sse import SSEEvent, SSEParser, encode
-from .streaming import GatewayResponse, GatewayStream, OpenAIAssembler
-from .upstream import UpstreamError, error_body, response_headers
+from .sse import SSEEvent, encode
+from .streaming import OpenAIAssembler
+from .upstream import response_headers
 
 PATH = "/v1/chat/completions"
 
@@ -36,18 +37,6 @@ def _payload(turn: Turn) -> dict[str, Any]:
         ]
         payload["tools"] = list(turn.body.get("tools") or []) + ours
     return payload
-
-
-def _json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-    data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    hdrs = {k: v for k, v in (headers or {}).items() if k.lower() != "content-type"}
-    return Response(data, status_code=status, headers=hdrs, media_type="application/json")
-
-
-def _upstream_failure(exc: httpx.HTTPError) -> RequestError:
-    if isinstance(exc, httpx.TimeoutException):
-        return RequestError(504, "the upstream did not answer in time", "timeout")
-    return RequestError(502, f"the upstream could not be reached ({type(exc).__name__})")
 
 
 def _split_calls(msg: dict[str, Any], ours: tuple[str, ...]) -> tuple[list[Any], list[Any]]:
@@ -84,47 +73,17 @@ async def handle(
     tools = body.get("tools") or []
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
         raise RequestError(400, "tools must be a list of tool objects")
-    turn = await pipe.begin("openai", body, conv, headers, tools, _tools_allowed(body), query)
-    streaming = body.get("stream") is True
-    handed_over = False
-    try:
-        payload = _payload(turn)
-        if streaming:
-            response = await _start_stream(pipe, turn, payload)
-        else:
-            response = await _complete(pipe, turn, payload)
-        # these release the lock themselves, once the client has the answer
-        handed_over = isinstance(response, GatewayStream | GatewayResponse)
-        return response
-    finally:
-        if not handed_over:
-            pipe.release(turn)
+    args = ("openai", body, conv, headers, tools, _tools_allowed(body), query)
+    return await relay.handle_turn(pipe, args, _payload, _start_stream, _complete)
 
 
 # ---------------------------------------------------------------------- non-streaming
 
 
-async def _post_with_recovery(
-    pipe: Pipeline, turn: Turn, payload: dict[str, Any]
-) -> httpx.Response:
-    try:
-        resp = await pipe.post(turn, PATH, payload)
-        if resp.status_code >= 400:
-            err = UpstreamError(resp.status_code, resp.content, resp.headers)
-            if await pipe.recover_overflow(turn, err):
-                payload.update(_payload(turn))
-                resp = await pipe.post(turn, PATH, payload)
-                pipe.note_retry(resp.status_code < 400)
-        return resp
-    except httpx.HTTPError as exc:
-        raise _upstream_failure(exc) from None
-
-
 async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Response:
-    resp = await _post_with_recovery(pipe, turn, payload)
+    resp = await relay.post(pipe, turn, PATH, payload, _payload)
     if resp.status_code >= 400:
-        pipe.upstream_error(turn, resp.status_code)
-        return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
+        return relay.passed_back(pipe, turn, resp.status_code, resp.content, resp.headers)
     first_resp = resp
     try:
         data = resp.json()
@@ -150,13 +109,9 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         answers = await pipe.answer_tools(turn, mine)
         texts.append(msg.get("content") or "")
         _continue(payload, msg, mine, answers)
-        try:
-            resp = await pipe.post(turn, PATH, payload)
-        except httpx.HTTPError as exc:
-            raise _upstream_failure(exc) from None
+        resp = await relay.repost(pipe, turn, PATH, payload)
         if resp.status_code >= 400:
-            pipe.upstream_error(turn, resp.status_code)
-            return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
+            return relay.passed_back(pipe, turn, resp.status_code, resp.content, resp.headers)
         try:
             data = resp.json()
             msg = data["choices"][0]["message"]
@@ -178,52 +133,15 @@ async def _complete(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Resp
         recorded = response_message_openai(msg)
     except InvalidMessageError as exc:
         raise RequestError(502, f"the upstream answered with an invalid message: {exc}") from None
-    headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
-    headers.update(pipe.gateway_headers(turn))
-    pipe.observe_first_byte(turn)
     tokens = input_tokens if isinstance(input_tokens, int) else None
-    state: dict[str, Any] = {"record": (recorded, tokens)}
-    return GatewayResponse(content, on_close=pipe.closer(turn, state), headers=headers)
+    return relay.whole_answer(pipe, turn, content, headers, recorded, tokens)
 
 
 # ---------------------------------------------------------------------- streaming
 
 
-async def _open(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> httpx.Response | Response:
-    """Open the upstream stream; an error status (after one overflow retry) becomes a
-    finished response passed back to the client."""
-    try:
-        resp = await pipe.open_stream(turn, PATH, payload)
-        if resp.status_code >= 400:
-            raw = await resp.aread()
-            await resp.aclose()
-            err = UpstreamError(resp.status_code, raw, resp.headers)
-            if await pipe.recover_overflow(turn, err):
-                payload.update(_payload(turn))
-                resp = await pipe.open_stream(turn, PATH, payload)
-                pipe.note_retry(resp.status_code < 400)
-                if resp.status_code < 400:
-                    return resp
-                raw = await resp.aread()
-                await resp.aclose()
-            pipe.upstream_error(turn, resp.status_code)
-            return Response(raw, resp.status_code, headers=response_headers(resp.headers))
-        return resp
-    except httpx.HTTPError as exc:
-        raise _upstream_failure(exc) from None
-
-
 async def _start_stream(pipe: Pipeline, turn: Turn, payload: dict[str, Any]) -> Response:
-    opened = await _open(pipe, turn, payload)
-    if isinstance(opened, Response):
-        return opened
-    state: dict[str, Any] = {"resp": opened}
-
-    return GatewayStream(
-        _events(pipe, turn, payload, state),
-        on_close=pipe.closer(turn, state),
-        headers={**response_headers(opened.headers), **pipe.gateway_headers(turn)},
-    )
+    return await relay.start_stream(pipe, turn, PATH, payload, _payload, _events)
 
 
 def _rewrite(obj: Any, first_id: str | None, drop: dict[int, int] | None, fix_finish: bool) -> Any:
@@ -268,31 +186,33 @@ async def _events(
     texts: list[str] = []
     first_id: str | None = None
     input_tokens: int | None = None
+    # tool calls are held back until the stream ends only when some could be the gateway's
+    holding = bool(turn.gateway_tools)
     while True:
         resp: httpx.Response = state["resp"]
         asm = OpenAIAssembler()
         held: list[tuple[SSEEvent, Any]] = []
-        parser = SSEParser()
+        reader = relay.SSEReader(resp)
         rewrite_id = turn.rounds > 0
         try:
-            async for chunk in resp.aiter_bytes():
-                for ev in parser.feed(chunk):
+            async for events in reader:
+                out: list[bytes] = []
+                for ev in events:
                     obj = ev.json()
                     asm.add(obj)
-                    if held or _has_tool_calls(obj):
+                    if holding and (held or _has_tool_calls(obj)):
                         held.append((ev, obj))
-                        continue
-                    pipe.observe_first_byte(turn)
-                    if rewrite_id and isinstance(obj, dict):
-                        yield encode(_rewrite(obj, first_id, None, False))
+                    elif rewrite_id and isinstance(obj, dict):
+                        out.append(encode(_rewrite(obj, first_id, None, False)))
                     else:
-                        yield ev.raw
+                        out.append(ev.raw)
+                if out:  # the events of one upstream chunk go to the client in one write
+                    pipe.observe_first_byte(turn)
+                    yield b"".join(out)
         except httpx.HTTPError as exc:  # the upstream died or went silent mid-stream
-            failure = _upstream_failure(exc)
-            pipe.upstream_error(turn, failure.status)
-            yield encode(error_body("openai", failure.status, failure.message, failure.kind))
+            yield relay.broken_off(pipe, turn, exc)
             return
-        for ev in parser.flush():
+        for ev in reader.rest():
             obj = ev.json()
             asm.add(obj)
             held.append((ev, obj))
@@ -311,18 +231,9 @@ async def _events(
             answers = await pipe.answer_tools(turn, calls)
             texts.append(msg.get("content") or "")
             _continue(payload, msg, calls, answers)
-            try:
-                nxt = await pipe.open_stream(turn, PATH, payload)
-            except httpx.HTTPError as exc:
-                failure = _upstream_failure(exc)
-                yield encode(error_body("openai", failure.status, failure.message, failure.kind))
-                return
-            state["resp"] = nxt
-            if nxt.status_code >= 400:
-                raw = await nxt.aread()
-                pipe.upstream_error(turn, nxt.status_code)
-                err = UpstreamError(nxt.status_code, raw, nxt.headers)
-                yield encode(err.body or error_body("openai", nxt.status_code, err.message))
+            failed = await relay.next_round(pipe, turn, PATH, payload, state)
+            if failed is not None:
+                yield failed
                 return
             continue
         drop: dict[int, int] | None = None
@@ -331,14 +242,17 @@ async def _events(
             drop = {old: new for new, old in enumerate(theirs)}
             msg["tool_calls"] = [asm.calls[i] for i in theirs] or None
         fix_finish = drop is not None and not drop
+        tail: list[bytes] = []
         for ev, obj in held:
             if not isinstance(obj, dict) or (drop is None and not rewrite_id):
-                yield ev.raw
+                tail.append(ev.raw)
                 continue
-            out = _rewrite(obj, first_id if rewrite_id else None, drop, fix_finish)
-            if out is not None:
-                yield encode(out)
+            rewritten = _rewrite(obj, first_id if rewrite_id else None, drop, fix_finish)
+            if rewritten is not None:
+                tail.append(encode(rewritten))
         pipe.observe_first_byte(turn)
+        if tail:
+            yield b"".join(tail)
         if asm.error is not None or asm.finish_reason is None:
             return  # an error event or a cut stream: the client did not get a whole answer
         msg["content"] = "".join([*texts, msg.get("content") or ""]) or None

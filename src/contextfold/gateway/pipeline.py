@@ -306,24 +306,29 @@ class Pipeline:
         return f"{url}?{turn.query}" if turn.query else url
 
     async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        data = fastjson.dumps(payload)
-        t0 = time.perf_counter()
-        resp = await self.upstream.client_for(turn.key).post(
-            self._url(turn, path), content=data, headers=self.upstream_headers(turn)
-        )
+        """The upstream's whole answer (body read)."""
+        url, data, headers = self._request(turn, path, payload)
+        t0 = time.perf_counter()  # the upstream wait: from here to its last byte
+        resp = await self.upstream.send(turn.key, url, data, headers)
+        try:
+            await resp.aread()
+        finally:
+            await resp.aclose()
         turn.upstream_seconds += time.perf_counter() - t0
         return resp
 
     async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        data = fastjson.dumps(payload)
-        client = self.upstream.client_for(turn.key)
-        req = client.build_request(
-            "POST", self._url(turn, path), content=data, headers=self.upstream_headers(turn)
-        )
-        t0 = time.perf_counter()
-        resp = await client.send(req, stream=True)
+        """The upstream's answer once its headers are in (the caller reads and closes it)."""
+        url, data, headers = self._request(turn, path, payload)
+        t0 = time.perf_counter()  # the upstream wait: from here to its headers
+        resp = await self.upstream.send(turn.key, url, data, headers)
         turn.upstream_seconds += time.perf_counter() - t0
         return resp
+
+    def _request(
+        self, turn: Turn, path: str, payload: dict[str, Any]
+    ) -> tuple[str, bytes, dict[str, str]]:
+        return self._url(turn, path), fastjson.dumps(payload), self.upstream_headers(turn)
 
     def note_retry(self, ok: bool) -> None:
         self.metrics.inc(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from ..manager import ContextManager
@@ -35,11 +39,35 @@ def check_store(store: str) -> None:
         )
 
 
+class SerialSQLiteStore(SQLiteStore):
+    """A workspace store whose write transactions take turns within this process.
+
+    A writer that finds the database locked sleeps in SQLite's busy handler (1, 2, 5, 10 ...
+    ms per retry, whoever releases the lock): with tens of gateway threads appending at once,
+    that convoy made the slowest appends wait hundreds of milliseconds. A lock hands the write
+    over at once. Other processes writing to the workspace still meet SQLite's own lock."""
+
+    def __init__(self, root: str | Path, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self._writing = threading.RLock()  # reentrant: a nested transaction joins the outer
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self._writing, super().transaction() as tx:
+            yield tx
+
+
 def open_shared_store(store: str) -> Store:
     """The one store every session of the gateway uses (a workspace folder, migrated from an
     earlier release's layout if needed, or a database URL)."""
     check_store(store)
-    opened = open_store(store if "://" in store else Path(store))
+    opened: Store
+    if "://" not in store:
+        opened = SerialSQLiteStore(Path(store))
+    elif store.startswith("sqlite:///"):  # the database file's URL: its folder
+        opened = SerialSQLiteStore(Path(store[len("sqlite:///") :]).parent)
+    else:
+        opened = open_store(store)
     if isinstance(opened, SQLiteStore):
         from ..migrate import migrate_on_open
 
@@ -68,4 +96,11 @@ def open_manager(
     )
 
 
-__all__ = ["LEARNED", "check_store", "is_database_url", "open_manager", "open_shared_store"]
+__all__ = [
+    "LEARNED",
+    "SerialSQLiteStore",
+    "check_store",
+    "is_database_url",
+    "open_manager",
+    "open_shared_store",
+]

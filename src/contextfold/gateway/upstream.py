@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from . import netio
 from .convert import Provider
 
 #: Request headers never forwarded: hop-by-hop, recomputed, or the gateway's own.
@@ -124,6 +125,9 @@ class UpstreamError(Exception):
         super().__init__(f"upstream {status}: {self.message}")
 
 
+#: Errors of a request the upstream never answered (see :meth:`Upstream.send`).
+_RESEND = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.ConnectError)
+
 #: Upstream connection pools. httpcore's pool scans all its connections (a socket poll for
 #: each idle one, and a quadratic count) every time a request starts or ends, which made the
 #: pool the largest CPU cost of the event loop at 50 sessions; several small pools, a
@@ -134,13 +138,13 @@ POOLS = 8
 class Upstream:
     def __init__(self, base_url: str, timeout: float, pools: int = POOLS) -> None:
         self.base = base_url.rstrip("/")
+        limits = httpx.Limits(
+            max_connections=max(1, 512 // pools), max_keepalive_connections=max(1, 128 // pools)
+        )
         self.clients = [
             httpx.AsyncClient(
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
-                limits=httpx.Limits(
-                    max_connections=max(1, 512 // pools),
-                    max_keepalive_connections=max(1, 128 // pools),
-                ),
+                transport=netio.transport(limits),
                 follow_redirects=False,
                 trust_env=False,
             )
@@ -148,6 +152,23 @@ class Upstream:
         ]
         #: the pool for requests that belong to no conversation (models, count_tokens ...)
         self.client = self.clients[0]
+
+    async def send(
+        self, key: str, url: str, content: bytes, headers: Mapping[str, str]
+    ) -> httpx.Response:
+        """POST on the conversation's pool; the response is returned once its headers are in
+        (read or stream the body, then close it). A request that met a broken connection
+        before any answer (a kept-alive connection the server had just closed, a reset, a
+        refused connect) is sent once more, on a fresh connection: it was not answered."""
+        client = self.client_for(key)
+        for attempt in (0, 1):
+            request = client.build_request("POST", url, content=content, headers=headers)
+            try:
+                return await client.send(request, stream=True)
+            except _RESEND:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def client_for(self, key: str) -> httpx.AsyncClient:
         """The pool of one conversation (stable for its key)."""

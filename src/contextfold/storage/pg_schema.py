@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -213,28 +214,42 @@ def doc_tags(namespace: str, session_id: str, scope: str) -> list[str]:
     ]
 
 
-def encode_fields(fields: Mapping[str, str], tags: Sequence[str] = ()) -> tuple[str, int]:
-    """A ``tsvector`` literal of the fields' tokens (and ``tags``) and the document's length in
-    tokens (unweighted, as FTS5 counts it, plus one for the tags column of the SQLite index)."""
-    counts: dict[str, list[int]] = {}
-    length = 1
-    for name, text in sorted(fields.items()):
-        heavy = 0 if name == "body" else 1
-        for token in tokenize(clip(text)):
-            length += 1
-            if len(token) > MAX_LEXEME_CHARS:
-                continue
-            slot = counts.get(token)
-            if slot is None:
-                slot = counts[token] = [0, 0]
-            slot[heavy] += 1
-    parts: list[str] = []
-    for token, (light, heavy) in counts.items():
+#: ``"1,2,3A"``: the positions of a lexeme seen (light, heavy) times, by count pair
+_POSITIONS: dict[tuple[int, int], str] = {}
+
+
+def _positions(light: int, heavy: int) -> str:
+    key = (light, heavy)
+    text = _POSITIONS.get(key)
+    if text is None:
         light = min(light, MAX_POSITIONS)
         heavy = min(heavy, MAX_POSITIONS - light)
         positions = [str(i) for i in range(1, light + 1)]
         positions.extend(f"{i}A" for i in range(light + 1, light + heavy + 1))
-        parts.append(f"{_quote(token)}:{','.join(positions)}")
+        text = ",".join(positions)
+        if len(_POSITIONS) < 4096:
+            _POSITIONS[key] = text
+    return text
+
+
+def encode_fields(fields: Mapping[str, str], tags: Sequence[str] = ()) -> tuple[str, int]:
+    """A ``tsvector`` literal of the fields' tokens (and ``tags``) and the document's length in
+    tokens (unweighted, as FTS5 counts it, plus one for the tags column of the SQLite index)."""
+    light: Counter[str] = Counter()
+    heavy: Counter[str] = Counter()
+    order: dict[str, None] = {}  # lexemes in the order first seen
+    length = 1
+    for name, text in sorted(fields.items()):
+        tokens = tokenize(clip(text))
+        length += len(tokens)
+        (light if name == "body" else heavy).update(tokens)
+        order.update(dict.fromkeys(tokens))
+    parts: list[str] = []
+    for token in order:
+        if len(token) > MAX_LEXEME_CHARS:
+            continue
+        positions = _positions(light.get(token, 0), heavy.get(token, 0))
+        parts.append(f"{_quote(token)}:{positions}")
     parts.extend(f"{_quote(t)}:1" for t in tags)
     return " ".join(parts), length
 

@@ -112,8 +112,8 @@ class PgTransaction:
         row = conn.execute(
             f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}, head) "
             "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json, e.head::json "
-            "FROM unnest(%(seqs)s::bigint[], %(kinds)s::text[], %(data)s::text[], "
-            "%(heads)s::text[]) AS e(seq, kind, data, head) "
+            "FROM unnest(%(seqs)b::bigint[], %(kinds)b::text[], %(data)b::text[], "
+            "%(heads)b::text[]) AS e(seq, kind, data, head) "
             "WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
             "SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM ins)",
             {
@@ -244,12 +244,12 @@ class PgTransaction:
 _INDEX_SQL = """
 WITH old AS (
     SELECT count(*) AS n, coalesce(sum(doc_len), 0) AS len FROM {s}.search_docs
-    WHERE namespace = %(ns)s AND doc_id = ANY(%(ids)s::text[])),
+    WHERE namespace = %(ns)s AND doc_id = ANY(%(ids)b::text[])),
 up AS (
     INSERT INTO {s}.search_docs (namespace, doc_id, scope, session_id, meta, doc_len, tsv)
     SELECT %(ns)s, d.id, d.scope, d.sid, d.meta::json, d.len, d.tsv::tsvector
-    FROM unnest(%(ids)s::text[], %(scopes)s::text[], %(sids)s::text[], %(metas)s::text[],
-                %(lens)s::integer[], %(tsvs)s::text[]) AS d(id, scope, sid, meta, len, tsv)
+    FROM unnest(%(ids)b::text[], %(scopes)b::text[], %(sids)b::text[], %(metas)b::text[],
+                %(lens)b::integer[], %(tsvs)b::text[]) AS d(id, scope, sid, meta, len, tsv)
     ON CONFLICT (namespace, doc_id) DO UPDATE SET scope = excluded.scope,
         session_id = excluded.session_id, meta = excluded.meta, doc_len = excluded.doc_len,
         tsv = excluded.tsv

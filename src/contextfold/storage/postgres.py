@@ -3,7 +3,9 @@
 ``PostgresStore("postgresql://user@host/db")`` keeps event logs, documents, the search index
 and (by default) blobs in tables of one schema, created by the versioned migrations of
 :mod:`.pg_schema`. Connections come from a ``psycopg_pool.ConnectionPool`` (each checked before
-use, so a connection the server dropped is replaced instead of failing a call).
+use, so a connection the server dropped is replaced instead of failing a call; the check asks
+the server only when the connection's socket has something to read, which is how a dropped
+connection shows, so a healthy one costs no round trip).
 
 Expected-sequence appends are race-free across processes and hosts: an append is one
 statement that moves the session's head in ``sessions`` from the expected value to the new one
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,6 +60,22 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 ANALYZE_EVERY = 20_000
 #: Events fetched per round trip when reading a log.
 PAGE = 2_000
+
+
+def check_connection(conn: Conn) -> None:
+    """The pool's check before handing out a connection: an idle connection's socket has
+    nothing to read unless the server sent something (a termination notice, or the end of
+    the connection); only then is the server asked (and a dead connection raises)."""
+    if not conn.closed and hasattr(select, "poll"):
+        try:
+            poller = select.poll()
+            poller.register(conn.pgconn.socket, select.POLLIN)
+            quiet = not poller.poll(0)
+        except (OSError, ValueError, psycopg.Error):
+            quiet = False
+        if quiet:
+            return
+    psycopg_pool.ConnectionPool.check_connection(conn)
 
 
 def public_url(url: str) -> str:
@@ -134,7 +153,7 @@ class PostgresStore:
                 open=False,
                 timeout=timeout,
                 kwargs=connect_args,
-                check=psycopg_pool.ConnectionPool.check_connection,
+                check=check_connection,
                 name=f"contextfold:{self._url}",
             )
             self._pool.open(wait=True, timeout=timeout)

@@ -29,30 +29,51 @@ B = 0.75
 MAX_FIELD_CHARS = 64_000
 
 
+#: Tokens of one word (words repeat a lot across messages and tool outputs): the per-word
+#: splitting below is the costly part of tokenizing, a lookup replaces it. Bounded; cleared
+#: whole when full (dict reads and writes are atomic, the values are immutable).
+_WORD_TOKENS: dict[str, tuple[str, ...]] = {}
+_WORD_CACHE_MAX = 65_536
+
+
+def _word_tokens(word: str) -> tuple[str, ...]:
+    out = [word.lower()]
+    # path pieces keep their underscores too: "tests/test_dates.py" -> "test_dates"
+    coarse = [p for p in _PATH_SPLIT.split(word) if p]
+    if len(coarse) > 1:
+        out.extend(p.lower() for p in coarse if "_" in p)
+    parts = [p for p in _SPLIT.split(word) if p]
+    if len(parts) > 1 or _CAMEL.search(word):
+        for part in parts:
+            sub = _CAMEL.split(part)
+            if len(sub) > 1:
+                out.append(part.lower())
+            out.extend(s.lower() for s in sub if len(s) > 1 or s.isdigit())
+    return tuple(out)
+
+
 def tokenize(text: str) -> list[str]:
     out: list[str] = []
-    for m in _WORD.finditer(text):
-        word = m.group(0).strip("./:-")
+    cache = _WORD_TOKENS
+    for word in _WORD.findall(text):
+        word = word.strip("./:-")
         if not word:
             continue
-        out.append(word.lower())
-        # path pieces keep their underscores too: "tests/test_dates.py" -> "test_dates"
-        coarse = [p for p in _PATH_SPLIT.split(word) if p]
-        if len(coarse) > 1:
-            out.extend(p.lower() for p in coarse if "_" in p)
-        parts = [p for p in _SPLIT.split(word) if p]
-        if len(parts) > 1 or _CAMEL.search(word):
-            for part in parts:
-                sub = _CAMEL.split(part)
-                if len(sub) > 1:
-                    out.append(part.lower())
-                out.extend(s.lower() for s in sub if len(s) > 1 or s.isdigit())
-    for m in _CJK.finditer(text):
-        run = m.group(0)
-        if len(run) == 1:
-            out.append(run)
-        else:
-            out.extend(run[i : i + 2] for i in range(len(run) - 1))
+        tokens = cache.get(word)
+        if tokens is None:
+            tokens = _word_tokens(word)
+            if len(cache) >= _WORD_CACHE_MAX:
+                cache.clear()
+            if len(word) <= 64:  # long words (hashes, blobs) rarely repeat
+                cache[word] = tokens
+        out.extend(tokens)
+    if not text.isascii():
+        for m in _CJK.finditer(text):
+            run = m.group(0)
+            if len(run) == 1:
+                out.append(run)
+            else:
+                out.extend(run[i : i + 2] for i in range(len(run) - 1))
     return out
 
 

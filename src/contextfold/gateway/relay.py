@@ -1,0 +1,217 @@
+"""What the OpenAI and Anthropic routes share: the request's frame (begin, forward, hand the
+lock over to the response), upstream calls with one retry after a context overflow, reading an
+upstream SSE stream a chunk at a time, and the continuation after the gateway answered its own
+tools. The provider modules keep only what differs: message shapes and event rewriting."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+from starlette.responses import Response
+
+from ..messages import Message
+from .convert import Provider
+from .pipeline import Pipeline, RequestError, Turn
+from .sse import SSEEvent, SSEParser, encode
+from .streaming import GatewayResponse, GatewayStream
+from .upstream import UpstreamError, error_body, response_headers
+
+#: ``payload(turn)``: the provider's request body for the turn's view
+Payload = Callable[[Turn], dict[str, Any]]
+#: ``respond(pipe, turn, payload)``: forward and build the client's response
+Respond = Callable[[Pipeline, Turn, dict[str, Any]], Awaitable[Response]]
+#: ``events(pipe, turn, payload, state)``: the client's stream of a streamed turn
+Events = Callable[[Pipeline, Turn, dict[str, Any], dict[str, Any]], AsyncIterator[bytes]]
+
+
+def upstream_failure(exc: httpx.HTTPError) -> RequestError:
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestError(504, "the upstream did not answer in time", "timeout")
+    return RequestError(502, f"the upstream could not be reached ({type(exc).__name__})")
+
+
+def error_event(
+    provider: Provider, status: int, message: str, kind: str | None = None, body: Any = None
+) -> bytes:
+    """An error event ending a client's stream, in the provider's shape (``body``: the
+    upstream's own error body, passed on)."""
+    if provider == "anthropic":
+        return encode(body or error_body(provider, status, message), "error")
+    return encode(body or error_body(provider, status, message, kind))
+
+
+def broken_off(pipe: Pipeline, turn: Turn, exc: httpx.HTTPError) -> bytes:
+    """The error event for an upstream that died or went silent mid-stream."""
+    failure = upstream_failure(exc)
+    pipe.upstream_error(turn, failure.status)
+    return error_event(turn.provider, failure.status, failure.message, failure.kind)
+
+
+async def handle_turn(
+    pipe: Pipeline,
+    turn_args: tuple[Any, ...],
+    payload: Payload,
+    stream: Respond,
+    complete: Respond,
+) -> Response:
+    """Begin the turn (``turn_args`` as :meth:`Pipeline.begin` takes them), forward it and
+    return the response; a streamed or whole answer releases the session lock itself once the
+    client has it, anything else releases it here."""
+    turn = await pipe.begin(*turn_args)
+    handed_over = False
+    try:
+        body = payload(turn)
+        respond = stream if turn.body.get("stream") is True else complete
+        response = await respond(pipe, turn, body)
+        handed_over = isinstance(response, GatewayStream | GatewayResponse)
+        return response
+    finally:
+        if not handed_over:
+            pipe.release(turn)
+
+
+def passed_back(pipe: Pipeline, turn: Turn, status: int, raw: bytes, headers: Any) -> Response:
+    """An upstream error answer, given to the client as it came."""
+    pipe.upstream_error(turn, status)
+    return Response(raw, status, headers=response_headers(headers))
+
+
+async def post(
+    pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any], rebuild: Payload
+) -> httpx.Response:
+    """POST the turn; after a context overflow compact hard, rebuild the payload, retry once."""
+    try:
+        resp = await pipe.post(turn, path, payload)
+        if resp.status_code >= 400:
+            err = UpstreamError(resp.status_code, resp.content, resp.headers)
+            if await pipe.recover_overflow(turn, err):
+                payload.update(rebuild(turn))
+                resp = await pipe.post(turn, path, payload)
+                pipe.note_retry(resp.status_code < 400)
+        return resp
+    except httpx.HTTPError as exc:
+        raise upstream_failure(exc) from None
+
+
+async def repost(pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+    """POST a continuation (after the gateway answered its tools): no overflow retry."""
+    try:
+        return await pipe.post(turn, path, payload)
+    except httpx.HTTPError as exc:
+        raise upstream_failure(exc) from None
+
+
+async def open_stream(
+    pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any], rebuild: Payload
+) -> httpx.Response | Response:
+    """Open the upstream stream (one retry after a context overflow); an error status becomes
+    a finished response passed back to the client."""
+    try:
+        resp = await pipe.open_stream(turn, path, payload)
+        if resp.status_code >= 400:
+            raw = await resp.aread()
+            await resp.aclose()
+            err = UpstreamError(resp.status_code, raw, resp.headers)
+            if await pipe.recover_overflow(turn, err):
+                payload.update(rebuild(turn))
+                resp = await pipe.open_stream(turn, path, payload)
+                pipe.note_retry(resp.status_code < 400)
+                if resp.status_code < 400:
+                    return resp
+                raw = await resp.aread()
+                await resp.aclose()
+            return passed_back(pipe, turn, resp.status_code, raw, resp.headers)
+        return resp
+    except httpx.HTTPError as exc:
+        raise upstream_failure(exc) from None
+
+
+async def start_stream(
+    pipe: Pipeline,
+    turn: Turn,
+    path: str,
+    payload: dict[str, Any],
+    rebuild: Payload,
+    events: Events,
+) -> Response:
+    """The client's streamed response: ``events`` relays the upstream stream; the session lock
+    is released (and the answer recorded) when the stream ends, however it ends."""
+    opened = await open_stream(pipe, turn, path, payload, rebuild)
+    if isinstance(opened, Response):
+        return opened
+    state: dict[str, Any] = {"resp": opened}
+    return GatewayStream(
+        events(pipe, turn, payload, state),
+        on_close=pipe.closer(turn, state),
+        headers={**response_headers(opened.headers), **pipe.gateway_headers(turn)},
+    )
+
+
+def whole_answer(
+    pipe: Pipeline,
+    turn: Turn,
+    content: bytes,
+    headers: dict[str, str],
+    recorded: Message,
+    input_tokens: int | None,
+) -> GatewayResponse:
+    """The client's whole (non-streamed) answer; it is recorded once the client has it."""
+    out = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    out.update(pipe.gateway_headers(turn))
+    pipe.observe_first_byte(turn)
+    state: dict[str, Any] = {"record": (recorded, input_tokens)}
+    return GatewayResponse(content, on_close=pipe.closer(turn, state), headers=out)
+
+
+async def next_round(
+    pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any], state: dict[str, Any]
+) -> bytes | None:
+    """Open the continuation stream after the gateway answered its tools (``state["resp"]``);
+    bytes: the error event that ends the client's stream instead."""
+    try:
+        nxt = await pipe.open_stream(turn, path, payload)
+    except httpx.HTTPError as exc:
+        failure = upstream_failure(exc)
+        return error_event(turn.provider, failure.status, failure.message, failure.kind)
+    state["resp"] = nxt
+    if nxt.status_code >= 400:
+        raw = await nxt.aread()
+        pipe.upstream_error(turn, nxt.status_code)
+        err = UpstreamError(nxt.status_code, raw, nxt.headers)
+        return error_event(turn.provider, nxt.status_code, err.message, body=err.body)
+    return None
+
+
+class SSEReader:
+    """An upstream SSE stream, a chunk's complete events at a time (``rest()`` at the end)."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self._resp = resp
+        self._parser = SSEParser()
+
+    async def __aiter__(self) -> AsyncIterator[list[SSEEvent]]:
+        async for chunk in self._resp.aiter_bytes():
+            events = self._parser.feed(chunk)
+            if events:
+                yield events
+
+    def rest(self) -> list[SSEEvent]:
+        """What is left when the stream ended (an event without its blank line)."""
+        return self._parser.flush()
+
+
+__all__ = [
+    "SSEReader",
+    "broken_off",
+    "error_event",
+    "handle_turn",
+    "next_round",
+    "passed_back",
+    "post",
+    "repost",
+    "start_stream",
+    "upstream_failure",
+    "whole_answer",
+]
