@@ -200,6 +200,44 @@ def test_lone_surrogates_round_trip(store_factory: StoreFactory) -> None:
 # --------------------------------------------------------------------------- transactions
 
 
+def test_event_heads(store_factory: StoreFactory) -> None:
+    """Heads are stored beside their events and read without the data, in order."""
+    store = store_factory.new()
+    big = "x" * 50_000
+    events = [
+        NewEvent(kind="message", data={"i": 0, "body": big}, head={"pos": 0, "uuid": "u0"}),
+        NewEvent(kind="state", data={"i": 1}),
+        NewEvent(kind="message", data={"i": 2}, head={"pos": 1, "calls": [{"id": "c", "n": None}]}),
+        NewEvent(kind="offload", data={"i": 3}, head={"k": "\u00e9\ud800 ok"}),
+    ]
+    append(store, "s", events, 0)
+    heads = store.read_heads("s")
+    assert [(h.seq, h.kind) for h in heads] == [
+        (0, "message"),
+        (1, "state"),
+        (2, "message"),
+        (3, "offload"),
+    ]
+    assert heads[0].head == {"pos": 0, "uuid": "u0"} and heads[1].head is None
+    assert heads[2].head == {"pos": 1, "calls": [{"id": "c", "n": None}]}
+    assert heads[3].head == {"k": "\u00e9\ud800 ok"}
+    assert [h.seq for h in store.read_heads("s", kinds=["message"])] == [0, 2]
+    assert [h.seq for h in store.read_heads("s", start=1, stop=3)] == [1, 2]
+    assert store.read_heads("s", kinds=[]) == [] and store.read_heads("missing") == []
+    assert [e.data["i"] for e in store.read("s")] == [0, 1, 2, 3]  # data unchanged
+    with pytest.raises(StorageError), store.transaction() as txn:  # a bad head writes nothing
+        txn.append(
+            "s", [NewEvent(kind="m", data={}, head={"x": object()})], expected_seq=4, agent_id="a"
+        )
+    assert store.head("s") == 4 and len(store.read_heads("s")) == 4
+    with pytest.raises(RuntimeError), store.transaction() as txn:  # rolled back with its unit
+        txn.append("s", [NewEvent(kind="m", data={}, head={"x": 1})], expected_seq=4, agent_id="a")
+        raise RuntimeError("boom")
+    assert len(store.read_heads("s")) == 4
+    store.delete_session("s")
+    assert store.read_heads("s") == []
+
+
 def test_exception_rolls_back_everything(store_factory: StoreFactory) -> None:
     store = store_factory.new()
     append(store, "s", [ev()], 0)

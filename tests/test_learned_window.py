@@ -145,12 +145,14 @@ def test_the_window_is_learned_once_and_the_next_calls_fit(tmp_path: Path, provi
     model = OverflowingModel(limit=6_000, provider=provider, reply="ok")
     cm = ContextManager(tmp_path, "w", 128_000)  # the user guessed the window wrong
     cm.add_many([SYSTEM, TASK])
-    with pytest.warns(WindowLearnedWarning, match="lowered from 128000 to 6000"):
+    with pytest.warns(WindowLearnedWarning, match="lowered from 128000 to 6000") as caught:
         for i in range(40):
             cm.add_many(turn(i))
             cm.add({"role": "user", "content": f"next {i}"})
             assert cm.call(model) == {"role": "assistant", "content": "ok"}
             cm.add({"role": "assistant", "content": "ok"})
+    # the warning names the caller's line, not a frame inside contextfold
+    assert {w.filename for w in caught if w.category is WindowLearnedWarning} == {__file__}
     assert model.overflows == 1  # learned once: every later call fits
     assert cm.window == 6_000 and cm.configured_window == 128_000
     assert cm.learned_window is not None and "6000" in cm.learned_window.source

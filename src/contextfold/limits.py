@@ -10,7 +10,9 @@ manager still fits. :class:`WindowLearnedWarning` is the warning emitted when a 
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -186,6 +188,18 @@ class LearnedWindow:
         )
 
 
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside contextfold (the
+    user's call, however many library frames are in between)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 def learn_from_overflow(cm: ContextManager, exc: BaseException) -> str | None:
     """Adjust ``cm`` to what an overflow error says; returns a note for the record (or None).
 
@@ -227,7 +241,7 @@ def learn_from_overflow(cm: ContextManager, exc: BaseException) -> str | None:
             f"context window lowered from {old_window} to {window} tokens for session "
             f"{cm.session_id!r} ({source})"
         )
-        warnings.warn(WindowLearnedWarning(text), stacklevel=4)
+        warnings.warn(WindowLearnedWarning(text), stacklevel=_caller_level())
         notes.append(text)
     return "; ".join(notes) or None
 

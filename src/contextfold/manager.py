@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from . import calling, reopen
 from .aio import run_off_loop
-from .anchors import Anchor, AnchorType
 from .compactors.pinned import pinned_indices
-from .compactors.progressive import CompactorState, ProgressiveCompactor
+from .compactors.progressive import ProgressiveCompactor
 from .config import ContextConfig, TierConfig, resolve_preset
 from .errors import (
     ConfigError,
@@ -40,8 +40,8 @@ from .paths import Workspace, check_session_id
 from .records import CompactionRecord, OffloadEntry, StoreRecordStore, Tier
 from .recovery import Recovery, RestoreHit
 from .responses import parse_inputs, response_message
-from .sessions.log import LogEntry, SessionLog, entry_of
-from .state import SessionState, load_state, save_state
+from .sessions.log import SessionLog, entry_of
+from .state import SessionState, save_state
 from .storage import ENV_VAR, SQLiteStore, Store, open_store
 from .storage.session import SessionStore
 from .summarizers.base import Summarizer
@@ -134,6 +134,10 @@ class ContextManager:
         self.ws: Workspace | None = Workspace.at(root) if root is not None else None
         self._problems: list[str] = []
         self._tool_tokens: dict[str, int] = {}
+        #: event seq of each history position (a lazily reopened session; else None)
+        self._seqs: list[int] | None = None
+        #: offloads of messages not loaded yet: (position, entry, policy), applied on load
+        self._deferred: list[tuple[int, OffloadEntry, str]] = []
         self._open()
 
     @staticmethod
@@ -234,111 +238,20 @@ class ContextManager:
 
     # ------------------------------------------------------------------ persistence
     def _load(self) -> None:
-        offloads = []
-        entries: list[LogEntry] = []
-        stored_calls = self.recovery.stored_calls
-        for event in self.session.read(kinds=["message", "offload"]):
-            if event.kind == "offload":
-                offloads.append(event)
-                continue
-            raw_calls = event.data.get("calls")
-            if raw_calls is not None:
-                stored_calls[len(entries)] = raw_calls  # read when recall first needs them
-            entries.append(entry_of(event))
-        answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
-        for entry in entries:
-            msg = entry.message
-            if entry.tokens is not None:
-                self._cache.seed(msg, entry.tokens)
-            if msg.tool_calls:
-                self.view.expect_answers(
-                    len(self.view), {c.id for c in msg.tool_calls if c.id in answered}
-                )
-            self.view.append(msg, entry.seq, checked=True)  # entry_of validated it
-        self.offload.load(offloads)
-        if self.eviction_store is not self.offload:
-            self.eviction_store.load(offloads)
-        # user data, not derived: a damaged snapshot is an error naming it, never dropped
-        self.session_state = load_state(self.session)
-        with self.view.deferred_sums():
-            self._load_view_state()
-
-    def _load_view_state(self) -> None:
-        last = self.session.read_last(1, ["state"])
-        calibration = self.store.get_doc("calibration", f"{self.session_id}/calibration")
-        if not last:
-            self._reapply_offloads({})
-        else:
-            try:
-                self._load_state(last[0].data)
-            except (ValueError, TypeError, KeyError) as exc:
-                # the state is derived (the log is the truth): start the view over, say why
-                self.recovery.note_problem(f"compactor state (event {last[0].seq}) ignored: {exc}")
-                self.compactor.state = CompactorState()
-                self.calibration = Calibration()
-                self.compactor.scale = self.calibration.apply
-                self._reapply_offloads({})
-        if calibration is not None:
-            with contextlib.suppress(ValueError, TypeError, KeyError):
-                self.calibration = Calibration.from_dict(calibration)
-                self.compactor.scale = self.calibration.apply
-
-    def _load_state(self, data: Mapping[str, Any]) -> None:
-        st = self.compactor.state
-        st.last_summary = str(data.get("last_summary", ""))
-        st.last_anchors = tuple(
-            Anchor(type=AnchorType(a["type"]), content=str(a["content"]))
-            for a in data.get("last_anchors", [])
-        )
-        st.compaction_text = str(data.get("compaction_text", ""))
-        st.boundary_uuid = data.get("boundary_uuid")
-        st.compactions = int(data.get("compactions", 0))
-        st.last_artifacts = tuple(data.get("last_artifacts", ()))
-        self.calibration = Calibration.from_dict(data.get("calibration", {}))
-        self.compactor.scale = self.calibration.apply
-        self._set_window(LearnedWindow.from_dict(data.get("learned_window")))
-        self._reapply_offloads(data.get("offload_policies", {}))
-        boundary = int(data.get("boundary", self.view.prefix_len))
-        if st.boundary_uuid is not None and st.boundary_uuid in self.view.uuids:
-            boundary = self.view.uuids[st.boundary_uuid]
-        if boundary > self.view.prefix_len and st.compaction_text:
-            msg = Message(
-                role="user",
-                content=st.compaction_text,
-                uuid=data.get("compaction_uuid") or f"cf-compaction-{st.compactions}",
-                metadata={"cf_kind": "compaction"},
-            )
-            self.view.set_boundary(min(boundary, len(self.view)), msg)
-
-    def _reapply_offloads(self, policies: Mapping[str, str]) -> None:
-        entries = self.offload.entries()
-        if self.eviction_store is not self.offload:
-            entries.update(self.eviction_store.entries())
-        by_call = {m.tool_call_id: i for i, m in enumerate(self.view.history) if m.tool_call_id}
-        for key, entry in entries.items():
-            idx = by_call.get(key)
-            if idx is None and key.startswith(("msg-", "args-")):
-                idx = self.view.uuids.get(key.split("-", 1)[1])
-            if idx is None:
-                continue
-            self.compactor.reapply(idx, entry, policies.get(key, entry.policy))
+        reopen.load(self)
 
     def _state_data(self) -> dict[str, Any]:
-        st: CompactorState = self.compactor.state
-        comp = self.view.compaction
-        return {
-            "boundary": self.view.boundary,
-            "boundary_uuid": st.boundary_uuid,
-            "compaction_text": st.compaction_text,
-            "compaction_uuid": comp.uuid if comp is not None else None,
-            "last_summary": st.last_summary,
-            "last_anchors": [{"type": a.type.value, "content": a.content} for a in st.last_anchors],
-            "compactions": st.compactions,
-            "last_artifacts": list(st.last_artifacts),
-            "offload_policies": st.offload_policies,
-            "calibration": self.calibration.to_dict(),
-            "learned_window": self.learned_window.to_dict() if self.learned_window else None,
-        }
+        return reopen.state_data(self)
+
+    def message_at(self, index: int) -> Message:
+        """History message ``index`` without loading the rest of a lazily reopened history."""
+        with self._lock:
+            if self.view.is_loaded(index) or self._seqs is None:
+                return self.view.history[index]
+            seq = self._seqs[index]
+            for event in self.store.read(self.session_id, start=seq, stop=seq + 1):
+                return entry_of(event).message
+            return self.view.history[index]
 
     def _save_state(self) -> None:
         """A ``state`` event with the compactor's state (in the current unit)."""
@@ -388,8 +301,10 @@ class ContextManager:
     # ------------------------------------------------------------------ adding
     @property
     def history(self) -> list[Message]:
-        """The full history (a copy of the list; messages are immutable)."""
-        return list(self.view.history)
+        """The full history (a copy of the list; messages are immutable). After a reopen the
+        messages before the compaction boundary are read from the store on first use."""
+        with self._lock:
+            return list(self.view.history)
 
     def add(self, message: Mapping[str, Any] | Message) -> Message:
         """Append one message (OpenAI dict or Message). Validated before anything is written.
@@ -744,22 +659,7 @@ class ContextManager:
     ) -> T:
         """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
         once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
-        view = self.prepare(tools=tools, format=format)
-        failure: Exception | None = None
-        try:
-            result = fn(view)
-        except Exception as exc:
-            failure = exc
-        if failure is not None:
-            # retried outside the except block, so a retry error is not chained to the overflow
-            retry_view, record = self._recover(failure, tools, format, view)
-            try:
-                result = fn(retry_view)
-            except Exception as exc2:
-                self._raise_overflow(exc2, record)
-                raise
-        self.report_usage(response=result)
-        return result
+        return calling.call(self, fn, tools=tools, format=format)
 
     async def acall(
         self,
@@ -770,26 +670,7 @@ class ContextManager:
     ) -> T:
         """:meth:`call` for an async ``fn``; the preparation and any compaction (LLM summaries,
         fact extraction) never block the event loop (see :meth:`aprepare`)."""
-        view = await self.aprepare(tools=tools, format=format)
-        failure: Exception | None = None
-        try:
-            result = await fn(view)
-        except Exception as exc:
-            failure = exc
-        if failure is not None:
-            async with self._async_lock():
-                retry_view, record = await run_off_loop(
-                    lambda: self._recover(failure, tools, format, view)
-                )
-            try:
-                result = await fn(retry_view)
-            except Exception as exc2:
-                self._raise_overflow(exc2, record)
-                raise
-        if extract_input_tokens(result) is not None:  # calibration is stored
-            async with self._async_lock():
-                await run_off_loop(lambda: self.report_usage(response=result))
-        return result
+        return await calling.acall(self, fn, tools=tools, format=format)
 
     def recover_from_overflow(
         self, exc: Exception, *, tools: Sequence[Mapping[str, Any]] | None = None
@@ -808,36 +689,6 @@ class ContextManager:
             self._finish(record)
         self._announce(record)
         return record
-
-    def _recover(
-        self, exc: Exception, tools: Any, format: str, failed: OpenAIView | AnthropicView
-    ) -> tuple[OpenAIView | AnthropicView, CompactionRecord]:
-        """Overflow recovery: learn what the error says (window, token count), compact hard,
-        and give the view to retry with - never the request that just failed."""
-        if not self.config.overflow_recovery or not is_context_overflow(exc):
-            raise exc
-        sent = json.dumps(failed, sort_keys=True, default=str)  # before the cached dicts change
-        record = self.recover_from_overflow(exc, tools=tools)
-        self._last_fixed = self._schema_tokens(tools)
-        view = self._render(format)
-        if json.dumps(view, sort_keys=True, default=str) == sent:
-            raise ContextOverflowError(
-                "the model reports a context overflow and nothing is left to compact: the "
-                "system prompt, the newest user message and the tool schemas alone are too large "
-                f"({exc})",
-                record=record,
-                cause=exc,
-            ) from exc
-        return view, record
-
-    @staticmethod
-    def _raise_overflow(exc: Exception, record: CompactionRecord) -> None:
-        if is_context_overflow(exc):
-            raise ContextOverflowError(
-                f"the model still reports a context overflow after recovery ({exc})",
-                record=record,
-                cause=exc,
-            ) from exc
 
     # ------------------------------------------------------------------ records, tools, state
     def records(self) -> list[CompactionRecord]:

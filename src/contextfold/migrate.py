@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ContextFoldError, StorageError, UnsafeIdError
+from .evidence.keys import Ords, pointer_key
 from .evidence.model import CompactBlock, EvidenceFormatError
 from .evidence.store import search_docs
 from .memory import NAMESPACE as MEMORY_NS
@@ -121,6 +122,8 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
         for body in sorted(evidence.glob("*/*.txt")):
             with contextlib.suppress(OSError):
                 blobs.put(body.read_bytes())
+    ords = Ords()  # one numbering for the whole session (the first copy of a pointer wins)
+    whole: dict[str, Any] = {}  # pointer id -> the pointer (a document each, for the hits)
     for line in _lines(folder / "compact-blocks.jsonl"):
         try:
             block = CompactBlock.from_dict(line)
@@ -133,8 +136,10 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
             except (StorageError, ValueError):
                 return str(p.preview)
 
+        placed = ords.place(block)
+        docs.extend(search_docs(sid, owner, block, text_of, ords=placed, block_seq=len(events)))
+        whole.update((p.id, p.to_dict()) for p in block.evidence if p.id in placed)
         events.append(NewEvent(kind="evidence", data={"block": block.to_dict()}))
-        docs.extend(search_docs(sid, owner, block, text_of))
     for line in _lines(folder / "records.jsonl"):
         events.append(NewEvent(kind="compaction", data={"record": line}))
     state = _json(folder / "state.json")
@@ -150,6 +155,8 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
         with store.transaction() as txn:
             txn.append(sid, events, expected_seq=0, agent_id=owner, title=title or None)
             txn.index(docs)
+            for pid, pointer in whole.items():
+                txn.put_doc("evidence", pointer_key(sid, pid), {"pointer": pointer})
             if state is not None and isinstance(state.get("calibration"), dict):
                 txn.put_doc("calibration", f"{sid}/calibration", state["calibration"])
     except ConcurrentWriteError:  # another process migrated it first

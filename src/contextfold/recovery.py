@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
 from .evidence.calls import load_calls
-from .evidence.fields import call_fields, describe, is_own_tool
+from .evidence.fields import call_fields, describe
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
 from .evidence.model import EvidencePointer
@@ -65,6 +65,8 @@ class Recovery:
         self._calls_seen = 0
         #: history index -> its calls' fields as stored with the message (a reopened log)
         self.stored_calls: dict[int, Any] = {}
+        #: positions below this without stored calls make no calls (known from the heads)
+        self.calls_known = 0
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -72,10 +74,17 @@ class Recovery:
         history = self.cm.view.history
         stored = self.stored_calls
         for i in range(self._calls_seen, len(history)):
+            raw = stored.pop(i, None)
+            if raw is None and i < self.calls_known:
+                continue  # its head says it makes no calls
+            known = load_calls(raw)
+            if known is not None and i < self.calls_known:
+                for call_id, fields in known:  # the head was written with the message
+                    self._calls.add(call_id, fields)
+                continue
             msg = history[i]
             if not msg.tool_calls:
                 continue
-            known = load_calls(stored.pop(i, None))
             if known is not None and [c for c, _ in known] == [c.id for c in msg.tool_calls]:
                 for call_id, fields in known:
                     self._calls.add(call_id, fields)
@@ -124,6 +133,7 @@ class Recovery:
                 self.cm.session,
                 transcript_lookup=self._transcript,
                 offload_lookup=self._offloaded_bytes,
+                call_positions=lambda: self.session_calls().positions,
             )
         return self._store
 
@@ -162,7 +172,7 @@ class Recovery:
 
     def _transcript(self, message_uuid: str) -> str | None:
         idx = self.cm.view.uuids.get(message_uuid)
-        return None if idx is None else self.cm.view.history[idx].text
+        return None if idx is None else self.cm.message_at(idx).text
 
     # ------------------------------------------------------------------ compaction hooks
     def before_summarize(self, msgs: Sequence[Message]) -> None:
@@ -262,11 +272,13 @@ class Recovery:
         indexed (offloaded inside a summarized range) are not indexed twice."""
         if not self.enabled or not record.offloaded:
             return
-        indexed = {p.tool_use_id for p in self.store.pointers() if p.tool_use_id}
-        wanted = {e.tool_call_id for e in record.offloaded} - indexed
+        offloaded = {e.tool_call_id for e in record.offloaded}
+        wanted = offloaded - self.store.indexed_calls(offloaded)
         if not wanted:
             return
-        msgs = [m for m in self.cm.view.history if m.tool_call_id in wanted and m.role == "tool"]
+        view = self.cm.view
+        found = sorted(i for i in map(view.result_index, wanted) if i is not None)
+        msgs = [view.history[i] for i in found]
         try:
             self.store.index_compaction(
                 messages=msgs,
@@ -305,14 +317,8 @@ class Recovery:
     def _recent_failures(self, k: int) -> list[Hit]:
         """When the question names nothing searchable ("what was the exact error just now?",
         often in another language than the logs), the newest failures are the best answer."""
-        failing = [
-            p
-            for p in self.store.pointers()
-            if {"stack_trace", "error", "test_output"} & set(p.content_types)
-            and not is_own_tool(p.tool_name)
-        ]
-        failing.sort(key=lambda p: p.created_at, reverse=True)
-        return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing[:k]]
+        failing = self.search.recent_failures(k)
+        return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing]
 
     def add_subagent_output(
         self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None
@@ -335,11 +341,10 @@ class Recovery:
                     return store.read(tool_call_id)
                 except StorageError as exc:
                     self.note_problem(str(exc))
-        for p in self.store.pointers():
-            if p.tool_use_id == tool_call_id:
-                restored = self.store.restore(p)
-                if restored.sha256_ok:
-                    return restored.text
+        for p in self.search.by_call(tool_call_id):
+            restored = self.store.restore(p)
+            if restored.sha256_ok:
+                return restored.text
         return None
 
     def injection_reserve(self) -> int:
@@ -375,7 +380,7 @@ class Recovery:
         intent = self._intent(msg)  # cached per message: the common case does no I/O at all
         if intent is None:
             return None
-        blocks = len(self.store.blocks())
+        blocks = self.store.state().blocks
         if self.cm.compactor.state.compactions == 0 and not blocks:
             return None
         key = (msg.uuid, blocks)
@@ -429,6 +434,7 @@ class Recovery:
         self._calls = CallLog()
         self._calls_seen = 0
         self.stored_calls = {}
+        self.calls_known = 0
         self._injection_key = None
         self._injection = None
         self._intent_cache = None

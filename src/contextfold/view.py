@@ -27,6 +27,49 @@ from .wire import to_openai
 CountFn = Callable[[Message], int]
 
 
+class LazySlots(Sequence[Message]):
+    """A list of messages some of which are loaded on first use (a reopened session's history
+    before its compaction boundary). Touching a missing one loads them all at once
+    (``fill``); until then no code path that builds the view needs them."""
+
+    __slots__ = ("_fill", "_hi", "_lo", "items")
+
+    def __init__(self, items: list[Message | None], lo: int, hi: int, fill: Callable[[], None]):
+        self.items = items
+        self._fill = fill
+        self._lo, self._hi = lo, hi
+
+    @property
+    def complete(self) -> bool:
+        return self._hi <= self._lo
+
+    def filled(self) -> None:
+        self._lo = self._hi = 0
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: Any) -> Any:
+        got = self.items[index]
+        if self._hi > self._lo and (
+            got is None if not isinstance(index, slice) else any(m is None for m in got)
+        ):
+            self._fill()
+            got = self.items[index]
+        return got
+
+    def __iter__(self) -> Iterator[Message]:
+        if self._hi > self._lo:
+            self._fill()
+        return iter(self.items)  # type: ignore[arg-type]
+
+    def append(self, msg: Message) -> None:
+        self.items.append(msg)
+
+    def __setitem__(self, index: int, msg: Message) -> None:
+        self.items[index] = msg
+
+
 class HistoryView:
     def __init__(self, count: CountFn) -> None:
         self._count = count
@@ -51,6 +94,14 @@ class HistoryView:
         self.uuids: dict[str, int] = {}
         #: system/developer messages after the leading ones: instructions, kept verbatim
         self.later_system: list[int] = []
+        #: the tool call id of each tool result (None for other messages), by position
+        self.tool_ids: list[str | None] = []
+        #: tool call id -> position of its result
+        self._results: dict[str, int] = {}
+        #: loads the messages a reopened session left unloaded (see :meth:`adopt`)
+        self._loader: Callable[[list[int]], dict[int, Message]] | None = None
+        self._after_fill: Callable[[], None] | None = None
+        self._lazy_tokens: dict[int, int] = {}
 
     def fresh(self) -> HistoryView:
         """An empty view with the same token counter."""
@@ -115,8 +166,10 @@ class HistoryView:
         # commit
         self.history.append(msg)
         self.uuids[msg.uuid] = n
+        self.tool_ids.append(msg.tool_call_id if msg.role == "tool" else None)
         if msg.role == "tool":
             call_id = msg.tool_call_id or ""
+            self._results[call_id] = n
             owner = self._open_calls.pop(call_id)
             self._answered.setdefault(owner, set()).add(call_id)
             self._push_form(msg)
@@ -238,6 +291,126 @@ class HistoryView:
     def call_owner(self, call_id: str) -> int | None:
         """History index of the assistant message that issued ``call_id``."""
         return self._call_index.get(call_id)
+
+    def result_index(self, call_id: str) -> int | None:
+        """History index of the result of ``call_id``."""
+        return self._results.get(call_id)
+
+    def tool_ids_between(self, start: int, end: int) -> list[str]:
+        """Tool call ids of the results in history[start:end] (no message is loaded)."""
+        return [t for t in self.tool_ids[start:end] if t]
+
+    # ------------------------------------------------------------------ lazy reopen
+    @property
+    def complete(self) -> bool:
+        """Every message is loaded (False after a lazy reopen until one before the boundary
+        is used)."""
+        h = self.history
+        return not isinstance(h, LazySlots) or h.complete
+
+    def is_loaded(self, index: int) -> bool:
+        h = self.history
+        return not isinstance(h, LazySlots) or h.items[index] is not None
+
+    def adopt(
+        self,
+        heads: Sequence[tuple[str, str, str | None, tuple[str, ...], int]],
+        loaded: dict[int, Message],
+        loader: Callable[[list[int]], dict[int, Message]],
+        after_fill: Callable[[], None],
+    ) -> None:
+        """Rebuild an empty view from stored message heads ``(uuid, role, tool_call_id,
+        call ids, tokens)``: the messages in ``loaded`` are decoded, the others are loaded by
+        ``loader(positions)`` the first time one is needed (then ``after_fill()`` runs). Tool
+        pairing was checked when the messages were written; a head that breaks it raises
+        InvalidMessageError (the caller then reads every message instead)."""
+        assert not self.history
+        n = len(heads)
+        items: list[Message | None] = [None] * n
+        tokens = [0] * n
+        open_calls: dict[str, int] = {}
+        uuids: dict[str, int] = {}
+        tool_ids: list[str | None] = []
+        answered: dict[int, set[str]] = {}
+        results: dict[str, int] = {}
+        call_index: dict[str, int] = {}
+        later_system: list[int] = []
+        prefix_len, first_user, newest_user = 0, None, None
+        for i, (uuid, role, call_id, call_ids, count) in enumerate(heads):
+            if uuid in uuids:
+                raise InvalidMessageError(f"message uuid {uuid!r} twice in stored heads", index=i)
+            uuids[uuid] = i
+            tool_ids.append(call_id if role == "tool" else None)
+            msg = loaded.get(i)
+            items[i] = msg
+            tokens[i] = count
+            if role == "tool":
+                cid = call_id or ""
+                owner = open_calls.pop(cid, None)
+                if owner is None:
+                    raise InvalidMessageError(f"stored result of call {cid!r} has no call", index=i)
+                answered.setdefault(owner, set()).add(cid)
+                results[cid] = i
+                continue
+            open_calls = {c: i for c in call_ids}
+            for c in call_ids:
+                if c in call_index:
+                    raise InvalidMessageError(f"tool call id {c!r} twice in stored heads", index=i)
+                call_index[c] = i
+            if role in ("system", "developer"):
+                if prefix_len == i:
+                    prefix_len = i + 1
+                else:
+                    later_system.append(i)
+            elif role == "user":
+                if first_user is None:
+                    first_user = i
+                newest_user = i
+        # checked: now the view takes it
+        self.uuids, self.tool_ids, self._answered = uuids, tool_ids, answered
+        self._results, self._call_index, self.later_system = results, call_index, later_system
+        self.prefix_len = self.boundary = prefix_len
+        self.first_user, self.newest_user = first_user, newest_user
+        self._open_calls = open_calls
+        forms: list[Message | None] = [None] * n
+        for i, msg in loaded.items():
+            form = self._assistant_form(msg, i) if msg.tool_calls else msg
+            forms[i] = form
+            tokens[i] = self._count(form)
+        self._tokens = tokens
+        self._cum = [0, *itertools.accumulate(tokens)]
+        self._dicts = [None] * n
+        missing = [i for i in range(n) if items[i] is None]
+        lo, hi = (missing[0], missing[-1] + 1) if missing else (0, 0)
+        self.history = LazySlots(items, lo, hi, self._fill)  # type: ignore[assignment]
+        self.forms = LazySlots(forms, lo, hi, self._fill)  # type: ignore[assignment]
+        self._loader, self._after_fill = loader, after_fill
+
+    def _fill(self) -> None:
+        """Load every message a lazy reopen left out (the rare paths that need old ones)."""
+        history, forms = self.history, self.forms
+        if not isinstance(history, LazySlots) or not isinstance(forms, LazySlots):
+            return
+        if history.complete or self._loader is None:
+            return
+        missing = [i for i, m in enumerate(history.items) if m is None]
+        got = self._loader(missing)
+        for i in missing:
+            msg = got[i]
+            history.items[i] = msg
+            form = self._assistant_form(msg, i) if msg.tool_calls else msg
+            forms.items[i] = form
+            self._tokens[i] = self._count(form)
+        history.filled()
+        forms.filled()
+        self._cum[1:] = list(itertools.accumulate(self._tokens))
+        # plain lists from now on (a caller holding the LazySlots still sees the same items)
+        self.history = history.items  # type: ignore[assignment]
+        self.forms = forms.items  # type: ignore[assignment]
+        self._loader = None
+        if self._after_fill is not None:
+            after, self._after_fill = self._after_fill, None
+            after()
 
     def has_open_calls(self) -> bool:
         return bool(self._open_calls)

@@ -3,13 +3,14 @@
 Knowing which files it changed is what an agent needs most after its history was folded
 (and what reviewers check first), so the list is derived from the history itself - write and
 edit tool calls, shell redirections, heredocs, ``sed -i`` (see :mod:`contextfold.shell`) -
-instead of trusting a summary to mention every one. It is rebuilt from the history after a
-restart (nothing extra is persisted).
+instead of trusting a summary to mention every one. How far the history was scanned, and the
+files found, are kept with the compactor state, so a reopened session goes on from there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..messages import Message
 from ..shell import files_written
@@ -33,6 +34,21 @@ class WrittenFiles:
         self._seen: set[str] = set()
         self.upto = 0
         self._owner: object | None = None
+
+    def snapshot(self, owner: object) -> dict[str, Any] | None:
+        """What was scanned (kept with the compactor state: a reopened session does not scan
+        its whole history again); None when the scan belongs to another view."""
+        if owner is not self._owner or not self.upto:
+            return None
+        return {"files": list(self.files), "upto": self.upto}
+
+    def restore(self, owner: object, data: Mapping[str, Any]) -> None:
+        files, upto = data.get("files"), data.get("upto")
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            return
+        if isinstance(upto, bool) or not isinstance(upto, int) or upto < 0:
+            return
+        self.files, self._seen, self.upto, self._owner = list(files), set(files), upto, owner
 
     def scan(self, owner: object, history: Sequence[Message], end: int) -> list[str]:
         """Extend the scan to ``history[:end]``; ``owner`` (the view) resets it when replaced."""

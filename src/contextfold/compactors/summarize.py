@@ -169,9 +169,7 @@ def offloaded_refs(comp: ProgressiveCompactor, end: int) -> list[tuple[str, str]
     entries = comp.offload.entries()
     for store in comp.extra_stores:
         entries.update(store.entries())
-    hidden_ids = {
-        m.tool_call_id for m in comp.view.history[comp.view.prefix_len : end] if m.tool_call_id
-    }
+    hidden_ids = set(comp.view.tool_ids_between(comp.view.prefix_len, end))
     for call_id, e in entries.items():
         if call_id in hidden_ids:
             out.append(

@@ -6,8 +6,13 @@
   shell and file tools alike; the named fields a search backend indexes
 * :mod:`.rank`: reading a recall question (paths, ordinals in English and Chinese) and ordering
   the candidates (match level, ordinal, recency), as pure functions
-* :mod:`.store`: content-addressed bodies, ``compact-blocks.jsonl``, restore with sha256 check
-* :mod:`.search`: candidate retrieval (BM25 and exact lookups), incremental
+* :mod:`.store`: content-addressed bodies, the blocks (evidence events), restore with sha256
+  check
+* :mod:`.keys`: the exact keys of each evidence document and what ranking reads of it, stored
+  with the block next to the BM25 index; :mod:`.lookups`: the per-session index state, the
+  one-time backfill of sessions written before keys existed
+* :mod:`.search`, :mod:`.question`: candidate retrieval (the store's BM25 and exact lookups of
+  what a question names, nothing built on open) and ranking
 * :mod:`.intents`: which user messages ask for old evidence (English and Chinese)
 * :mod:`.inject`: the ``<system-reminder>`` block, within a token budget, safely quoted
 * :mod:`.tools`: the ``recall`` agent tool

@@ -30,13 +30,18 @@ def path_strength(query_paths: Sequence[str], pointer_paths: Iterable[str]) -> i
 
 class CallLog:
     """Every tool call of a session in order (also those whose output is still in view):
-    what ordinals count over. Grown with :meth:`add`; positions are 0-based call numbers."""
+    what ordinals count over. Grown with :meth:`add`; positions are 0-based call numbers.
+
+    Adding a call only records it (a reopened session adds thousands at once); what makes two
+    calls "the same call" (:func:`.fields.call_key`, which normalizes the command) is worked
+    out when :meth:`runs` asks for it, and only for the calls that can match."""
 
     def __init__(self) -> None:
         self.positions: dict[str, int] = {}
-        self._keys: dict[str, list[int]] = {}
-        self._reads: list[tuple[int, tuple[str, ...]]] = []
         self.edits: list[int] = []
+        self._fields: list[CallFields] = []
+        #: position -> its call key, for the calls a runs() question has looked at
+        self._keys: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -44,21 +49,41 @@ class CallLog:
     def add(self, call_id: str, fields: CallFields) -> None:
         if call_id in self.positions:
             return
-        pos = len(self.positions)
+        pos = len(self._fields)
         self.positions[call_id] = pos
-        self._keys.setdefault("call:" + call_key(fields.tool, fields.command, fields.shell), [])
-        self._keys["call:" + call_key(fields.tool, fields.command, fields.shell)].append(pos)
-        if fields.action == "read":
-            self._reads.append((pos, fields.paths))
-        elif fields.action in ("edit", "write"):
+        self._fields.append(fields)
+        if fields.action in ("edit", "write"):
             self.edits.append(pos)
+
+    def _key(self, pos: int) -> str:
+        key = self._keys.get(pos)
+        if key is None:
+            f = self._fields[pos]
+            key = self._keys[pos] = "call:" + call_key(f.tool, f.command, f.shell)
+        return key
 
     def runs(self, key: str) -> list[int]:
         """Positions of the calls under ``key`` (``call:...`` or ``read:<path>``)."""
         if key.startswith("read:"):
             qp = key[5:]
-            return [pos for pos, paths in self._reads if path_strength([qp], paths)]
-        return list(self._keys.get(key, ()))
+            name = qp.rsplit("/", 1)[-1]  # a path matching qp ends with its last component
+            return [
+                pos
+                for pos, f in enumerate(self._fields)
+                if f.action == "read"
+                and any(name in p for p in f.paths)
+                and path_strength([qp], f.paths)
+            ]
+        # the key ends with the normalized command, whose words are all in the command as
+        # written: a call without the key's last word (or, for a one-word command, the end
+        # of it) cannot have this key, unless its tool name has blanks of its own
+        words = key.split()
+        word = words[-1] if len(words) > 1 else key.rsplit(":", 1)[-1]
+        return [
+            pos
+            for pos, f in enumerate(self._fields)
+            if (word in f.command or len(f.tool.split()) != 1) and self._key(pos) == key
+        ]
 
 
 def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:
@@ -81,25 +106,31 @@ def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def load_calls(raw: Any) -> list[tuple[str, CallFields]] | None:
-    """The stored form back (None when missing or not in that form: derive it again)."""
+    """The stored form back (None when missing or not in that form: derive it again).
+
+    Run for every message with calls when a session is reopened: plain JSON values take a
+    fast path (exact type checks), anything else the general one."""
     if not isinstance(raw, list):
         return None
     out: list[tuple[str, CallFields]] = []
     for item in raw:
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             return None
-        cid, tool, command = item.get("id"), item.get("tool"), item.get("command")
-        paths, action, shell = item.get("paths"), item.get("action"), item.get("shell")
+        get = item.get
+        cid, tool, command = get("id"), get("tool"), get("command")
+        paths, action, shell = get("paths"), get("action"), get("shell")
         if not (
-            isinstance(cid, str)
-            and isinstance(tool, str)
-            and isinstance(command, str)
-            and isinstance(action, str)
+            (type(cid) is str or isinstance(cid, str))
+            and (type(tool) is str or isinstance(tool, str))
+            and (type(command) is str or isinstance(command, str))
+            and (type(action) is str or isinstance(action, str))
             and isinstance(shell, bool)
-            and isinstance(paths, list)
-            and all(isinstance(p, str) for p in paths)
+            and (type(paths) is list or isinstance(paths, list))
         ):
             return None
+        for path in paths:
+            if type(path) is not str and not isinstance(path, str):
+                return None
         out.append(
             (
                 cid,

@@ -386,12 +386,15 @@ def rerank(
     q: QuerySpec,
     *,
     calls: CallLog | None = None,
+    newest: int | None = None,
 ) -> list[Candidate]:
     """``candidates`` best first (sets their ``level`` and ``score``, nothing else). ``calls``:
-    the session's calls, so that ordinals count also the runs still in view."""
+    the session's calls, so that ordinals count also the runs still in view. ``newest``: the
+    newest ``seq`` of every candidate found (default: of those given), recency's scale."""
     if not candidates:
         return []
-    newest = max(c.seq for c in candidates)
+    if newest is None:
+        newest = max(c.seq for c in candidates)
     for c in candidates:
         c.level = _level(c, q)
         c.score = c.level * LEVEL + _within(c, q, newest)

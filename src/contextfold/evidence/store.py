@@ -16,16 +16,27 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ..errors import StorageError, UnsafeIdError
 from ..messages import Message
-from ..storage.base import SearchDoc
 from ..storage.session import SessionStore
 from .classify import classify, extract_anchors, link_summary_item, normalize_command, summary_hints
 from .fields import CallFields, call_fields, is_own_tool, lines_text
+from .keys import (
+    NAMESPACE,
+    STATE_NAMESPACE,
+    Ords,
+    block_terms,
+    fits,
+    pointer_key,
+    search_docs,
+    state_key,
+    terms_id,
+)
+from .lookups import IndexState, seed
 from .model import CompactBlock, EvidenceFormatError, EvidencePointer
 
 PREVIEW_CHARS = 240
@@ -34,7 +45,6 @@ MIN_ASSISTANT_CHARS = 40
 MAX_COMMAND_CHARS = 500
 
 _ARCHIVED = re.compile(r"evidence/[0-9a-f]{2}/([0-9a-f]{64})\.txt")
-NAMESPACE = "evidence"
 
 RestoreSource = Literal["archived", "tool_result", "transcript", "preview"]
 TranscriptLookup = Callable[[str], "str | None"]
@@ -106,42 +116,6 @@ def command_key(command: str | None) -> str:
     return "cmdx" + hashlib.sha256(_encode(norm)).hexdigest()[:16]
 
 
-def search_docs(
-    session_id: str, owner: str, block: CompactBlock, text_of: Callable[[EvidencePointer], str]
-) -> list[SearchDoc]:
-    """The index rows of a block's pointers (body, command, hints, command key)."""
-    docs = []
-    for p in block.evidence:
-        if p.role == "tool" and is_own_tool(p.tool_name):
-            continue  # a recall / session / memory result is a view of evidence, not evidence
-        hints = " ".join(
-            (
-                p.tool_name or "",
-                *p.paths,
-                *p.patterns,
-                *p.urls,
-                *p.anchors,
-                *p.content_types,
-            )
-        )
-        docs.append(
-            SearchDoc(
-                namespace=NAMESPACE,
-                doc_id=f"{session_id}:{p.id}",
-                scope=owner,
-                session_id=session_id,
-                fields={
-                    "body": text_of(p),
-                    "command": p.command or "",
-                    "hints": hints,
-                    "key": command_key(p.command),
-                },
-                meta={"pointer": p.to_dict()},
-            )
-        )
-    return docs
-
-
 class EvidenceStore:
     """Bodies and the compact blocks of one session."""
 
@@ -151,13 +125,21 @@ class EvidenceStore:
         *,
         transcript_lookup: TranscriptLookup | None = None,
         offload_lookup: OffloadLookup | None = None,
+        call_positions: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.session = session
         self.transcript_lookup = transcript_lookup
         self.offload_lookup = offload_lookup
+        #: the session's calls by id -> position, as of now (stored with each document)
+        self.call_positions = call_positions
         self._blocks: list[CompactBlock] | None = None
+        #: event seq of each loaded block
+        self._seqs: list[int] = []
         self._skipped = 0
-        self._n_evidence = 0
+        self._state: IndexState | None = None
+        #: which pointers this writer knows to be indexed already (all of them when the state
+        #: was computed from the blocks; else those it wrote or looked up)
+        self._ords = Ords()
         #: tool call id -> what the call was about, for results whose call left the view earlier.
         self._calls: dict[str, CallFields] = {}
         #: body text of pointers made since the last block was appended (for the index)
@@ -324,7 +306,8 @@ class EvidenceStore:
         which is scanned for tool calls only) get the call's command.
         """
         self.note_calls(known_calls)
-        seq = self._evidence_count() + len(self._load())
+        state = self.state()
+        seq = state.pointers + state.blocks
         pointers = self._pointers_for(
             messages,
             offloaded,
@@ -335,7 +318,7 @@ class EvidenceStore:
         )
         items = tuple(link_summary_item(k, t, pointers) for k, t in summary_items_source)
         block = CompactBlock(
-            id=f"cb-{len(self._load()) + 1}",
+            id=f"cb-{state.blocks + 1}",
             compact_boundary_uuid=boundary_uuid,
             token_before=token_before,
             token_after=token_after,
@@ -358,7 +341,8 @@ class EvidenceStore:
         """File a worker's transcript (or its plain-text output) under ``sourceScope=sub_agent``."""
         if not isinstance(run_id, str) or not run_id:
             raise UnsafeIdError(f"sub-agent run id must be a non-empty string, got {run_id!r}")
-        seq = self._evidence_count() + len(self._load())
+        state = self.state()
+        seq = state.pointers + state.blocks
         if isinstance(messages_or_text, str):
             text = messages_or_text
             pointers = [
@@ -383,7 +367,7 @@ class EvidenceStore:
                 parent_message_uuid=parent_message_uuid,
             )
         block = CompactBlock(
-            id=f"cb-{len(self._load()) + 1}",
+            id=f"cb-{state.blocks + 1}",
             compact_boundary_uuid=parent_message_uuid,
             natural_summary=f"Output of sub-agent run {run_id} ({len(pointers)} items).",
             evidence=tuple(pointers),
@@ -397,34 +381,103 @@ class EvidenceStore:
     # ----------------------------------------------------------------- the blocks
 
     def _append(self, block: CompactBlock) -> None:
-        blocks = self._load()
+        """The block's event, its documents (with their exact keys), the session's new words
+        and the updated index state: all in the current unit of work. A pointer indexed
+        before (an output offloaded on arrival, then summarized) keeps its first document."""
+        state = self.state()
+        session = self.session
+        if state.keyed:
+            seed(self._ords, session.store, session.session_id, block)
+        placed = self._ords.place(block)
         docs = search_docs(
-            self.session.session_id,
-            self.session.agent_id,
+            session.session_id,
+            session.agent_id,
             block,
             lambda p: self._texts.pop(p.id, p.preview),
+            ords=placed,
+            block_seq=session.next_seq,
+            positions=self.call_positions() if self.call_positions is not None else None,
         )
         self._texts.clear()
-        self.session.emit("evidence", {"block": block.to_dict()})
-        self.session.index(docs)
-        blocks.append(block)
-        self._n_evidence += len(block.evidence)
+        seq = session.emit("evidence", {"block": block.to_dict()})
+        session.index(docs)
+        for p in block.evidence:
+            if p.id in placed:
+                session.put_doc(
+                    STATE_NAMESPACE, pointer_key(session.session_id, p.id), {"pointer": p.to_dict()}
+                )
+        terms = block_terms(block)
+        if terms:
+            session.add_keys(NAMESPACE, {terms_id(session.session_id): terms})
+        if not state.keyed and state.blocks:  # written before keys: filed by a backfill yet?
+            state.keyed = IndexState.from_doc(self._state_doc()) is not None
+        state.add_block(seq, block, placed, self._ords.calls)
+        if state.keyed or state.blocks == 1:  # the first block starts a keyed session
+            state.keyed = True
+            session.put_doc(STATE_NAMESPACE, state_key(session.session_id), state.to_doc())
+        if self._blocks is not None:
+            self._blocks.append(block)
+            self._seqs.append(seq)
+
+    def indexed_calls(self, call_ids: Iterable[str]) -> set[str]:
+        """Which of these tool calls have evidence already (stored, or indexed by this writer
+        in the unit still open), without reading the blocks."""
+        wanted = set(call_ids)
+        state = self.state()  # a session written before keys: its blocks are read (once)
+        found = {c for c in wanted if c in self._ords.by_call}
+        rest = wanted - found
+        if rest and state.keyed:
+            rows = self.session.store.lookup(
+                NAMESPACE,
+                session_id=self.session.session_id,
+                keys=[f"call:{c}" for c in rest if fits(f"call:{c}")],
+            )
+            found |= {key[5:] for key, _ in rows}
+        return found
+
+    def _state_doc(self) -> dict[str, Any] | None:
+        return self.session.store.get_doc(STATE_NAMESPACE, state_key(self.session.session_id))
+
+    def state(self) -> IndexState:
+        """Counts of the session's blocks and pointers, read from the stored index state (and
+        the blocks appended after it) without reading every block; computed from the blocks
+        for a session written before the state existed (then ``keyed`` is False)."""
+        if self._state is None:
+            state = IndexState.from_doc(self._state_doc())
+            if state is not None:
+                for ev in self.session.read(start=state.seq + 1, kinds=["evidence"]):
+                    block = ev.data.get("block")
+                    if isinstance(block, dict):
+                        state.fold(ev.seq, block)
+                self._ords = Ords(state.calls)
+            else:
+                state, ords = IndexState(), Ords()
+                for seq, block in self.numbered_blocks():
+                    state.add_block(seq, block, ords.place(block), ords.calls)
+                self._ords = ords
+            self._state = state
+        return self._state
+
+    def _seqs_loaded(self) -> list[int]:
+        self._load()
+        return self._seqs
+
+    def numbered_blocks(self) -> list[tuple[int, CompactBlock]]:
+        """``(event seq, block)`` of every block, in order."""
+        return list(zip(self._seqs_loaded(), self._load(), strict=True))
 
     def _load(self) -> list[CompactBlock]:
         if self._blocks is None:
             blocks: list[CompactBlock] = []
+            seqs: list[int] = []
             for ev in self.session.read(kinds=["evidence"]):
                 try:
                     blocks.append(CompactBlock.from_dict(ev.data["block"]))
+                    seqs.append(ev.seq)
                 except (KeyError, EvidenceFormatError, TypeError, ValueError):
                     self._skipped += 1
-            self._blocks = blocks
-            self._n_evidence = sum(len(b.evidence) for b in blocks)
+            self._blocks, self._seqs = blocks, seqs
         return self._blocks
-
-    def _evidence_count(self) -> int:
-        self._load()
-        return self._n_evidence
 
     def blocks(self) -> list[CompactBlock]:
         """All blocks in order (read from the log once, then kept current)."""
@@ -436,8 +489,7 @@ class EvidenceStore:
 
     def newest_created(self) -> int:
         """The largest ``created_at`` given so far (0 before any)."""
-        blocks = self._load()
-        return blocks[-1].created_at if blocks else 0
+        return self.state().newest
 
     def pointers(self) -> list[EvidencePointer]:
         return [p for b in self.blocks() for p in b.evidence]

@@ -396,7 +396,7 @@ class SessionRegistry:
         dicts = cm.prepare(tools=schemas or None)
         record = cm.last_record
         view = cm.view_messages
-        history = cm.history
+        history = cm.view.history  # not cm.history: no copy of the whole history per request
         items: list[ViewItem] = []
         for m in view:
             i = sess.index_of.get(m.uuid)

@@ -91,6 +91,23 @@ def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
     return data
 
 
+def message_head(data: dict[str, Any]) -> dict[str, Any]:
+    """The head stored beside a message event: what reopening needs without the content
+    (position, uuid, role, the call it answers or the calls it makes, token count)."""
+    msg = data["message"]
+    head: dict[str, Any] = {
+        "pos": data["pos"],
+        "uuid": data["uuid"],
+        "role": msg.get("role"),
+        "tokens": data.get("tokens"),
+    }
+    if msg.get("tool_call_id") is not None:
+        head["tool_call_id"] = msg["tool_call_id"]
+    if "calls" in data:
+        head["calls"] = data["calls"]
+    return head
+
+
 def entry_of(event: Event) -> LogEntry:
     """The LogEntry of a stored message event; StorageError naming the event if damaged."""
     data = event.data
@@ -155,7 +172,8 @@ class SessionLog:
             count = tokens[i] if tokens is not None else None
             if title is None and msg.role == "user" and msg.text.strip():
                 title = make_title(msg.text)
-            event = self.session.emit("message", message_event(msg, start + i, count), title=title)
+            data = message_event(msg, start + i, count)
+            event = self.session.emit("message", data, title=title, head=message_head(data))
             entry = LogEntry(seq=start + i, uuid=msg.uuid, ts=stamp, message=msg, tokens=count)
             entries.append(entry)
             docs.append(search_doc(self.session_id, self.agent_id, entry, event))
@@ -187,6 +205,7 @@ __all__ = [
     "entry_of",
     "make_title",
     "message_event",
+    "message_head",
     "read_entries",
     "search_doc",
     "utc_now",

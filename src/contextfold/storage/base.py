@@ -3,10 +3,11 @@
 One session's durable state is an append-only **event log** (messages, compactions, offloads,
 state changes: one source of truth). Around it: a content-addressed **blob store** for the bytes
 that leave the view (offloaded outputs, evidence bodies, oversized messages), one **search index**
-(sessions, evidence and memory; BM25-ranked), and small **keyed documents** (caches derived from
-the log, memory files, workspace settings). A backend implements all four behind :class:`Store`:
-``MemoryStore`` (tests, notebooks), ``SQLiteStore`` (embedded default: SQLite in WAL mode plus
-blob files under the workspace folder), ``PostgresStore`` (many workers on many hosts).
+(sessions, evidence and memory; BM25-ranked, with exact lookup keys per document), and small
+**keyed documents** (caches derived from the log, memory files, workspace settings). A backend
+implements all four behind :class:`Store`: ``MemoryStore`` (tests, notebooks), ``SQLiteStore``
+(embedded default: SQLite in WAL mode plus blob files under the workspace folder),
+``PostgresStore`` (many workers on many hosts).
 
 Atomic units. Everything one call writes (one ``add_many``, one compaction with its record,
 blocks, state and index rows) is a single :meth:`Store.transaction`. Blobs are written first
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import StorageError
 
@@ -72,6 +73,45 @@ class BlobCorruptError(StorageError):
     """A stored blob no longer matches its sha256."""
 
 
+#: Longest exact lookup key (UTF-8 bytes): it must fit a B-tree index entry on every backend.
+MAX_KEY_BYTES = 1024
+
+
+def check_keys(keys: object, what: str) -> list[str]:
+    """Exact lookup keys, checked the same way by every backend: non-empty strings without NUL,
+    valid UTF-8, at most :data:`MAX_KEY_BYTES` bytes. Duplicates are dropped (order kept)."""
+    if isinstance(keys, str) or not isinstance(keys, Sequence | set | frozenset):
+        raise StorageError(f"{what}: keys must be a list of strings, got {type(keys).__name__}")
+    out: dict[str, None] = {}
+    for key in keys:
+        if not isinstance(key, str) or not key or "\x00" in key:
+            raise StorageError(f"{what}: a key must be a non-empty string without NUL: {key!r}")
+        try:
+            size = len(key.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise StorageError(f"{what}: key {key[:40]!r} is not valid UTF-8") from None
+        if size > MAX_KEY_BYTES:
+            raise StorageError(f"{what}: key {key[:40]!r}... is longer than {MAX_KEY_BYTES} bytes")
+        out[key] = None
+    return list(out)
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string above every string that starts with ``prefix`` (code point order,
+    which is UTF-8 byte order: SQLite's BINARY and PostgreSQL's "C" collation); None when
+    there is none (an empty prefix, or one made of U+10FFFF only)."""
+    p = prefix
+    while p:
+        last = ord(p[-1])
+        if last < 0x10FFFF:
+            nxt = last + 1
+            if 0xD800 <= nxt <= 0xDFFF:  # no surrogates in stored text
+                nxt = 0xE000
+            return p[:-1] + chr(nxt)
+        p = p[:-1]
+    return None
+
+
 def check_append(session_id: object, agent_id: object, expected_seq: object) -> None:
     """The arguments of :meth:`Transaction.append`, checked the same way by every backend."""
     if not isinstance(session_id, str) or not session_id:
@@ -88,6 +128,19 @@ class NewEvent:
 
     kind: str
     data: Mapping[str, JSON]
+    #: A small summary of ``data`` that :meth:`Store.read_heads` returns without reading the
+    #: data (a message's position, uuid, role, call ids and token count): reopening a long
+    #: session reads these instead of every message. None: the event has no head.
+    head: Mapping[str, JSON] | None = None
+
+
+class EventHead(NamedTuple):
+    """The head of a stored event (None for an event written without one, e.g. by an older
+    release: read the event itself). A named tuple: sessions have tens of thousands."""
+
+    seq: int
+    kind: str
+    head: Mapping[str, JSON] | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,6 +175,8 @@ class SearchDoc:
     what access is checked against (the owning agent id); ``session_id`` may be empty for
     workspace-wide documents (memory). ``fields`` are the searchable texts (weighted by the
     backend per field name where it can; "body" is the main text); ``meta`` is returned as is.
+    ``keys`` are exact lookup keys (``cmd:...``, ``path:...``: what the caller wants to find
+    the document by without ranking), found again with :meth:`Store.lookup`.
     """
 
     namespace: str
@@ -130,6 +185,7 @@ class SearchDoc:
     session_id: str
     fields: Mapping[str, str]
     meta: Mapping[str, JSON] = field(default_factory=dict)
+    keys: Sequence[str] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,7 +224,22 @@ class Transaction(Protocol):
         """Add or replace documents (same namespace + doc_id replaces)."""
         ...
 
-    def unindex(self, namespace: str, *, session_id: str) -> None: ...
+    def unindex(self, namespace: str, *, session_id: str) -> None:
+        """Remove the session's documents of the namespace, and every key filed under it."""
+        ...
+
+    def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
+        """File more exact lookup keys under documents of a session: ``keys`` maps a doc id to
+        keys added to it. The id may be an indexed document (keys for documents indexed before
+        they had any) or any id the caller groups keys under (the keys of a whole session).
+        A (key, doc id) pair is kept once. Keys of an indexed document are replaced when it is
+        indexed again; all go with :meth:`unindex` and ``delete_session``."""
+        ...
+
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+        """Replace the ``meta`` of indexed documents (by doc id; ids not indexed are skipped).
+        Their searchable text, ranking statistics and keys are left as they are."""
+        ...
 
 
 @runtime_checkable
@@ -225,6 +296,18 @@ class Store(Protocol):
         """The newest ``n`` events (of those kinds), oldest first, without reading the rest."""
         ...
 
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        """The heads of the events with ``start <= seq < stop`` in order (their data is not
+        read), optionally only some kinds."""
+        ...
+
     def session(self, session_id: str) -> SessionInfo | None: ...
 
     def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
@@ -256,16 +339,35 @@ class Store(Protocol):
         optionally of one session."""
         ...
 
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        """Exact lookup: the ``(key, doc_id)`` pairs filed in the namespace for the session
+        whose key is one of ``keys`` or starts with one of ``prefixes`` (an empty prefix
+        matches every key), sorted by key then doc id. Keys compare by code point."""
+        ...
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        """The ``meta`` of indexed documents by doc id (ids not indexed are left out)."""
+        ...
+
     def close(self) -> None: ...
 
 
 __all__ = [
     "JSON",
+    "MAX_KEY_BYTES",
     "BlobCorruptError",
     "BlobNotFoundError",
     "BlobStore",
     "ConcurrentWriteError",
     "Event",
+    "EventHead",
     "EventKind",
     "NewEvent",
     "SearchDoc",
@@ -274,4 +376,6 @@ __all__ = [
     "Store",
     "Transaction",
     "check_append",
+    "check_keys",
+    "prefix_end",
 ]

@@ -8,6 +8,7 @@ it commits; an exception discards what it staged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 from collections import Counter
@@ -22,12 +23,15 @@ from .base import (
     BlobNotFoundError,
     ConcurrentWriteError,
     Event,
+    EventHead,
     NewEvent,
     SearchDoc,
     SearchHit,
     SessionInfo,
     check_append,
+    check_keys,
 )
+from .keys import KeyTable
 from .text import bm25_scores, query_terms, split_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 
@@ -50,6 +54,8 @@ class _Session:
     updated_at: str
     title: str
     events: list[Event] = field(default_factory=list)
+    #: the head of each event (same positions as ``events``)
+    heads: list[dict[str, JSON] | None] = field(default_factory=list)
     messages: int = 0
 
 
@@ -116,6 +122,7 @@ class _MemoryTransaction:
             updated_at=cur.updated_at,
             title=cur.title,
             events=list(cur.events),
+            heads=list(cur.heads),
             messages=cur.messages,
         )
         self._sessions[session_id] = copy
@@ -144,12 +151,16 @@ class _MemoryTransaction:
                 f"session {session_id!r} belongs to agent {sess.agent_id!r}, not {agent_id!r}"
             )
         out: list[Event] = []
+        heads: list[dict[str, JSON] | None] = []
         for i, ev in enumerate(events):
-            data = _frozen(ev.data, f"event {ev.kind!r} of session {session_id!r}")
+            what = f"event {ev.kind!r} of session {session_id!r}"
+            data = _frozen(ev.data, what)
+            heads.append(None if ev.head is None else _frozen(ev.head, f"the head of {what}"))
             out.append(
                 Event(session_id=session_id, seq=actual + i, kind=ev.kind, ts=now, data=data)
             )
         sess.events.extend(out)
+        sess.heads.extend(heads)
         sess.messages += sum(1 for e in out if e.kind == "message")
         sess.updated_at = now
         if title and not sess.title:
@@ -174,11 +185,22 @@ class _MemoryTransaction:
                 session_id=d.session_id,
                 fields=dict(d.fields),
                 meta=meta,
+                keys=tuple(check_keys(d.keys, f"search document {d.namespace}/{d.doc_id}")),
             )
             self._index.append(("put", _Doc(doc, bc, hc, sum(bc.values()) + sum(hc.values()))))
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._index.append(("drop", (namespace, session_id)))
+
+    def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
+        checked = {
+            doc_id: check_keys(ks, f"keys of {namespace}/{doc_id}") for doc_id, ks in keys.items()
+        }
+        self._index.append(("keys", (namespace, session_id, checked)))
+
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+        frozen = {d: _frozen(m, f"meta of {namespace}/{d}") for d, m in metas.items()}
+        self._index.append(("meta", (namespace, frozen)))
 
     def _commit(self) -> None:
         st = self._store
@@ -190,13 +212,32 @@ class _MemoryTransaction:
                 st._docs[key] = value
         for op, arg in self._index:
             if op == "put":
-                st._index[(arg.doc.namespace, arg.doc.doc_id)] = arg
+                ns, doc_id = arg.doc.namespace, arg.doc.doc_id
+                old = st._index.get((ns, doc_id))
+                if old is not None:
+                    st._table(ns, old.doc.session_id).drop(doc_id)
+                table = st._table(ns, arg.doc.session_id)
+                table.drop(doc_id)
+                table.add(doc_id, arg.doc.keys)
+                st._index[(ns, doc_id)] = arg
+            elif op == "keys":
+                ns, sid, keys = arg
+                table = st._table(ns, sid)
+                for doc_id, ks in keys.items():
+                    table.add(doc_id, ks)
+            elif op == "meta":
+                ns, metas = arg
+                for doc_id, meta in metas.items():
+                    cur = st._index.get((ns, doc_id))
+                    if cur is not None:
+                        cur.doc = dataclasses.replace(cur.doc, meta=meta)
             else:
                 ns, sid = arg
                 for k in [
                     k for k, v in st._index.items() if k[0] == ns and v.doc.session_id == sid
                 ]:
                     del st._index[k]
+                st._keys.pop((ns, sid), None)
 
 
 class MemoryStore:
@@ -207,6 +248,8 @@ class MemoryStore:
         self._sessions: dict[str, _Session] = {}
         self._docs: dict[tuple[str, str], dict[str, JSON]] = {}
         self._index: dict[tuple[str, str], _Doc] = {}
+        #: exact lookup keys per (namespace, session)
+        self._keys: dict[tuple[str, str], KeyTable] = {}
         self._blobs = MemoryBlobs(self)
         self._closed = False
         self._local = threading.local()
@@ -214,6 +257,12 @@ class MemoryStore:
     @property
     def url(self) -> str:
         return "memory://"
+
+    def _table(self, namespace: str, session_id: str) -> KeyTable:
+        table = self._keys.get((namespace, session_id))
+        if table is None:
+            table = self._keys[(namespace, session_id)] = KeyTable()
+        return table
 
     @property
     def blobs(self) -> MemoryBlobs:
@@ -266,6 +315,27 @@ class MemoryStore:
             events = list(sess.events[start:stop]) if sess else []
         wanted = set(kinds) if kinds is not None else None
         return iter([e for e in events if wanted is None or e.kind in wanted])
+
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        with self._lock:
+            self._check_open()
+            sess = self._view(session_id)
+            if sess is None:
+                return []
+            pairs = list(zip(sess.events[start:stop], sess.heads[start:stop], strict=True))
+        wanted = set(kinds) if kinds is not None else None
+        return [
+            EventHead(seq=e.seq, kind=e.kind, head=h)
+            for e, h in pairs
+            if wanted is None or e.kind in wanted
+        ]
 
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
@@ -323,6 +393,8 @@ class MemoryStore:
                 del self._docs[k]
             for k in [k for k, v in self._index.items() if v.doc.session_id == session_id]:
                 del self._index[k]
+            for k in [k for k in self._keys if k[1] == session_id]:
+                del self._keys[k]
 
     def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
         with self._lock:
@@ -383,6 +455,27 @@ class MemoryStore:
             )
             for i, score in ranked[:limit]
         ]
+
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        with self._lock:
+            self._check_open()
+            table = self._keys.get((namespace, session_id))
+            return table.lookup(keys, prefixes) if table is not None else []
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        with self._lock:
+            self._check_open()
+            found = [self._index.get((namespace, d)) for d in dict.fromkeys(doc_ids)]
+            return {
+                d.doc.doc_id: json.loads(json.dumps(d.doc.meta)) for d in found if d is not None
+            }
 
     def close(self) -> None:
         with self._lock:

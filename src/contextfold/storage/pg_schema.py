@@ -30,9 +30,6 @@ import psycopg
 from ..errors import StorageError
 from .text import HINT_WEIGHT, clip, query_terms, tokenize
 
-#: The schema version this release writes and reads.
-SCHEMA_VERSION = 1
-
 #: PostgreSQL keeps at most 256 positions per lexeme; lexemes are limited to 2 KB.
 MAX_POSITIONS = 256
 MAX_LEXEME_CHARS = 200
@@ -104,7 +101,24 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
             created_at timestamptz NOT NULL DEFAULT now()
         )""",
     ),
+    # each event may carry a small head (a message's position, uuid, role, call ids, tokens)
+    # that reopening reads instead of every message; older events keep NULL
+    2: ("ALTER TABLE {s}.events ADD COLUMN head json",),
+    # exact lookup keys of search documents (and keys filed under any id of a session); the
+    # "C" collation orders keys by code point, so a prefix is one range of the primary key
+    3: (
+        """CREATE TABLE {s}.search_keys (
+            session_id text NOT NULL,
+            namespace text NOT NULL,
+            key text COLLATE "C" NOT NULL,
+            doc_id text NOT NULL,
+            PRIMARY KEY (session_id, namespace, key, doc_id)
+        )""",
+        "CREATE INDEX search_keys_doc ON {s}.search_keys (namespace, doc_id)",
+    ),
 }
+#: The schema version this release writes and reads.
+SCHEMA_VERSION = max(_MIGRATIONS)
 
 
 def check_schema_name(schema: str) -> str:

@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .base import SearchHit
+from .base import SearchHit, prefix_end
 from .pg_schema import FOLD_DELTAS, TF_WEIGHTS, any_query, search_terms, tag, term_query
 from .text import K1, B
 
@@ -165,4 +165,39 @@ def _search(
     return hits, deltas
 
 
-__all__ = ["COMMON_MIN", "COMMON_SHARE", "search"]
+def lookup(
+    conn: Conn,
+    s: str,
+    namespace: str,
+    session_id: str,
+    keys: Sequence[str],
+    prefixes: Sequence[str],
+) -> list[tuple[str, str]]:
+    """Exact keys and key prefixes of one session in one statement: each prefix is a range
+    of the primary key (keys are in the "C" collation: code point order)."""
+    wanted = sorted(set(keys))
+    ranges = [(p, prefix_end(p)) for p in sorted(set(prefixes))]
+    if not wanted and not ranges:
+        return []
+    select = (
+        f"SELECT key, doc_id FROM {s}.search_keys WHERE session_id = %(sid)s "
+        "AND namespace = %(ns)s AND "
+    )
+    rows = conn.execute(
+        f"{select}key = ANY(%(keys)s::text[]) UNION ALL SELECT k.key, k.doc_id "
+        "FROM unnest(%(lo)s::text[], %(hi)s::text[]) AS r(lo, hi) CROSS JOIN LATERAL "
+        f'({select}key >= r.lo COLLATE "C" AND key < r.hi COLLATE "C") AS k '
+        f"UNION ALL {select}key >= ANY(%(open)s::text[])",
+        {
+            "sid": session_id,
+            "ns": namespace,
+            "keys": wanted,
+            "lo": [lo for lo, hi in ranges if hi is not None],
+            "hi": [hi for lo, hi in ranges if hi is not None],
+            "open": [lo for lo, hi in ranges if hi is None],
+        },
+    ).fetchall()
+    return sorted({(str(k), str(d)) for k, d in rows})
+
+
+__all__ = ["COMMON_MIN", "COMMON_SHARE", "lookup", "search"]

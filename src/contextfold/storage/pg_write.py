@@ -18,6 +18,7 @@ from .base import (
     NewEvent,
     SearchDoc,
     check_append,
+    check_keys,
 )
 from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
@@ -87,6 +88,10 @@ class PgTransaction:
             for i, e in enumerate(events)
         ]
         data = [dumps(ev.data, f"event {ev.seq} ({ev.kind})") for ev in out]
+        heads = [
+            None if e.head is None else dumps(e.head, f"the head of event {ev.seq} ({ev.kind})")
+            for e, ev in zip(events, out, strict=True)
+        ]
         head = expected_seq + len(out)
         messages = sum(1 for e in events if e.kind == "message")
         if expected_seq == 0:  # a new session, its owner in the same statement
@@ -105,10 +110,11 @@ class PgTransaction:
             )
         # the events are inserted only if the claim succeeded (no stale row is ever written)
         row = conn.execute(
-            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}) "
-            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json "
-            "FROM unnest(%(seqs)b::bigint[], %(kinds)b::text[], %(data)b::text[]) "
-            "AS e(seq, kind, data) WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
+            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}, head) "
+            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json, e.head::json "
+            "FROM unnest(%(seqs)b::bigint[], %(kinds)b::text[], %(data)b::text[], "
+            "%(heads)b::text[]) AS e(seq, kind, data, head) "
+            "WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
             "SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM ins)",
             {
                 "sid": session_id,
@@ -121,6 +127,7 @@ class PgTransaction:
                 "seqs": [ev.seq for ev in out],
                 "kinds": [ev.kind for ev in out],
                 "data": data,
+                "heads": heads,
             },
         ).fetchone()  # the one round trip: the server answers for everything queued
         self.pending.clear()
@@ -164,7 +171,10 @@ class PgTransaction:
         for ns, group in by_ns.items():
             cols: dict[str, list[Any]] = {k: [] for k in ("ids", "scopes", "sids", "metas")}
             cols.update(lens=[], tsvs=[])
+            key_rows: list[tuple[str, str, str]] = []
             for d in group:
+                for k in check_keys(d.keys, f"search document {ns}/{d.doc_id}"):
+                    key_rows.append((d.session_id, k, d.doc_id))
                 tsv, length = encode_fields(d.fields, doc_tags(ns, d.session_id, d.scope))
                 cols["ids"].append(d.doc_id)
                 cols["scopes"].append(d.scope)
@@ -174,7 +184,25 @@ class PgTransaction:
                 cols["tsvs"].append(tsv)
             self._use(f"index {len(group)} {ns!r} search documents")
             self._conn.execute(_INDEX_SQL.replace("{s}", self._s), {"ns": ns, **cols})
+            # a document indexed again gets its new keys only
+            self._conn.execute(
+                f"DELETE FROM {self._s}.search_keys WHERE namespace = %s "
+                "AND doc_id = ANY(%s::text[])",
+                (ns, cols["ids"]),
+            )
+            self._insert_keys(ns, key_rows)
             self.rows += len(group)
+
+    def _insert_keys(self, namespace: str, rows: Sequence[tuple[str, str, str]]) -> None:
+        if not rows:
+            return
+        self._conn.execute(
+            f"INSERT INTO {self._s}.search_keys (session_id, namespace, key, doc_id) "
+            "SELECT r.sid, %s, r.key, r.doc FROM unnest(%s::text[], %s::text[], %s::text[]) "
+            "AS r(sid, key, doc) ON CONFLICT DO NOTHING",
+            (namespace, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+        )
+        self.rows += len(rows)
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._use(f"unindex {namespace!r} of session {session_id!r}")
@@ -182,6 +210,32 @@ class PgTransaction:
             f"WITH gone AS (DELETE FROM {self._s}.search_docs WHERE namespace = %s "
             f"AND session_id = %s RETURNING namespace, doc_len) {subtract_sql(self._s)}",
             (namespace, session_id),
+        )
+        self._conn.execute(
+            f"DELETE FROM {self._s}.search_keys WHERE session_id = %s AND namespace = %s",
+            (session_id, namespace),
+        )
+
+    def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
+        rows = [
+            (session_id, k, doc_id)
+            for doc_id, ks in keys.items()
+            for k in check_keys(ks, f"keys of {namespace}/{doc_id}")
+        ]
+        self._use(f"add {len(rows)} {namespace!r} keys of session {session_id!r}")
+        self._insert_keys(namespace, rows)
+
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+        if not metas:
+            return
+        ids = list(metas)
+        texts = [dumps(metas[d], f"meta of {namespace}/{d}") for d in ids]
+        self._use(f"update the meta of {len(ids)} {namespace!r} documents")
+        self._conn.execute(
+            f"UPDATE {self._s}.search_docs AS d SET meta = u.meta::json "
+            "FROM unnest(%s::text[], %s::text[]) AS u(id, meta) "
+            "WHERE d.namespace = %s AND d.doc_id = u.id",
+            (ids, texts, namespace),
         )
 
 

@@ -26,6 +26,7 @@ pre-tokenized text, so a query ranks the same documents the same way on both bac
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,6 +43,7 @@ from . import pg_search
 from .base import (
     JSON,
     Event,
+    EventHead,
     SearchHit,
     SessionInfo,
 )
@@ -290,6 +292,44 @@ class PostgresStore:
                 return
             cursor = int(rows[-1][1]) + 1
 
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        self._check_open()
+        if kinds is not None and not kinds:
+            return []
+        params: list[Any] = [session_id, max(start, 0)]
+        # as text, decoded here without the whitespace checks of json.loads (the store wrote it)
+        sql = (
+            f"SELECT seq, kind, head::text FROM {self.s}.events WHERE session_id = %s AND seq >= %s"
+        )
+        if stop is not None:
+            sql += " AND seq < %s"
+            params.append(stop)
+        if kinds is not None:
+            sql += " AND kind = ANY(%s)"
+            params.append(list(kinds))
+        rows = self._rows(
+            f"read the heads of session {session_id!r}", sql + " ORDER BY seq", params
+        )
+        decode = _DECODER.raw_decode
+        try:
+            return [
+                EventHead(
+                    seq=int(r[0]),
+                    kind=str(r[1]),
+                    head=decode(r[2])[0] if r[2] is not None else None,
+                )
+                for r in rows
+            ]
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event head: {exc}") from exc
+
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
     ) -> list[Event]:
@@ -333,6 +373,9 @@ class PostgresStore:
                     (session_id,),
                 )
                 conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
+                conn.execute(
+                    f"DELETE FROM {self.s}.search_keys WHERE session_id = %s", (session_id,)
+                )
                 conn.execute(
                     f"WITH gone AS (DELETE FROM {self.s}.search_docs WHERE session_id = %s "
                     f"RETURNING namespace, doc_len) {subtract_sql(self.s)}",
@@ -391,6 +434,29 @@ class PostgresStore:
         hits: list[SearchHit] = self._run(f"search {namespace!r} for {query[:60]!r}", run)
         return hits
 
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        def run(conn: Conn) -> list[tuple[str, str]]:
+            return pg_search.lookup(conn, self.s, namespace, session_id, keys, prefixes)
+
+        found: list[tuple[str, str]] = self._run(f"look up {namespace!r} keys", run)
+        return found
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        rows = self._rows(
+            f"read {namespace!r} documents",
+            f"SELECT doc_id, meta FROM {self.s}.search_docs WHERE namespace = %s "
+            "AND doc_id = ANY(%s::text[])",
+            (namespace, list(dict.fromkeys(doc_ids))),
+        )
+        return {str(d): dict(m) for d, m in rows}
+
 
 _SESSION_COLS = "session_id, agent_id, created_at, updated_at, title, head, messages"
 
@@ -405,6 +471,9 @@ def _session(row: Sequence[Any]) -> SessionInfo:
         events=int(row[5]),
         messages=int(row[6]),
     )
+
+
+_DECODER = json.JSONDecoder()
 
 
 def _event(row: Sequence[Any]) -> Event:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import StorageError
-from .base import JSON, ConcurrentWriteError, Event, NewEvent, SearchDoc, Store
+from .base import JSON, ConcurrentWriteError, Event, EventHead, NewEvent, SearchDoc, Store
 
 
 class _Unit:
@@ -27,6 +27,7 @@ class _Unit:
         self.events: list[NewEvent] = []
         self.docs: list[tuple[str, str, Mapping[str, JSON] | None]] = []
         self.index: list[SearchDoc] = []
+        self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
         self.after_commit: list[Any] = []
 
@@ -85,7 +86,7 @@ class SessionStore:
         return self.head + pending
 
     def _commit(self, unit: _Unit) -> None:
-        if not (unit.events or unit.docs or unit.index):
+        if not (unit.events or unit.docs or unit.index or unit.keys):
             return
         try:
             with self.store.transaction() as txn:
@@ -104,6 +105,8 @@ class SessionStore:
                         txn.put_doc(ns, key, value)
                 if unit.index:
                     txn.index(unit.index)
+                for namespace, keys in unit.keys:
+                    txn.add_keys(namespace, self.session_id, keys)
         except StorageError:
             raise
         except (OSError, ValueError, TypeError) as exc:
@@ -117,12 +120,19 @@ class SessionStore:
             return self._unit, False
         return _Unit(), True
 
-    def emit(self, kind: str, data: Mapping[str, JSON], *, title: str | None = None) -> int:
+    def emit(
+        self,
+        kind: str,
+        data: Mapping[str, JSON],
+        *,
+        title: str | None = None,
+        head: Mapping[str, JSON] | None = None,
+    ) -> int:
         """Add an event to the unit; returns the seq it will have."""
         with self._lock:
             unit, alone = self._current()
             seq = self.head + len(unit.events)
-            unit.events.append(NewEvent(kind=kind, data=data))
+            unit.events.append(NewEvent(kind=kind, data=data, head=head))
             if title and unit.title is None:
                 unit.title = title
             if alone:
@@ -140,6 +150,14 @@ class SessionStore:
         with self._lock:
             unit, alone = self._current()
             unit.index.extend(docs)
+            if alone:
+                self._commit(unit)
+
+    def add_keys(self, namespace: str, keys: Mapping[str, Sequence[str]]) -> None:
+        """File exact keys under documents of this session (see ``Transaction.add_keys``)."""
+        with self._lock:
+            unit, alone = self._current()
+            unit.keys.append((namespace, keys))
             if alone:
                 self._commit(unit)
 
@@ -166,6 +184,9 @@ class SessionStore:
 
     def read(self, *, start: int = 0, kinds: Sequence[str] | None = None) -> Iterator[Event]:
         return self.store.read(self.session_id, start=start, stop=self.head, kinds=kinds)
+
+    def read_heads(self, kinds: Sequence[str]) -> list[EventHead]:
+        return self.store.read_heads(self.session_id, stop=self.head, kinds=kinds)
 
     def read_last(self, n: int, kinds: Sequence[str]) -> list[Event]:
         return (

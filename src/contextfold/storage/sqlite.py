@@ -18,7 +18,6 @@ searches work, writes raise :class:`StorageError`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 import threading
@@ -32,75 +31,33 @@ from .base import (
     JSON,
     ConcurrentWriteError,
     Event,
+    EventHead,
     NewEvent,
     SearchDoc,
     SearchHit,
     SessionInfo,
     check_append,
+    check_keys,
 )
 from .files import FileBlobs
-from .sqlite_search import fts_search, scan_search
+from .sqlite_schema import (
+    DB_NAME,
+    FTS,
+    SCHEMA_VERSION,
+    create_or_migrate,
+    fts5_available,
+    fts_table,
+    session_tag,
+    version_of,
+)
+from .sqlite_search import doc_metas, fts_search, key_lookup, scan_search
 from .text import query_terms, split_fields
 from .util import utc_now
 
-DB_NAME = "store.sqlite"
-SCHEMA_VERSION = 1
+_DECODER = json.JSONDecoder()
 BUSY_MS = 10_000
 #: BEGIN IMMEDIATE is retried this long (seconds) on a busy database before giving up.
 LOCK_PATIENCE = 120.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', events INTEGER NOT NULL,
-    messages INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id, updated_at);
-CREATE TABLE IF NOT EXISTS events (
-    session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
-    data TEXT NOT NULL, PRIMARY KEY (session_id, seq));
-CREATE INDEX IF NOT EXISTS events_kind ON events(session_id, kind, seq);
-CREATE TABLE IF NOT EXISTS docs (
-    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
-    PRIMARY KEY (namespace, key));
-CREATE TABLE IF NOT EXISTS search_docs (
-    id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
-    session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
-    tags TEXT NOT NULL, UNIQUE (namespace, doc_id));
-CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
-CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-#: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
-#: weigh on evidence or memory queries, and BM25 statistics are per corpus.
-_FTS = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(body, hints, tags, content='', "
-    "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
-)
-
-
-def _tag(kind: str, value: str) -> str:
-    """One index token standing for a namespace or a session: MATCH narrows to it first, so a
-    common word is not ranked across every other session of the workspace."""
-    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def _tags(namespace: str, session_id: str) -> str:
-    return _tag("ss", f"{namespace}/{session_id}")
-
-
-def _fts_table(namespace: str) -> str:
-    return "fts_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def fts5_available() -> bool:
-    try:
-        con = sqlite3.connect(":memory:")
-        try:
-            con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
-    return True
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -148,10 +105,12 @@ class _SQLiteTransaction:
                 f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
             )
         out: list[Event] = []
-        rows: list[tuple[str, int, str, str, str]] = []
+        rows: list[tuple[str, int, str, str, str, str | None]] = []
         for i, ev in enumerate(events):
-            text = _dump(ev.data, f"event {ev.kind!r} of session {session_id!r}")
-            rows.append((session_id, actual + i, ev.kind, now, text))
+            what = f"event {ev.kind!r} of session {session_id!r}"
+            text = _dump(ev.data, what)
+            head = None if ev.head is None else _dump(ev.head, f"the head of {what}")
+            rows.append((session_id, actual + i, ev.kind, now, text, head))
             out.append(
                 Event(
                     session_id=session_id,
@@ -161,7 +120,10 @@ class _SQLiteTransaction:
                     data=json.loads(text),
                 )
             )
-        con.executemany("INSERT INTO events VALUES (?,?,?,?,?)", rows)
+        con.executemany(
+            "INSERT INTO events (session_id, seq, kind, ts, data, head) VALUES (?,?,?,?,?,?)",
+            rows,
+        )
         n_msg = sum(1 for e in out if e.kind == "message")
         if row is None:
             con.execute(
@@ -188,8 +150,9 @@ class _SQLiteTransaction:
         fts = self._store.fts5
         for d in docs:
             meta = _dump(d.meta, f"search document {d.namespace}/{d.doc_id}")
+            keys = check_keys(d.keys, f"search document {d.namespace}/{d.doc_id}")
             body, hints = split_fields(d.fields)
-            tags = _tags(d.namespace, d.session_id)
+            tags = session_tag(d.namespace, d.session_id)
             old = con.execute(
                 "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id=?",
                 (d.namespace, d.doc_id),
@@ -213,9 +176,32 @@ class _SQLiteTransaction:
                     f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
                     (cur.lastrowid, body, hints, tags),
                 )
+            con.execute(
+                "DELETE FROM search_keys WHERE namespace=? AND doc_id=?", (d.namespace, d.doc_id)
+            )
+            if keys:
+                con.executemany(
+                    "INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)",
+                    [(d.session_id, d.namespace, k, d.doc_id) for k in keys],
+                )
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._store._unindex(self._con, "namespace=? AND session_id=?", (namespace, session_id))
+        self._con.execute(
+            "DELETE FROM search_keys WHERE session_id=? AND namespace=?", (session_id, namespace)
+        )
+
+    def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
+        rows = [
+            (session_id, namespace, k, doc_id)
+            for doc_id, ks in keys.items()
+            for k in check_keys(ks, f"keys of {namespace}/{doc_id}")
+        ]
+        self._con.executemany("INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)", rows)
+
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+        rows = [(_dump(m, f"meta of {namespace}/{d}"), namespace, d) for d, m in metas.items()]
+        self._con.executemany("UPDATE search_docs SET meta=? WHERE namespace=? AND doc_id=?", rows)
 
 
 class SQLiteStore:
@@ -236,7 +222,7 @@ class SQLiteStore:
 
     def _fts(self, con: sqlite3.Connection, namespace: str, *, create: bool) -> str | None:
         """The FTS5 table of a namespace (created inside the caller's transaction)."""
-        table = _fts_table(namespace)
+        table = fts_table(namespace)
         if table in self._fts_known:
             return table
         if con.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone():
@@ -245,7 +231,7 @@ class SQLiteStore:
             return table
         if not create:
             return None
-        con.execute(_FTS.format(table=table))
+        con.execute(FTS.format(table=table))
         return table
 
     # ------------------------------------------------------------------ connections
@@ -286,19 +272,15 @@ class SQLiteStore:
             con = self._connect()
             try:
                 self._retry(lambda: con.execute("PRAGMA journal_mode=WAL"))
-                self._retry(lambda: con.executescript(_SCHEMA))
-                mode = "1" if self.fts5 else "0"
-                self._retry(
-                    lambda: con.execute(
-                        "INSERT OR IGNORE INTO store_meta VALUES ('fts5', ?)", (mode,)
-                    )
-                )
-                self._retry(
-                    lambda: con.execute(
-                        "INSERT OR IGNORE INTO store_meta VALUES ('schema', ?)",
-                        (str(SCHEMA_VERSION),),
-                    )
-                )
+                if version_of(con) != SCHEMA_VERSION:  # new, or written by an older release
+                    self._retry(lambda: con.execute("BEGIN IMMEDIATE"))
+                    try:
+                        create_or_migrate(con, self.fts5)
+                        con.execute("COMMIT")
+                    except BaseException:
+                        with contextlib.suppress(sqlite3.Error):
+                            con.execute("ROLLBACK")
+                        raise
             finally:
                 con.close()
         except (OSError, sqlite3.Error) as exc:
@@ -319,6 +301,10 @@ class SQLiteStore:
                 f"{self.path} has schema {version[0] if version else 'unknown'}; this contextfold "
                 f"reads schema {SCHEMA_VERSION} (upgrade contextfold)"
             )
+        #: a read-only workspace of an older release has no head column: heads read as None
+        self._heads = int(version[0]) >= 2
+        #: a read-only database of an older version may have no key table: lookups find nothing
+        self._keys_table = int(version[0]) >= 3
 
     def _con(self) -> sqlite3.Connection:
         if self._closed:
@@ -396,6 +382,28 @@ class SQLiteStore:
             session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
         )
 
+    def _range_rows(
+        self,
+        columns: str,
+        session_id: str,
+        start: int,
+        stop: int | None,
+        kinds: Sequence[str] | None,
+    ) -> list[Any]:
+        """Rows of the session's events with ``start <= seq < stop`` (of those kinds), in order."""
+        if kinds is not None and not kinds:
+            return []
+        sql = f"SELECT {columns} FROM events WHERE session_id=? AND seq>=?"
+        args: list[Any] = [session_id, start]
+        if stop is not None:
+            sql += " AND seq<?"
+            args.append(stop)
+        if kinds is not None:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        with self._reading(f"reading session {session_id!r}") as con:
+            return con.execute(sql + " ORDER BY seq", args).fetchall()
+
     def read(
         self,
         session_id: str,
@@ -404,23 +412,30 @@ class SQLiteStore:
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
     ) -> Iterator[Event]:
-        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=? AND seq>=?"
-        args: list[Any] = [session_id, start]
-        if stop is not None:
-            sql += " AND seq<?"
-            args.append(stop)
-        if kinds is not None:
-            if not kinds:
-                return iter(())
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
-        sql += " ORDER BY seq"
+        rows = self._range_rows("seq, kind, ts, data", session_id, start, stop, kinds)
         try:
-            with self._reading(f"reading session {session_id!r}") as con:
-                rows = con.execute(sql, args).fetchall()
             return iter([self._event(r, session_id) for r in rows])
         except ValueError as exc:
             raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
+
+    def read_heads(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[EventHead]:
+        head = "head" if self._heads else "NULL"
+        rows = self._range_rows(f"seq, kind, {head}", session_id, start, stop, kinds)
+        decode = _DECODER.raw_decode  # no whitespace checks: the store wrote the text
+        try:
+            return [
+                EventHead(seq=r[0], kind=r[1], head=decode(r[2])[0] if r[2] is not None else None)
+                for r in rows
+            ]
+        except ValueError as exc:
+            raise StorageError(f"session {session_id!r} has a damaged event head: {exc}") from exc
 
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
@@ -499,6 +514,7 @@ class SQLiteStore:
                 (len(session_id) + 1, session_id + "/"),
             )
             self._unindex(con, "session_id=?", (session_id,))
+            con.execute("DELETE FROM search_keys WHERE session_id=?", (session_id,))
 
     # ------------------------------------------------------------------ documents
     def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:
@@ -556,8 +572,28 @@ class SQLiteStore:
             table = self._fts(con, namespace, create=False)
             if table is None:
                 return []
-            tag = _tag("ss", f"{namespace}/{session_id}") if session_id is not None else None
-            return fts_search(con, table, terms, tag, where, args, limit)
+            tag = session_tag(namespace, session_id) if session_id is not None else None
+            return fts_search(con, table, terms, tag, where, args, limit, narrowed=scopes is None)
+
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        if not self._keys_table:
+            return []
+        with self._reading(f"looking up keys of {namespace}") as con:
+            return key_lookup(con, namespace, session_id, keys, prefixes)
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        with self._reading(f"reading {namespace} documents") as con:
+            try:
+                return doc_metas(con, namespace, doc_ids)
+            except ValueError as exc:
+                raise StorageError(f"a {namespace} document is damaged: {exc}") from exc
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:

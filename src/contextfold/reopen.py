@@ -1,0 +1,334 @@
+"""Loading a session into a ContextManager, and the compactor state saved with it.
+
+Reopening builds the view from small per-message heads and loads old messages on demand.
+
+Each stored message carries a head (position, uuid, role, the call it answers or the calls it
+makes, token count: :func:`~contextfold.sessions.log.message_head`). Reopening reads every head
+but decodes only the messages the view can show: the system prompt, the pinned ones (first
+and newest user request, the newest later instructions) and everything from the compaction
+boundary on. The history before the boundary is loaded the first time something asks for one
+of its messages (``cm.history``, an export); building views, compacting, adding and
+``restore`` do not. A session with events written before heads existed (an older release) is
+read entirely, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .anchors import Anchor, AnchorType
+from .compactors.pinned import budget_of
+from .compactors.progressive import CompactorState
+from .errors import InvalidMessageError
+from .limits import LearnedWindow
+from .messages import Message
+from .sessions.log import LogEntry, entry_of
+from .state import load_state as load_session_state
+from .tokens import Calibration
+
+if TYPE_CHECKING:
+    from .manager import ContextManager
+    from .records import OffloadEntry
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+Head = tuple[str, str, str | None, tuple[str, ...], int]
+
+
+def _parse_heads(rows: Sequence[Any]) -> tuple[list[Head], list[int], dict[int, Any]] | None:
+    """(heads, event seq of each position, stored calls by position); None when any head is
+    missing or not in the expected form (then every message is read)."""
+    heads: list[Head] = []
+    seqs: list[int] = []
+    calls: dict[int, Any] = {}
+    append, add_seq, roles = heads.append, seqs.append, _ROLES
+    try:
+        for pos, row in enumerate(rows):
+            h = row.head
+            uuid, role, tokens = h["uuid"], h["role"], h["tokens"]
+            call_id = h.get("tool_call_id")
+            if (
+                h["pos"] != pos
+                or type(uuid) is not str
+                or role not in roles
+                or type(tokens) is not int
+                or (call_id is not None and type(call_id) is not str)
+            ):
+                return None
+            raw = h.get("calls")
+            ids: tuple[str, ...] = ()
+            if raw is not None:
+                ids = tuple([c["id"] for c in raw])
+                if not all(type(c) is str for c in ids):
+                    return None
+                calls[pos] = raw
+            append((uuid, role, call_id, ids, tokens))
+            add_seq(row.seq)
+    except (TypeError, KeyError, AttributeError):
+        return None
+    return heads, seqs, calls
+
+
+def _boundary(heads: Sequence[Head], state: Mapping[str, Any] | None) -> int:
+    """Where the stored view's boundary is (0: none, or not a usable cut)."""
+    if not state:
+        return 0
+    b = state.get("boundary")
+    wanted = state.get("boundary_uuid")
+    if isinstance(wanted, str):
+        found = next((i for i, h in enumerate(heads) if h[0] == wanted), None)
+        if found is not None:
+            b = found
+    if isinstance(b, bool) or not isinstance(b, int) or not 0 < b < len(heads):
+        return 0
+    return b if heads[b][1] != "tool" else 0
+
+
+def _needed(heads: Sequence[Head], boundary: int) -> set[int]:
+    """Positions before the boundary the view can show: the leading instructions, the first
+    and newest user request and the newest later instructions."""
+    out: set[int] = set()
+    i = 0
+    while i < len(heads) and heads[i][1] in ("system", "developer"):
+        out.add(i)
+        i += 1
+    users = [j for j, h in enumerate(heads) if h[1] == "user"]
+    if users:
+        out.update((users[0], users[-1]))
+    later = [j for j in range(i, len(heads)) if heads[j][1] in ("system", "developer")]
+    out.update(later[-5:])
+    return {j for j in out if j < boundary}
+
+
+def load_lazily(cm: ContextManager) -> list[Any] | None:
+    """Build ``cm.view`` from the message heads; returns the offload events (for the caller
+    to load), or None when the session must be read entirely."""
+    session = cm.session
+    parsed = _parse_heads(session.read_heads(["message"]))
+    if parsed is None:
+        return None
+    heads, seqs, calls = parsed
+    last = session.read_last(1, ["state"])
+    boundary = _boundary(heads, last[0].data if last else None)
+    wanted = sorted(_needed(heads, boundary))
+    store, sid = session.store, session.session_id
+    entries: list[LogEntry] = [
+        entry_of(e)
+        for pos in wanted
+        for e in store.read(sid, start=seqs[pos], stop=seqs[pos] + 1, kinds=["message"])
+    ]
+    if boundary < len(heads):
+        entries.extend(entry_of(e) for e in session.read(start=seqs[boundary], kinds=["message"]))
+    loaded: dict[int, Message] = {}
+    for entry in entries:
+        if entry.seq >= len(heads) or heads[entry.seq][0] != entry.uuid:
+            return None  # heads and messages disagree: read everything
+        loaded[entry.seq] = entry.message
+        if entry.tokens is not None:
+            cm._cache.seed(entry.message, entry.tokens)
+
+    def load_some(positions: list[int]) -> dict[int, Message]:
+        out: dict[int, Message] = {}
+        if not positions:
+            return out
+        start, stop = seqs[positions[0]], seqs[positions[-1]] + 1
+        want = set(positions)
+        for event in store.read(sid, start=start, stop=stop, kinds=["message"]):
+            entry = entry_of(event)
+            if entry.seq in want:
+                if entry.tokens is not None:
+                    cm._cache.seed(entry.message, entry.tokens)
+                out[entry.seq] = entry.message
+        return out
+
+    try:
+        cm.view.adopt(heads, loaded, load_some, lambda: reapply_deferred(cm))
+    except InvalidMessageError:
+        return None  # the view is left untouched
+    cm.recovery.stored_calls = calls
+    cm.recovery.calls_known = len(heads)
+    cm._seqs = seqs
+    return list(session.read(kinds=["offload"]))
+
+
+def deferred_policy(cm: ContextManager, entry: OffloadEntry, policy: str) -> bool:
+    """Whether reapplying ``entry`` under ``policy`` would record that policy (then the
+    deferred entry records it at once: a state saved before the history is loaded keeps it)."""
+    return (
+        policy == "squeeze_args" or budget_of(policy) is not None or policy in cm.compactor.policies
+    )
+
+
+def load(cm: ContextManager) -> None:
+    cm._seqs = None
+    cm._deferred = []
+    # tens of thousands of small objects are made and all kept: a cyclic collection in the
+    # middle would scan them (and everything else alive) for nothing
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        offloads = load_lazily(cm)
+        if offloads is None:  # events of an older release (no heads): read every message
+            offloads = load_all(cm)
+    finally:
+        if was_enabled:
+            gc.enable()
+    cm.offload.load(offloads)
+    if cm.eviction_store is not cm.offload:
+        cm.eviction_store.load(offloads)
+    # user data, not derived: a damaged snapshot is an error naming it, never dropped
+    cm.session_state = load_session_state(cm.session)
+    with cm.view.deferred_sums():
+        load_view_state(cm)
+
+
+def load_all(cm: ContextManager) -> list[Any]:
+    offloads = []
+    entries: list[LogEntry] = []
+    stored_calls = cm.recovery.stored_calls
+    for event in cm.session.read(kinds=["message", "offload"]):
+        if event.kind == "offload":
+            offloads.append(event)
+            continue
+        raw_calls = event.data.get("calls")
+        if raw_calls is not None:
+            stored_calls[len(entries)] = raw_calls  # read when recall first needs them
+        entries.append(entry_of(event))
+    answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
+    for entry in entries:
+        msg = entry.message
+        if entry.tokens is not None:
+            cm._cache.seed(msg, entry.tokens)
+        if msg.tool_calls:
+            cm.view.expect_answers(len(cm.view), {c.id for c in msg.tool_calls if c.id in answered})
+        cm.view.append(msg, entry.seq, checked=True)  # entry_of validated it
+    return offloads
+
+
+def load_view_state(cm: ContextManager) -> None:
+    last = cm.session.read_last(1, ["state"])
+    calibration = cm.store.get_doc("calibration", f"{cm.session_id}/calibration")
+    if not last:
+        reapply_offloads(cm, {})
+    else:
+        try:
+            apply_state(cm, last[0].data)
+        except (ValueError, TypeError, KeyError) as exc:
+            # the state is derived (the log is the truth): start the view over, say why
+            cm.recovery.note_problem(f"compactor state (event {last[0].seq}) ignored: {exc}")
+            cm.compactor.state = CompactorState()
+            cm.calibration = Calibration()
+            cm.compactor.scale = cm.calibration.apply
+            reapply_offloads(cm, {})
+    if calibration is not None:
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            cm.calibration = Calibration.from_dict(calibration)
+            cm.compactor.scale = cm.calibration.apply
+
+
+def apply_state(cm: ContextManager, data: Mapping[str, Any]) -> None:
+    st = cm.compactor.state
+    st.last_summary = str(data.get("last_summary", ""))
+    st.last_anchors = tuple(
+        Anchor(type=AnchorType(a["type"]), content=str(a["content"]))
+        for a in data.get("last_anchors", [])
+    )
+    st.compaction_text = str(data.get("compaction_text", ""))
+    st.boundary_uuid = data.get("boundary_uuid")
+    st.compactions = int(data.get("compactions", 0))
+    st.last_artifacts = tuple(data.get("last_artifacts", ()))
+    written = data.get("written")
+    if isinstance(written, Mapping):
+        cm.compactor.written.restore(cm.view, written)
+    cm.calibration = Calibration.from_dict(data.get("calibration", {}))
+    cm.compactor.scale = cm.calibration.apply
+    cm._set_window(LearnedWindow.from_dict(data.get("learned_window")))
+    reapply_offloads(cm, data.get("offload_policies", {}))
+    boundary = int(data.get("boundary", cm.view.prefix_len))
+    if st.boundary_uuid is not None and st.boundary_uuid in cm.view.uuids:
+        boundary = cm.view.uuids[st.boundary_uuid]
+    if boundary > cm.view.prefix_len and st.compaction_text:
+        msg = Message(
+            role="user",
+            content=st.compaction_text,
+            uuid=data.get("compaction_uuid") or f"cf-compaction-{st.compactions}",
+            metadata={"cf_kind": "compaction"},
+        )
+        cm.view.set_boundary(min(boundary, len(cm.view)), msg)
+
+
+def reapply_offloads(cm: ContextManager, policies: Mapping[str, str]) -> None:
+    entries = cm.offload.entries()
+    if cm.eviction_store is not cm.offload:
+        entries.update(cm.eviction_store.entries())
+    view = cm.view
+    for key, entry in entries.items():
+        idx = view.result_index(key)
+        if idx is None and key.startswith(("msg-", "args-")):
+            idx = view.uuids.get(key.split("-", 1)[1])
+        if idx is None:
+            continue
+        policy = policies.get(key, entry.policy)
+        if view.is_loaded(idx):
+            cm.compactor.reapply(idx, entry, policy)
+            continue
+        # before the boundary of a lazily reopened history: applied when it is loaded
+        cm._deferred.append((idx, entry, policy))
+        if deferred_policy(cm, entry, policy):
+            cm.compactor.state.offload_policies[entry.tool_call_id] = policy
+
+
+def reapply_deferred(cm: ContextManager) -> None:
+    deferred, cm._deferred = cm._deferred, []
+    with cm.view.deferred_sums():
+        for idx, entry, policy in deferred:
+            cm.compactor.reapply(idx, entry, policy)
+
+
+def state_data(cm: ContextManager) -> dict[str, Any]:
+    st: CompactorState = cm.compactor.state
+    comp = cm.view.compaction
+    return {
+        "boundary": cm.view.boundary,
+        "boundary_uuid": st.boundary_uuid,
+        "compaction_text": st.compaction_text,
+        "compaction_uuid": comp.uuid if comp is not None else None,
+        "last_summary": st.last_summary,
+        "last_anchors": [{"type": a.type.value, "content": a.content} for a in st.last_anchors],
+        "compactions": st.compactions,
+        "last_artifacts": list(st.last_artifacts),
+        "written": cm.compactor.written.snapshot(cm.view),
+        "offload_policies": changed_policies(cm),
+        "calibration": cm.calibration.to_dict(),
+        "learned_window": cm.learned_window.to_dict() if cm.learned_window else None,
+    }
+
+
+def changed_policies(cm: ContextManager) -> dict[str, str]:
+    """The offload policies that differ from the one stored with their entry (reopening
+    falls back to the entry's): the state stays small however many outputs were
+    offloaded."""
+    entries = cm.offload.entries()
+    if cm.eviction_store is not cm.offload:
+        entries.update(cm.eviction_store.entries())
+    return {
+        key: policy
+        for key, policy in cm.compactor.state.offload_policies.items()
+        if (entry := entries.get(key)) is None or entry.policy != policy
+    }
+
+
+__all__ = [
+    "apply_state",
+    "changed_policies",
+    "deferred_policy",
+    "load",
+    "load_all",
+    "load_lazily",
+    "load_view_state",
+    "reapply_deferred",
+    "reapply_offloads",
+    "state_data",
+]

@@ -1,0 +1,122 @@
+"""The embedded store's schema: tables, versioned migrations, FTS5 naming.
+
+A new database gets the version-1 tables, then every migration in order; an existing one gets
+the migrations it lacks, in one write transaction (two processes opening an old workspace at
+once: the second waits for the first and finds nothing left to do). ``store_meta`` holds the
+version; a database newer than this release is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Sequence
+
+DB_NAME = "store.sqlite"
+
+_BASE = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL, title TEXT NOT NULL DEFAULT '', events INTEGER NOT NULL,
+    messages INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id, updated_at);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
+    data TEXT NOT NULL, PRIMARY KEY (session_id, seq));
+CREATE INDEX IF NOT EXISTS events_kind ON events(session_id, kind, seq);
+CREATE TABLE IF NOT EXISTS docs (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+    PRIMARY KEY (namespace, key));
+CREATE TABLE IF NOT EXISTS search_docs (
+    id INTEGER PRIMARY KEY, namespace TEXT NOT NULL, doc_id TEXT NOT NULL, scope TEXT NOT NULL,
+    session_id TEXT NOT NULL, meta TEXT NOT NULL, body TEXT NOT NULL, hints TEXT NOT NULL,
+    tags TEXT NOT NULL, UNIQUE (namespace, doc_id));
+CREATE INDEX IF NOT EXISTS search_docs_session ON search_docs(namespace, session_id);
+CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+#: Version -> the statements that bring a database from the version before to it.
+MIGRATIONS: dict[int, Sequence[str]] = {
+    # each event may carry a small head (a message's position, uuid, role, call ids, tokens)
+    # that reopening reads instead of every message; older events keep NULL
+    # (the index covers the heads: reading them never walks the events' data pages)
+    2: (
+        "ALTER TABLE events ADD COLUMN head TEXT",
+        "CREATE INDEX IF NOT EXISTS events_heads ON events(session_id, kind, seq, head)",
+    ),
+    # exact lookup keys of search documents (and keys filed under any id of a session), for
+    # Store.lookup: the primary key serves the lookups (one session and namespace, a key or a
+    # key range, BINARY collation: code point order); the second index replaces a document's
+    3: (
+        "CREATE TABLE IF NOT EXISTS search_keys (session_id TEXT NOT NULL, namespace TEXT "
+        "NOT NULL, key TEXT NOT NULL, doc_id TEXT NOT NULL, "
+        "PRIMARY KEY (session_id, namespace, key, doc_id)) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS search_keys_doc ON search_keys(namespace, doc_id)",
+    ),
+}
+#: The schema version this release writes and reads.
+SCHEMA_VERSION = max(MIGRATIONS)
+
+#: One FTS5 table per namespace (``{table}``): the session messages of a whole workspace do not
+#: weigh on evidence or memory queries, and BM25 statistics are per corpus.
+FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(body, hints, tags, content='', "
+    "tokenize=\"unicode61 remove_diacritics 0 tokenchars '._/:-'\")"
+)
+
+
+def version_of(con: sqlite3.Connection) -> int | None:
+    """The database's schema version (None: not a contextfold store, or no version yet)."""
+    try:
+        row = con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return int(row[0]) if row is not None else None
+
+
+def create_or_migrate(con: sqlite3.Connection, fts5: bool) -> int:
+    """Create the tables or bring them to :data:`SCHEMA_VERSION` (inside the caller's write
+    transaction); returns how many migrations ran. A newer database is left untouched."""
+    for statement in _BASE.split(";"):
+        if statement.strip():
+            con.execute(statement)
+    con.execute("INSERT OR IGNORE INTO store_meta VALUES ('fts5', ?)", ("1" if fts5 else "0",))
+    version = version_of(con)
+    if version is None:  # a new database: version 1 tables, then every migration
+        version = 1
+        con.execute("INSERT INTO store_meta VALUES ('schema', '1')")
+    if version >= SCHEMA_VERSION:
+        return 0
+    ran = 0
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[number]:
+            con.execute(statement)
+        ran += 1
+    con.execute("UPDATE store_meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+    return ran
+
+
+def tag(kind: str, value: str) -> str:
+    """One index token standing for a namespace or a session: MATCH narrows to it first, so a
+    common word is not ranked across every other session of the workspace."""
+    return kind + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def session_tag(namespace: str, session_id: str) -> str:
+    return tag("ss", f"{namespace}/{session_id}")
+
+
+def fts_table(namespace: str) -> str:
+    return "fts_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def fts5_available() -> bool:
+    try:
+        con = sqlite3.connect(":memory:")
+        try:
+            con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+    return True

@@ -1,0 +1,115 @@
+"""The embedded store's schema versions: a database written by an older release is migrated
+on open (once, also with two processes at a time), a newer one is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from contextfold import ContextManager
+from contextfold.errors import StorageError
+from contextfold.storage import NewEvent, SQLiteStore
+from contextfold.storage.sqlite_schema import _BASE, DB_NAME, SCHEMA_VERSION
+from tests.test_lazy_reopen import _feed, _messages
+from tests.test_storage_faults import remount, tmpfs  # noqa: F401
+
+
+def _version_1(root: Path) -> Path:
+    """A store as release 0.1 wrote it (schema 1: no event heads)."""
+    root.mkdir(parents=True)
+    path = root / DB_NAME
+    con = sqlite3.connect(path)
+    con.executescript(_BASE)
+    con.execute("INSERT INTO store_meta VALUES ('schema', '1')")
+    con.execute("INSERT INTO store_meta VALUES ('fts5', '1')")
+    con.commit()
+    con.close()
+    return path
+
+
+def _columns(path: Path) -> list[str]:
+    con = sqlite3.connect(path)
+    try:
+        return [r[1] for r in con.execute("PRAGMA table_info(events)")]
+    finally:
+        con.close()
+
+
+def test_schema_1_is_migrated_and_keeps_its_events(tmp_path: Path) -> None:
+    path = _version_1(tmp_path / "ws")
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO events VALUES ('s', 0, 'message', 't', '{\"a\": 1}')")
+    con.execute("INSERT INTO sessions VALUES ('s', 'a', 't', 't', '', 1, 1)")
+    con.commit()
+    con.close()
+    assert "head" not in _columns(path)
+    store = SQLiteStore(tmp_path / "ws")
+    assert "head" in _columns(path)
+    heads = store.read_heads("s")
+    assert [(h.seq, h.head) for h in heads] == [(0, None)]
+    with store.transaction() as txn:
+        txn.append(
+            "s",
+            [NewEvent(kind="message", data={"b": 2}, head={"pos": 1})],
+            expected_seq=1,
+            agent_id="a",
+        )
+    assert [h.head for h in store.read_heads("s")] == [None, {"pos": 1}]
+    assert [e.data for e in store.read("s")] == [{"a": 1}, {"b": 2}]
+    store.close()
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone() == (
+        str(SCHEMA_VERSION),
+    )
+    con.close()
+
+
+def test_session_of_an_older_release_reopens_then_goes_on(tmp_path: Path) -> None:
+    """A session whose messages have no heads is read entirely, then continues with heads."""
+    store = SQLiteStore(tmp_path / "ws")
+    msgs = _messages(0, 2)
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        _feed(cm, msgs[:60])
+        before = cm.prepare()
+    store._con().execute("UPDATE events SET head = NULL")  # as an older release wrote them
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        assert cm.view.complete
+        assert cm.prepare() == before
+        _feed(cm, msgs[60:])
+        after = cm.prepare()
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        assert cm.prepare() == after  # old events without heads: still a full read
+    store.close()
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    SQLiteStore(tmp_path / "ws").close()
+    con = sqlite3.connect(tmp_path / "ws" / DB_NAME)
+    con.execute("UPDATE store_meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION + 1),))
+    con.commit()
+    con.close()
+    with pytest.raises(StorageError, match="upgrade contextfold"):
+        SQLiteStore(tmp_path / "ws")
+
+
+def test_read_only_old_workspace_reads_without_heads(tmpfs: Path) -> None:  # noqa: F811
+    """An older release's workspace on a read-only mount cannot be migrated: it is read as
+    it is (heads None, so a session is read entirely) and ContextManager still opens."""
+    path = _version_1(tmpfs / "ws")
+    con = sqlite3.connect(path)
+    con.execute(
+        "INSERT INTO events VALUES ('s', 0, 'message', 't', ?)",
+        ('{"pos": 0, "uuid": "u", "message": {"role": "user", "content": "hi"}, "tokens": 3}',),
+    )
+    con.execute("INSERT INTO sessions VALUES ('s', 'a', 't', 't', '', 1, 1)")
+    con.commit()
+    con.close()
+    remount(tmpfs, "ro")
+    store = SQLiteStore(tmpfs / "ws")
+    assert store.read_only
+    assert [(h.seq, h.head) for h in store.read_heads("s")] == [(0, None)]
+    with ContextManager(store=store, session_id="s", agent_id="a") as cm:
+        assert [m.text for m in cm.history] == ["hi"]
+    store.close()
