@@ -7,13 +7,16 @@ restore, the session tools)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contextfold import ContextManager
+from contextfold.errors import StorageError
 from contextfold.storage import MemoryStore, SQLiteStore, Store
+from tests import pg_support
 from tests.conftest import load_trace, trace_files
 
 TRACES = trace_files()
@@ -51,18 +54,26 @@ def _feed(cm: ContextManager, msgs: list[dict[str, Any]]) -> list[Any]:
     return views
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-def stores(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Store, Store]:
+@pytest.fixture(params=["sqlite", "memory", "postgresql"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, Store]]:
     """Two stores holding the same session: one reopened lazily, one read entirely."""
+    factory = None
     if request.param == "memory":
         pair: tuple[Store, Store] = (MemoryStore(), MemoryStore())
-    else:
+    elif request.param == "sqlite":
         pair = (SQLiteStore(tmp_path / "a"), SQLiteStore(tmp_path / "b"))
-    for store in pair:
-        with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
-            _feed(cm, _messages(0, 3))
-            assert cm.records()
-    return pair
+    else:
+        factory = pg_support.SchemaFactory(pg_support.require_postgres())
+        pair = (factory.open(), factory.open())
+    try:
+        for store in pair:
+            with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+                _feed(cm, _messages(0, 3))
+                assert cm.records()
+        yield pair
+    finally:
+        if factory is not None:
+            factory.cleanup()
 
 
 def _open(store: Store) -> ContextManager:
@@ -158,4 +169,23 @@ def test_message_at_reads_one_message(stores: tuple[Store, Store]) -> None:
     for i in (1, 7, len(full_history) // 2):
         assert lazy.message_at(i) == full_history[i]
     assert not lazy.view.complete
+    lazy.close()
+
+
+def test_history_that_cannot_be_read_back_is_a_clear_error(
+    stores: tuple[Store, Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Old messages the log no longer has: StorageError naming the position, view unchanged,
+    and the next use tries again."""
+    lazy = _open(stores[0])
+    view = lazy.prepare()
+    real = lazy.view._loader
+    assert real is not None
+    monkeypatch.setattr(lazy.view, "_loader", lambda positions: {})
+    with pytest.raises(StorageError, match="could not be read back"):
+        lazy.history  # noqa: B018
+    assert not lazy.view.complete
+    assert lazy.prepare() == view
+    monkeypatch.setattr(lazy.view, "_loader", real)
+    assert len(lazy.history) == len(lazy.view) and lazy.view.complete
     lazy.close()

@@ -20,7 +20,7 @@ from copy import deepcopy
 from dataclasses import replace
 from typing import Any
 
-from .errors import InvalidMessageError
+from .errors import InvalidMessageError, StorageError
 from .messages import Message, check_message
 from .wire import to_openai
 
@@ -395,6 +395,12 @@ class HistoryView:
             return
         missing = [i for i, m in enumerate(history.items) if m is None]
         got = self._loader(missing)
+        lost = [i for i in missing if i not in got]
+        if lost:  # nothing changed: the next use tries again
+            raise StorageError(
+                f"{len(lost)} stored message(s) could not be read back (first at position "
+                f"{lost[0]}): the session's log is missing events its heads name"
+            )
         for i in missing:
             msg = got[i]
             history.items[i] = msg
