@@ -238,6 +238,32 @@ def test_event_heads(store_factory: StoreFactory) -> None:
     assert store.read_heads("s") == []
 
 
+def test_event_details(store_factory: StoreFactory) -> None:
+    """A head may be any JSON value; an event's detail is read only when asked for."""
+    store = store_factory.new()
+    events = [
+        NewEvent(
+            kind="message", data={"i": 0}, head=[0, "u0", None, ["c1"]], detail=[{"id": "c1"}]
+        ),
+        NewEvent(kind="message", data={"i": 1}, head=[1, "u1"]),
+        NewEvent(kind="state", data={"i": 2}, detail={"only": "detail"}),
+    ]
+    append(store, "s", events, 0)
+    plain = store.read_heads("s")
+    assert [h.head for h in plain] == [[0, "u0", None, ["c1"]], [1, "u1"], None]
+    assert [h.detail for h in plain] == [None, None, None]
+    full = store.read_heads("s", details=True)
+    assert [h.head for h in full] == [h.head for h in plain]
+    assert [h.detail for h in full] == [[{"id": "c1"}], None, {"only": "detail"}]
+    only = store.read_heads("s", kinds=["state"], start=1, details=True)
+    assert [(h.seq, h.detail) for h in only] == [(2, {"only": "detail"})]
+    with pytest.raises(StorageError), store.transaction() as txn:  # a bad detail writes nothing
+        txn.append(
+            "s", [NewEvent(kind="m", data={}, detail={"x": object()})], expected_seq=3, agent_id="a"
+        )
+    assert store.head("s") == 3
+
+
 def test_exception_rolls_back_everything(store_factory: StoreFactory) -> None:
     store = store_factory.new()
     append(store, "s", [ev()], 0)

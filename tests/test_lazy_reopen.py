@@ -105,6 +105,9 @@ def test_lazy_reopen_behaves_like_a_full_read(
     assert lazy.prepare() == full.prepare()
     assert len(lazy.records()) > compactions, "the continued session must compact again"
     assert not lazy.view.complete, "adding and compacting loaded the old history"
+    calls, ref = lazy.recovery.session_calls(), full.recovery.session_calls()
+    assert len(calls) > 100 and calls.positions == ref.positions
+    assert calls._fields == ref._fields and calls.edits == ref.edits
     hits = [(h.pointer.id, h.text) for h in lazy.restore(QUERY)]
     assert hits and hits == [(h.pointer.id, h.text) for h in full.restore(QUERY)]
     text, failed = lazy.toolbox.run("session_history", {"sessionId": "s", "lastN": 5})
@@ -143,11 +146,20 @@ def test_events_without_heads_are_read_entirely(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        "UPDATE events SET head = '[1, 2]' WHERE seq = 5",
-        "UPDATE events SET head = json_set(head, '$.uuid', 'other') WHERE seq = 40",
-        "UPDATE events SET head = json_set(head, '$.pos', 999) WHERE seq = 12",
-        "UPDATE events SET head = json_remove(head, '$.tool_call_id') WHERE "
-        "json_extract(head, '$.role') = 'tool' AND seq > 30",
+        "UPDATE events SET head = '[1, 2]' WHERE seq = "
+        "(SELECT min(seq) FROM events WHERE kind = 'message' AND seq >= 5)",
+        "UPDATE events SET head = json_set(head, '$[1]', 'other') WHERE seq = "
+        "(SELECT min(seq) FROM events WHERE kind = 'message' AND seq >= 40)",
+        "UPDATE events SET head = json_set(head, '$[0]', 999) WHERE seq = "
+        "(SELECT min(seq) FROM events WHERE kind = 'message' AND seq >= 12)",
+        "UPDATE events SET head = json_set(head, '$[4]', json('null')) WHERE "
+        "json_extract(head, '$[2]') = 'tool' AND seq > 30",
+        "UPDATE events SET head = json_set(head, '$[5]', json('[7]')) WHERE "
+        "json_extract(head, '$[5]') IS NOT NULL AND seq > 30",
+        "UPDATE events SET head = json_set(head, '$[3]', 'many') WHERE seq = "
+        "(SELECT min(seq) FROM events WHERE kind = 'message' AND seq >= 20)",
+        "UPDATE events SET head = '{\"pos\": 3}' WHERE seq = "
+        "(SELECT min(seq) FROM events WHERE kind = 'message' AND seq >= 3)",
     ],
 )
 def test_damaged_heads_fall_back_to_the_messages(tmp_path: Path, damage: str) -> None:
@@ -155,8 +167,16 @@ def test_damaged_heads_fall_back_to_the_messages(tmp_path: Path, damage: str) ->
     with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
         _feed(cm, _messages(0, 2))
         before = cm.prepare()
-    store._con().execute(damage)
+    assert store._con().execute(damage).rowcount > 0
     cm = _open(store)
+    if not cm.view.complete:  # a plausible head of a message the reopen did not load
+        assert "'other'" in damage
+        assert cm.prepare() == before
+        with pytest.raises(StorageError, match="does not match its head"):
+            cm.history[0]
+        assert cm.prepare() == before  # the view is kept
+        cm.close()
+        return
     assert cm.prepare() == before
     assert len(cm.history) == cm.store.session("s").messages  # type: ignore[union-attr]
     cm.close()

@@ -182,3 +182,55 @@ def test_the_store_url_can_come_from_the_environment(
         assert info is not None and (info.agent_id, info.messages) == ("alice", 1)
     finally:
         store.close()
+
+
+def test_schema_3_heads_are_migrated_to_compact_heads(pg: SchemaFactory) -> None:
+    """Message heads written by schema 3 (objects holding what each call was about) become
+    compact arrays with the details in their own column when the schema is migrated; the
+    session then reopens lazily with the same view and call log."""
+    from contextfold import ContextManager
+    from tests.test_lazy_reopen import _feed, _messages
+
+    def calls(cm: ContextManager) -> Any:
+        log = cm.recovery.session_calls()
+        kept = [(f.tool, f.command, f.paths, f.action, f.shell) for f in log._fields]
+        return log.positions, kept
+
+    schema = pg.schema()
+    store = pg.open(schema)
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        _feed(cm, _messages(0, 2))
+        view, before = cm.prepare(), calls(cm)
+    s = store.s
+
+    def downgrade(c: Any) -> int:
+        cur = c.execute(
+            f"UPDATE {s}.events SET head = (jsonb_build_object('pos', head->0, 'uuid', head->1, "
+            "'role', head->2, 'tokens', head->3) || CASE WHEN json_typeof(head->4) = 'string' "
+            "THEN jsonb_build_object('tool_call_id', head->4) ELSE '{}'::jsonb END || "
+            "CASE WHEN detail IS NOT NULL THEN jsonb_build_object('calls', detail) "
+            "ELSE '{}'::jsonb END)::json WHERE head IS NOT NULL"
+        )
+        c.execute(f"ALTER TABLE {s}.events DROP COLUMN detail")
+        c.execute(f"DELETE FROM {s}.schema_version WHERE version = 4")
+        return int(cur.rowcount)
+
+    assert store._run("downgrade", downgrade) > 50
+    old = store.read_heads("s", kinds=["message"])
+    assert all(type(h.head) is dict for h in old)
+    store.close()
+    store = pg.open(schema)  # migrates
+    heads = store.read_heads("s", kinds=["message"], details=True)
+    assert [h.seq for h in heads] == [h.seq for h in old]
+    for h, o in zip(heads, old, strict=True):
+        assert type(h.head) is list and h.head[:4] == [
+            o.head[k] for k in ("pos", "uuid", "role", "tokens")
+        ]  # type: ignore[index]
+        assert h.detail == o.head.get("calls")  # type: ignore[union-attr]
+        assert h.head[5] == ([c["id"] for c in h.detail] if h.detail else None)  # type: ignore[index,union-attr]
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        assert not cm.view.complete
+        assert cm.prepare() == view
+        assert calls(cm) == before
+        assert not cm.view.complete
+    store.close()

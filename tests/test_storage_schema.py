@@ -3,8 +3,11 @@ on open (once, also with two processes at a time), a newer one is refused."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,4 +115,88 @@ def test_read_only_old_workspace_reads_without_heads(tmpfs: Path) -> None:  # no
     assert [(h.seq, h.head) for h in store.read_heads("s")] == [(0, None)]
     with ContextManager(store=store, session_id="s", agent_id="a") as cm:
         assert [m.text for m in cm.history] == ["hi"]
+    store.close()
+
+
+def _as_schema_3(path: Path) -> int:
+    """Rewrite a current store as schema 3 wrote it: message heads as objects holding what
+    each call was about, no detail column. Returns how many heads held calls."""
+    con = sqlite3.connect(path)
+    with_calls = 0
+    rows = con.execute("SELECT rowid, head, detail FROM events WHERE head IS NOT NULL").fetchall()
+    for rowid, head, detail in rows:
+        pos, uuid, role, tokens, call_id, ids = json.loads(head)
+        old: dict[str, Any] = {"pos": pos, "uuid": uuid, "role": role, "tokens": tokens}
+        if call_id is not None:
+            old["tool_call_id"] = call_id
+        if ids:
+            old["calls"] = json.loads(detail)
+            assert [c["id"] for c in old["calls"]] == ids
+            with_calls += 1
+        con.execute("UPDATE events SET head=? WHERE rowid=?", (json.dumps(old), rowid))
+    con.execute("ALTER TABLE events DROP COLUMN detail")
+    con.execute("UPDATE store_meta SET value='3' WHERE key='schema'")
+    con.commit()
+    con.close()
+    return with_calls
+
+
+def _calls(cm: ContextManager) -> tuple[Any, ...]:
+    """The call log as stored (what ordinals count: not the patterns, urls or lines)."""
+    log = cm.recovery.session_calls()
+    kept = [(f.tool, f.command, f.paths, f.action, f.shell) for f in log._fields]
+    return (log.positions, kept, log.edits)
+
+
+def _schema_3_session(root: Path, traces: int = 3) -> tuple[list[Any], tuple[Any, ...], int]:
+    """A session written now, then turned into schema 3: (its view, call log, heads with calls)."""
+    store = SQLiteStore(root)
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        _feed(cm, _messages(0, traces))
+        assert cm.records()
+        view, calls = cm.prepare(), _calls(cm)
+    store.close()
+    return view, calls, _as_schema_3(root / DB_NAME)
+
+
+def test_schema_3_heads_become_compact_with_their_details_apart(tmp_path: Path) -> None:
+    """Opening a schema-3 store moves what each call was about out of the message heads into
+    the detail column; a session then reopens lazily, with the same view and call log."""
+    view, calls, with_calls = _schema_3_session(tmp_path / "ws")
+    assert with_calls > 50 and "detail" not in _columns(tmp_path / "ws" / DB_NAME)
+    store = SQLiteStore(tmp_path / "ws")
+    heads = store.read_heads("s", kinds=["message"], details=True)
+    assert all(type(h.head) is list and len(h.head) == 6 for h in heads)
+    assert sum(1 for h in heads if h.detail is not None) == with_calls
+    for h in heads:
+        ids = h.head[5]  # type: ignore[index]
+        assert (ids is None) == (h.detail is None)
+        if ids is not None:
+            assert ids == [c["id"] for c in h.detail]  # type: ignore[union-attr]
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        assert not cm.view.complete
+        assert cm.prepare() == view
+        assert _calls(cm) == calls
+        assert not cm.view.complete, "the call log must come from the details, not the history"
+    store.close()
+
+
+def test_read_only_schema_3_store_reopens_lazily_from_its_heads(
+    tmp_path: Path,
+    tmpfs: Path,  # noqa: F811
+) -> None:
+    """A schema-3 store that cannot be migrated is read as it is: the heads (objects with the
+    calls' details) still give a lazy reopen and the call log."""
+    view, calls, _ = _schema_3_session(tmp_path / "ws", traces=1)
+    (tmpfs / "ws").mkdir()
+    shutil.copyfile(tmp_path / "ws" / DB_NAME, tmpfs / "ws" / DB_NAME)  # blobs: not needed
+    remount(tmpfs, "ro")
+    store = SQLiteStore(tmpfs / "ws")
+    assert store.read_only
+    assert all(type(h.head) is dict for h in store.read_heads("s", kinds=["message"]))
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        assert not cm.view.complete
+        assert cm.prepare() == view
+        assert _calls(cm) == calls
+        assert not cm.view.complete
     store.close()

@@ -8,7 +8,7 @@ into the agent loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -65,6 +65,8 @@ class Recovery:
         self._calls_seen = 0
         #: history index -> its calls' fields as stored with the message (a reopened log)
         self.stored_calls: dict[int, Any] = {}
+        #: reads ``stored_calls`` the first time the call log is wanted (a lazy reopen)
+        self.read_stored_calls: Callable[[], dict[int, Any]] | None = None
         #: positions below this without stored calls make no calls (known from the heads)
         self.calls_known = 0
 
@@ -72,6 +74,9 @@ class Recovery:
         """Every tool call of the session in order (ordinals in recall questions count these,
         also the runs still in view); grown from the history on demand."""
         history = self.cm.view.history
+        if self.read_stored_calls is not None and self._calls_seen < len(history):
+            self.stored_calls = self.read_stored_calls()  # kept for a retry if this fails
+            self.read_stored_calls = None
         stored = self.stored_calls
         for i in range(self._calls_seen, len(history)):
             raw = stored.pop(i, None)
@@ -434,6 +439,7 @@ class Recovery:
         self._calls = CallLog()
         self._calls_seen = 0
         self.stored_calls = {}
+        self.read_stored_calls = None
         self.calls_known = 0
         self._injection_key = None
         self._injection = None

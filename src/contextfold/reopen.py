@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .anchors import Anchor, AnchorType
 from .compactors.pinned import budget_of
 from .compactors.progressive import CompactorState
-from .errors import InvalidMessageError
+from .errors import InvalidMessageError, StorageError
 from .limits import LearnedWindow
 from .messages import Message
 from .sessions.log import LogEntry, entry_of
@@ -38,37 +38,76 @@ Head = tuple[str, str, str | None, tuple[str, ...], int]
 
 
 def _parse_heads(rows: Sequence[Any]) -> tuple[list[Head], list[int], dict[int, Any]] | None:
-    """(heads, event seq of each position, stored calls by position); None when any head is
-    missing or not in the expected form (then every message is read)."""
+    """(heads, event seq of each position, calls stored in heads of the older form by
+    position); None when any head is missing or not in an expected form (then every message
+    is read). A head is ``[pos, uuid, role, tokens, tool_call_id, call ids]``, or an object
+    with those fields and the calls' details (written before the details had their column)."""
     heads: list[Head] = []
     seqs: list[int] = []
     calls: dict[int, Any] = {}
     append, add_seq, roles = heads.append, seqs.append, _ROLES
     try:
-        for pos, row in enumerate(rows):
-            h = row.head
-            uuid, role, tokens = h["uuid"], h["role"], h["tokens"]
-            call_id = h.get("tool_call_id")
+        for pos, (seq, _kind, h, _detail) in enumerate(rows):
+            if type(h) is list:
+                at, uuid, role, tokens, call_id, ids = h
+                ids = tuple(ids) if ids else ()
+            else:
+                at, uuid, role, tokens = h["pos"], h["uuid"], h["role"], h["tokens"]
+                call_id = h.get("tool_call_id")
+                raw = h.get("calls")
+                ids = ()
+                if raw is not None:
+                    ids = tuple([c["id"] for c in raw])
+                    calls[pos] = raw
             if (
-                h["pos"] != pos
+                at != pos
                 or type(uuid) is not str
                 or role not in roles
                 or type(tokens) is not int
                 or (call_id is not None and type(call_id) is not str)
+                or not all(type(c) is str for c in ids)
             ):
                 return None
-            raw = h.get("calls")
-            ids: tuple[str, ...] = ()
-            if raw is not None:
-                ids = tuple([c["id"] for c in raw])
-                if not all(type(c) is str for c in ids):
-                    return None
-                calls[pos] = raw
             append((uuid, role, call_id, ids, tokens))
-            add_seq(row.seq)
-    except (TypeError, KeyError, AttributeError):
+            add_seq(seq)
+    except (TypeError, KeyError, AttributeError, ValueError):
         return None
     return heads, seqs, calls
+
+
+def _check_head(session_id: str, heads: Sequence[Head], entry: LogEntry) -> None:
+    """A message loaded after a lazy reopen must be what its head said (the view was built
+    from the heads); StorageError naming the position otherwise (nothing is changed)."""
+    msg = entry.message
+    uuid, role, call_id, ids, _tokens = heads[entry.seq]
+    if (
+        msg.uuid != uuid
+        or msg.role != role
+        or (msg.tool_call_id if role == "tool" else None) != (call_id if role == "tool" else None)
+        or tuple(c.id for c in msg.tool_calls) != ids
+    ):
+        raise StorageError(
+            f"session {session_id!r}: the stored message at position {entry.seq} does not match "
+            "its head (the heads column was changed outside contextfold); the view built from "
+            "the heads is kept"
+        )
+
+
+def stored_calls_of(cm: ContextManager, calls: dict[int, Any]) -> Callable[[], dict[int, Any]]:
+    """What each call was about, by history position, read when first needed (an ordinal
+    recall question): from the heads' detail column, or the older heads that held them."""
+
+    known = len(cm.view)
+
+    def read() -> dict[int, Any]:
+        out = dict(calls)
+        rows = cm.session.read_heads(["message"], details=True)
+        for pos, row in enumerate(rows[:known]):  # later messages: derived as they come
+            if row.detail is not None:
+                out[pos] = row.detail
+        return out
+
+    return read
 
 
 def _boundary(heads: Sequence[Head], state: Mapping[str, Any] | None) -> int:
@@ -138,6 +177,7 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
         for event in store.read(sid, start=start, stop=stop, kinds=["message"]):
             entry = entry_of(event)
             if entry.seq in want:
+                _check_head(sid, heads, entry)
                 if entry.tokens is not None:
                     cm._cache.seed(entry.message, entry.tokens)
                 out[entry.seq] = entry.message
@@ -147,7 +187,8 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
         cm.view.adopt(heads, loaded, load_some, lambda: reapply_deferred(cm))
     except InvalidMessageError:
         return None  # the view is left untouched
-    cm.recovery.stored_calls = calls
+    cm.recovery.stored_calls = {}
+    cm.recovery.read_stored_calls = stored_calls_of(cm, calls)
     cm.recovery.calls_known = len(heads)
     cm._seqs = seqs
     return list(session.read(kinds=["offload"]))

@@ -91,21 +91,20 @@ def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
     return data
 
 
-def message_head(data: dict[str, Any]) -> dict[str, Any]:
-    """The head stored beside a message event: what reopening needs without the content
-    (position, uuid, role, the call it answers or the calls it makes, token count)."""
+def message_head(data: dict[str, Any]) -> list[Any]:
+    """The head stored beside a message event: what reopening needs without the content,
+    as a compact array ``[pos, uuid, role, tokens, tool_call_id, call ids]`` (the last two
+    None when the message answers no call / makes none)."""
     msg = data["message"]
-    head: dict[str, Any] = {
-        "pos": data["pos"],
-        "uuid": data["uuid"],
-        "role": msg.get("role"),
-        "tokens": data.get("tokens"),
-    }
-    if msg.get("tool_call_id") is not None:
-        head["tool_call_id"] = msg["tool_call_id"]
-    if "calls" in data:
-        head["calls"] = data["calls"]
-    return head
+    calls = data.get("calls")
+    return [
+        data["pos"],
+        data["uuid"],
+        msg.get("role"),
+        data.get("tokens"),
+        msg.get("tool_call_id"),
+        [c["id"] for c in calls] if calls else None,
+    ]
 
 
 def entry_of(event: Event) -> LogEntry:
@@ -173,7 +172,9 @@ class SessionLog:
             if title is None and msg.role == "user" and msg.text.strip():
                 title = make_title(msg.text)
             data = message_event(msg, start + i, count)
-            event = self.session.emit("message", data, title=title, head=message_head(data))
+            event = self.session.emit(
+                "message", data, title=title, head=message_head(data), detail=data.get("calls")
+            )
             entry = LogEntry(seq=start + i, uuid=msg.uuid, ts=stamp, message=msg, tokens=count)
             entries.append(entry)
             docs.append(search_doc(self.session_id, self.agent_id, entry, event))

@@ -128,10 +128,13 @@ class NewEvent:
 
     kind: str
     data: Mapping[str, JSON]
-    #: A small summary of ``data`` that :meth:`Store.read_heads` returns without reading the
-    #: data (a message's position, uuid, role, call ids and token count): reopening a long
-    #: session reads these instead of every message. None: the event has no head.
-    head: Mapping[str, JSON] | None = None
+    #: A small summary of ``data`` (any JSON value) that :meth:`Store.read_heads` returns
+    #: without reading the data (a message's position, uuid, role, call ids and token count):
+    #: reopening a long session reads these instead of every message. None: no head.
+    head: JSON | None = None
+    #: Details beside the head that only some readers want (what each call of a message was
+    #: about): returned by :meth:`Store.read_heads` with ``details=True``, never otherwise.
+    detail: JSON | None = None
 
 
 class EventHead(NamedTuple):
@@ -140,7 +143,9 @@ class EventHead(NamedTuple):
 
     seq: int
     kind: str
-    head: Mapping[str, JSON] | None
+    head: JSON | None
+    #: the event's detail when read with ``details=True`` (else None)
+    detail: JSON | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -303,9 +308,10 @@ class Store(Protocol):
         start: int = 0,
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
+        details: bool = False,
     ) -> list[EventHead]:
         """The heads of the events with ``start <= seq < stop`` in order (their data is not
-        read), optionally only some kinds."""
+        read), optionally only some kinds; with ``details``, each one's detail too."""
         ...
 
     def session(self, session_id: str) -> SessionInfo | None: ...

@@ -47,6 +47,14 @@ def _frozen(value: Mapping[str, JSON], what: str) -> dict[str, JSON]:
     return out
 
 
+def _copied(value: JSON, what: str) -> JSON:
+    """A deep copy of any JSON value through JSON (a head or detail may be an array)."""
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
+
+
 @dataclass
 class _Session:
     agent_id: str
@@ -54,8 +62,8 @@ class _Session:
     updated_at: str
     title: str
     events: list[Event] = field(default_factory=list)
-    #: the head of each event (same positions as ``events``)
-    heads: list[dict[str, JSON] | None] = field(default_factory=list)
+    #: the (head, detail) of each event (same positions as ``events``)
+    heads: list[tuple[JSON, JSON]] = field(default_factory=list)
     messages: int = 0
 
 
@@ -151,11 +159,13 @@ class _MemoryTransaction:
                 f"session {session_id!r} belongs to agent {sess.agent_id!r}, not {agent_id!r}"
             )
         out: list[Event] = []
-        heads: list[dict[str, JSON] | None] = []
+        heads: list[tuple[JSON, JSON]] = []
         for i, ev in enumerate(events):
             what = f"event {ev.kind!r} of session {session_id!r}"
             data = _frozen(ev.data, what)
-            heads.append(None if ev.head is None else _frozen(ev.head, f"the head of {what}"))
+            head = None if ev.head is None else _copied(ev.head, f"the head of {what}")
+            detail = None if ev.detail is None else _copied(ev.detail, f"the detail of {what}")
+            heads.append((head, detail))
             out.append(
                 Event(session_id=session_id, seq=actual + i, kind=ev.kind, ts=now, data=data)
             )
@@ -323,6 +333,7 @@ class MemoryStore:
         start: int = 0,
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
+        details: bool = False,
     ) -> list[EventHead]:
         with self._lock:
             self._check_open()
@@ -332,8 +343,8 @@ class MemoryStore:
             pairs = list(zip(sess.events[start:stop], sess.heads[start:stop], strict=True))
         wanted = set(kinds) if kinds is not None else None
         return [
-            EventHead(seq=e.seq, kind=e.kind, head=h)
-            for e, h in pairs
+            EventHead(seq=e.seq, kind=e.kind, head=h, detail=d if details else None)
+            for e, (h, d) in pairs
             if wanted is None or e.kind in wanted
         ]
 

@@ -116,6 +116,17 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
         )""",
         "CREATE INDEX search_keys_doc ON {s}.search_keys (namespace, doc_id)",
     ),
+    # message heads become compact arrays [pos, uuid, role, tokens, tool_call_id, call ids]
+    # and what each call was about moves to its own column (read only for ordinal recall
+    # questions): reopening decodes a fifth of the bytes. Heads of version 2 are converted here.
+    4: (
+        "ALTER TABLE {s}.events ADD COLUMN detail json",
+        "UPDATE {s}.events SET detail = head->'calls', head = json_build_array(head->'pos', "
+        "head->'uuid', head->'role', head->'tokens', head->'tool_call_id', "
+        "(SELECT json_agg(c->'id') FROM json_array_elements(CASE WHEN "
+        "json_typeof(head->'calls') = 'array' THEN head->'calls' END) c)) "
+        "WHERE kind = 'message' AND head IS NOT NULL AND json_typeof(head) = 'object'",
+    ),
 }
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = max(_MIGRATIONS)

@@ -30,7 +30,7 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 EVENT_COLS = "session_id, seq, kind, ts, data"
 
 
-def dumps(value: Mapping[str, JSON], what: str) -> str:
+def dumps(value: JSON, what: str) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -92,6 +92,12 @@ class PgTransaction:
             None if e.head is None else dumps(e.head, f"the head of event {ev.seq} ({ev.kind})")
             for e, ev in zip(events, out, strict=True)
         ]
+        details = [
+            None
+            if e.detail is None
+            else dumps(e.detail, f"the detail of event {ev.seq} ({ev.kind})")
+            for e, ev in zip(events, out, strict=True)
+        ]
         head = expected_seq + len(out)
         messages = sum(1 for e in events if e.kind == "message")
         if expected_seq == 0:  # a new session, its owner in the same statement
@@ -110,10 +116,11 @@ class PgTransaction:
             )
         # the events are inserted only if the claim succeeded (no stale row is ever written)
         row = conn.execute(
-            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}, head) "
-            "SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json, e.head::json "
-            "FROM unnest(%(seqs)b::bigint[], %(kinds)b::text[], %(data)b::text[], "
-            "%(heads)b::text[]) AS e(seq, kind, data, head) "
+            f"WITH claim AS ({claim}), ins AS (INSERT INTO {s}.events ({EVENT_COLS}, head, "
+            "detail) SELECT %(sid)s, e.seq, e.kind, %(now)s, e.data::json, e.head::json, "
+            "e.detail::json FROM unnest(%(seqs)b::bigint[], %(kinds)b::text[], "
+            "%(data)b::text[], %(heads)b::text[], %(details)b::text[]) "
+            "AS e(seq, kind, data, head, detail) "
             "WHERE EXISTS (SELECT 1 FROM claim) RETURNING 1) "
             "SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM ins)",
             {
@@ -128,6 +135,7 @@ class PgTransaction:
                 "kinds": [ev.kind for ev in out],
                 "data": data,
                 "heads": heads,
+                "details": details,
             },
         ).fetchone()  # the one round trip: the server answers for everything queued
         self.pending.clear()

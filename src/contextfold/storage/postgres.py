@@ -299,14 +299,17 @@ class PostgresStore:
         start: int = 0,
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
+        details: bool = False,
     ) -> list[EventHead]:
         self._check_open()
         if kinds is not None and not kinds:
             return []
         params: list[Any] = [session_id, max(start, 0)]
         # as text, decoded here without the whitespace checks of json.loads (the store wrote it)
+        detail = ", detail::text" if details else ""
         sql = (
-            f"SELECT seq, kind, head::text FROM {self.s}.events WHERE session_id = %s AND seq >= %s"
+            f"SELECT seq, kind, head::text{detail} FROM {self.s}.events "
+            "WHERE session_id = %s AND seq >= %s"
         )
         if stop is not None:
             sql += " AND seq < %s"
@@ -319,11 +322,17 @@ class PostgresStore:
         )
         decode = _DECODER.raw_decode
         try:
+            if not details:
+                return [
+                    EventHead(int(r[0]), str(r[1]), decode(r[2])[0] if r[2] is not None else None)
+                    for r in rows
+                ]
             return [
                 EventHead(
-                    seq=int(r[0]),
-                    kind=str(r[1]),
-                    head=decode(r[2])[0] if r[2] is not None else None,
+                    int(r[0]),
+                    str(r[1]),
+                    decode(r[2])[0] if r[2] is not None else None,
+                    decode(r[3])[0] if r[3] is not None else None,
                 )
                 for r in rows
             ]

@@ -126,13 +126,14 @@ class SessionStore:
         data: Mapping[str, JSON],
         *,
         title: str | None = None,
-        head: Mapping[str, JSON] | None = None,
+        head: JSON | None = None,
+        detail: JSON | None = None,
     ) -> int:
         """Add an event to the unit; returns the seq it will have."""
         with self._lock:
             unit, alone = self._current()
             seq = self.head + len(unit.events)
-            unit.events.append(NewEvent(kind=kind, data=data, head=head))
+            unit.events.append(NewEvent(kind=kind, data=data, head=head, detail=detail))
             if title and unit.title is None:
                 unit.title = title
             if alone:
@@ -185,8 +186,8 @@ class SessionStore:
     def read(self, *, start: int = 0, kinds: Sequence[str] | None = None) -> Iterator[Event]:
         return self.store.read(self.session_id, start=start, stop=self.head, kinds=kinds)
 
-    def read_heads(self, kinds: Sequence[str]) -> list[EventHead]:
-        return self.store.read_heads(self.session_id, stop=self.head, kinds=kinds)
+    def read_heads(self, kinds: Sequence[str], *, details: bool = False) -> list[EventHead]:
+        return self.store.read_heads(self.session_id, stop=self.head, kinds=kinds, details=details)
 
     def read_last(self, n: int, kinds: Sequence[str]) -> list[Event]:
         return (

@@ -105,12 +105,13 @@ class _SQLiteTransaction:
                 f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
             )
         out: list[Event] = []
-        rows: list[tuple[str, int, str, str, str, str | None]] = []
+        rows: list[tuple[str, int, str, str, str, str | None, str | None]] = []
         for i, ev in enumerate(events):
             what = f"event {ev.kind!r} of session {session_id!r}"
             text = _dump(ev.data, what)
             head = None if ev.head is None else _dump(ev.head, f"the head of {what}")
-            rows.append((session_id, actual + i, ev.kind, now, text, head))
+            detail = None if ev.detail is None else _dump(ev.detail, f"the detail of {what}")
+            rows.append((session_id, actual + i, ev.kind, now, text, head, detail))
             out.append(
                 Event(
                     session_id=session_id,
@@ -121,7 +122,8 @@ class _SQLiteTransaction:
                 )
             )
         con.executemany(
-            "INSERT INTO events (session_id, seq, kind, ts, data, head) VALUES (?,?,?,?,?,?)",
+            "INSERT INTO events (session_id, seq, kind, ts, data, head, detail) "
+            "VALUES (?,?,?,?,?,?,?)",
             rows,
         )
         n_msg = sum(1 for e in out if e.kind == "message")
@@ -303,6 +305,8 @@ class SQLiteStore:
             )
         #: a read-only workspace of an older release has no head column: heads read as None
         self._heads = int(version[0]) >= 2
+        #: ... and no detail column before version 4 (its message heads hold the details)
+        self._details = int(version[0]) >= 4
         #: a read-only database of an older version may have no key table: lookups find nothing
         self._keys_table = int(version[0]) >= 3
 
@@ -425,13 +429,28 @@ class SQLiteStore:
         start: int = 0,
         stop: int | None = None,
         kinds: Sequence[str] | None = None,
+        details: bool = False,
     ) -> list[EventHead]:
         head = "head" if self._heads else "NULL"
-        rows = self._range_rows(f"seq, kind, {head}", session_id, start, stop, kinds)
+        if not details:
+            rows = self._range_rows(f"seq, kind, {head}", session_id, start, stop, kinds)
+        else:
+            detail = "detail" if self._details else "NULL"
+            rows = self._range_rows(f"seq, kind, {head}, {detail}", session_id, start, stop, kinds)
         decode = _DECODER.raw_decode  # no whitespace checks: the store wrote the text
         try:
+            if not details:
+                return [
+                    EventHead(r[0], r[1], decode(r[2])[0] if r[2] is not None else None)
+                    for r in rows
+                ]
             return [
-                EventHead(seq=r[0], kind=r[1], head=decode(r[2])[0] if r[2] is not None else None)
+                EventHead(
+                    r[0],
+                    r[1],
+                    decode(r[2])[0] if r[2] is not None else None,
+                    decode(r[3])[0] if r[3] is not None else None,
+                )
                 for r in rows
             ]
         except ValueError as exc:

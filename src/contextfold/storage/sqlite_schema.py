@@ -53,6 +53,19 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "PRIMARY KEY (session_id, namespace, key, doc_id)) WITHOUT ROWID",
         "CREATE INDEX IF NOT EXISTS search_keys_doc ON search_keys(namespace, doc_id)",
     ),
+    # message heads become compact arrays [pos, uuid, role, tokens, tool_call_id, call ids]
+    # and what each call was about moves to its own column (read only for ordinal recall
+    # questions): reopening decodes a fifth of the bytes. Heads of version 2 are converted here.
+    4: (
+        "ALTER TABLE events ADD COLUMN detail TEXT",
+        "UPDATE events SET detail = json_extract(head, '$.calls'), head = json_array("
+        "json_extract(head, '$.pos'), json_extract(head, '$.uuid'), "
+        "json_extract(head, '$.role'), json_extract(head, '$.tokens'), "
+        "json_extract(head, '$.tool_call_id'), (SELECT CASE WHEN count(*) = 0 THEN NULL "
+        "ELSE json_group_array(json_extract(value, '$.id')) END "
+        "FROM json_each(events.head, '$.calls'))) "
+        "WHERE kind = 'message' AND head IS NOT NULL AND json_type(head) = 'object'",
+    ),
 }
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = max(MIGRATIONS)
