@@ -209,3 +209,24 @@ def test_history_that_cannot_be_read_back_is_a_clear_error(
     monkeypatch.setattr(lazy.view, "_loader", real)
     assert len(lazy.history) == len(lazy.view) and lazy.view.complete
     lazy.close()
+
+
+def test_a_callers_key_is_kept_in_the_head(tmp_path: Path) -> None:
+    """A message's ``cf_fingerprint`` metadata is stored in its head (read back without the
+    message); heads with it reopen lazily like the others."""
+    from contextfold.messages import Message
+    from contextfold.sessions.log import HEAD_KEY
+
+    store = SQLiteStore(tmp_path / "ws")
+    with ContextManager(store=store, session_id="s", context_window=6_000) as cm:
+        _feed(cm, _messages(0, 2))
+        cm.add(Message(role="user", content="keyed", metadata={HEAD_KEY: "k-1"}))
+        cm.add(Message(role="assistant", content="ok", metadata={HEAD_KEY: 7}))  # not a str
+        before = cm.prepare()
+    heads = store.read_heads("s", kinds=["message"])
+    assert heads[-2].head[6:] == ["k-1"]  # type: ignore[index]
+    assert len(heads[-1].head) == 6  # type: ignore[arg-type]
+    cm = _open(store)
+    assert not cm.view.complete
+    assert cm.prepare() == before
+    cm.close()

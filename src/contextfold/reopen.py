@@ -49,7 +49,7 @@ def _parse_heads(rows: Sequence[Any]) -> tuple[list[Head], list[int], dict[int, 
     try:
         for pos, (seq, _kind, h, _detail) in enumerate(rows):
             if type(h) is list:
-                at, uuid, role, tokens, call_id, ids = h
+                at, uuid, role, tokens, call_id, ids = h[:6]  # h[6]: the caller's key
                 ids = tuple(ids) if ids else ()
             else:
                 at, uuid, role, tokens = h["pos"], h["uuid"], h["role"], h["tokens"]

@@ -91,13 +91,20 @@ def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
     return data
 
 
+#: A message's metadata key whose (string) value is kept in its head: a caller's own short
+#: key for the message (the gateway's fingerprint of what the client sent), read back on
+#: reopen without reading the message.
+HEAD_KEY = "cf_fingerprint"
+
+
 def message_head(data: dict[str, Any]) -> list[Any]:
     """The head stored beside a message event: what reopening needs without the content,
     as a compact array ``[pos, uuid, role, tokens, tool_call_id, call ids]`` (the last two
-    None when the message answers no call / makes none)."""
+    None when the message answers no call / makes none), plus the metadata's
+    :data:`HEAD_KEY` value as a seventh item when it has one."""
     msg = data["message"]
     calls = data.get("calls")
-    return [
+    head = [
         data["pos"],
         data["uuid"],
         msg.get("role"),
@@ -105,6 +112,10 @@ def message_head(data: dict[str, Any]) -> list[Any]:
         msg.get("tool_call_id"),
         [c["id"] for c in calls] if calls else None,
     ]
+    key = data.get("metadata", {}).get(HEAD_KEY)
+    if isinstance(key, str):
+        head.append(key)
+    return head
 
 
 def entry_of(event: Event) -> LogEntry:

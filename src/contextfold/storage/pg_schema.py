@@ -120,12 +120,17 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
     # and what each call was about moves to its own column (read only for ordinal recall
     # questions): reopening decodes a fifth of the bytes. Heads of version 2 are converted here.
     4: (
-        "ALTER TABLE {s}.events ADD COLUMN detail json",
+        "ALTER TABLE {s}.events ADD COLUMN IF NOT EXISTS detail json",
         "UPDATE {s}.events SET detail = head->'calls', head = json_build_array(head->'pos', "
         "head->'uuid', head->'role', head->'tokens', head->'tool_call_id', "
         "(SELECT json_agg(c->'id') FROM json_array_elements(CASE WHEN "
         "json_typeof(head->'calls') = 'array' THEN head->'calls' END) c)) "
         "WHERE kind = 'message' AND head IS NOT NULL AND json_typeof(head) = 'object'",
+        # the heads are read from the index alone (an index-only scan: the events' pages,
+        # wide with their data, are not walked); it serves every lookup events_kind did
+        "CREATE INDEX IF NOT EXISTS events_heads ON {s}.events (session_id, kind, seq) "
+        "INCLUDE (head)",
+        "DROP INDEX IF EXISTS {s}.events_kind",
     ),
 }
 #: The schema version this release writes and reads.

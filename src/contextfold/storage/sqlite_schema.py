@@ -23,7 +23,6 @@ CREATE INDEX IF NOT EXISTS sessions_agent ON sessions(agent_id, updated_at);
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, ts TEXT NOT NULL,
     data TEXT NOT NULL, PRIMARY KEY (session_id, seq));
-CREATE INDEX IF NOT EXISTS events_kind ON events(session_id, kind, seq);
 CREATE TABLE IF NOT EXISTS docs (
     namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
     PRIMARY KEY (namespace, key));
@@ -65,6 +64,8 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "ELSE json_group_array(json_extract(value, '$.id')) END "
         "FROM json_each(events.head, '$.calls'))) "
         "WHERE kind = 'message' AND head IS NOT NULL AND json_type(head) = 'object'",
+        # events_heads (session_id, kind, seq, head) serves every lookup this one did
+        "DROP INDEX IF EXISTS events_kind",
     ),
 }
 #: The schema version this release writes and reads.
