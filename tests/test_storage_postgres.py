@@ -427,3 +427,60 @@ def test_index_statistics_deltas_fold_without_changing_scores(
     assert store.search("session", "parser token", limit=20) == before  # and folds
     assert deltas() == (1, docs, tokens)
     assert store.search("session", "parser token", limit=20) == before
+
+
+def test_stale_tables_are_vacuumed_for_index_only_head_reads(
+    pg: SchemaFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some servers run without autovacuum: the store VACUUMs the log once many rows were
+    inserted, so message heads are read from their index alone; the refresh runs in a
+    background thread, never in a writer's transaction."""
+    from contextfold.storage import NewEvent
+    from contextfold.storage import postgres as pg_mod
+    from contextfold.storage.pg_schema import analyze_stale
+
+    store = pg.open()
+    events = [
+        NewEvent(kind="message", data={"i": i, "pad": "x" * 500}, head=[i, f"u{i}"])
+        for i in range(1_500)
+    ]
+    monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1_000)
+    with store.transaction() as tx:
+        tx.append("s", events, expected_seq=0, agent_id="a")
+    thread = store._maintenance
+    assert thread is not None, "crossing ANALYZE_EVERY must start the background refresh"
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+
+    def stats(c: Any) -> Any:
+        return c.execute(
+            "SELECT n_ins_since_vacuum, last_vacuum IS NOT NULL FROM pg_stat_user_tables "
+            "WHERE schemaname = %s AND relname = 'events'",
+            (store.schema,),
+        ).fetchone()
+
+    deadline = time.monotonic() + 20  # the server publishes table statistics within ~1 s
+    vacuumed = False
+    while time.monotonic() < deadline and not vacuumed:
+        row = store._run("stats", stats)
+        if row is not None and row[1]:
+            vacuumed = True
+        elif row is not None and row[0] >= 1_000:
+            assert "events" in store._run("analyze", lambda c: analyze_stale(c, store.schema))
+        else:
+            time.sleep(0.2)
+    assert vacuumed, "the events table was never vacuumed"
+
+    def plan(c: Any) -> str:
+        c.execute("SET enable_seqscan = off")  # a small table: the planner would scan it
+        rows = c.execute(
+            f"EXPLAIN (ANALYZE, COSTS OFF) SELECT seq, kind, head::text FROM {store.s}.events "
+            "WHERE session_id = 's' AND kind = 'message' ORDER BY seq"
+        ).fetchall()
+        c.execute("RESET enable_seqscan")
+        return "\n".join(str(r[0]) for r in rows)
+
+    c_plan = store._run("plan", plan)
+    assert "Index Only Scan using events_heads" in c_plan and "Heap Fetches: 0" in c_plan
+    assert [h.head for h in store.read_heads("s")][:2] == [[0, "u0"], [1, "u1"]]
+    store.close()

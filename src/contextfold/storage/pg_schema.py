@@ -193,16 +193,23 @@ def analyze_stale(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> lis
     the log and search queries depend on it, and some servers run without autovacuum.
     ``conn`` must be in autocommit mode (VACUUM cannot run in a transaction)."""
     rows = conn.execute(
-        "SELECT relname FROM pg_stat_user_tables WHERE schemaname = %s "
-        "AND n_mod_since_analyze > greatest(%s, n_live_tup / 5) ORDER BY relname",
-        (schema, ANALYZE_MIN_ROWS),
+        "SELECT relname, n_mod_since_analyze > greatest(%s, n_live_tup / 5), "
+        "n_ins_since_vacuum > greatest(%s, n_live_tup / 5) FROM pg_stat_user_tables "
+        "WHERE schemaname = %s ORDER BY relname",
+        (ANALYZE_MIN_ROWS, ANALYZE_MIN_ROWS, schema),
     ).fetchall()
-    names = [str(r[0]) for r in rows]
-    for name in names:
-        # VACUUM also marks pages all-visible, so counting a term's documents through the
-        # GIN index need not visit the rows (search_docs); the others only need statistics
-        verb = "VACUUM (ANALYZE)" if name == "search_docs" else "ANALYZE"
-        conn.execute(f'{verb} "{schema}"."{name}"')
+    names: list[str] = []
+    for name, stale, unvacuumed in rows:
+        # VACUUM also marks pages all-visible: counting a term's documents through the GIN
+        # index need not visit the rows (search_docs), and the message heads are read from
+        # their index alone (events); the other tables only need statistics
+        if name in ("search_docs", "events") and (stale or unvacuumed):
+            conn.execute(f'VACUUM (ANALYZE) "{schema}"."{name}"')
+        elif stale:
+            conn.execute(f'ANALYZE "{schema}"."{name}"')
+        else:
+            continue
+        names.append(str(name))
     return names
 
 

@@ -129,6 +129,8 @@ class PostgresStore:
         self._lock = threading.Lock()
         #: rows written since the planner statistics were last checked
         self._written = 0
+        #: the background statistics refresh, while one runs
+        self._maintenance: threading.Thread | None = None
         connect_args: dict[str, Any] = {
             "autocommit": True,
             "application_name": "contextfold",
@@ -231,9 +233,23 @@ class PostgresStore:
         self._written += tx.rows if tx is not None else 0
         if self._written >= ANALYZE_EVERY:
             self._written = 0
-            # committed already: a failure here must not look like a failed transaction
-            with contextlib.suppress(StorageError):
-                self._run("refresh planner statistics", self._analyze)
+            self._start_maintenance()
+
+    def _start_maintenance(self) -> None:
+        """Refresh statistics (and VACUUM the log and the search table) in the background:
+        on a large table that takes seconds no writer should wait for."""
+        with self._lock:
+            if self._closed or (self._maintenance is not None and self._maintenance.is_alive()):
+                return
+            self._maintenance = threading.Thread(
+                target=self._maintain, name="contextfold-pg-maintenance", daemon=True
+            )
+            self._maintenance.start()
+
+    def _maintain(self) -> None:
+        # committed already: a failure here must not look like a failed transaction
+        with contextlib.suppress(StorageError):
+            self._run("refresh planner statistics", self._analyze)
 
     def _analyze(self, conn: Conn) -> None:
         analyze_stale(conn, self.schema)
@@ -243,6 +259,9 @@ class PostgresStore:
             if self._closed:
                 return
             self._closed = True
+            maintenance = self._maintenance
+        if maintenance is not None:
+            maintenance.join(timeout=30)  # a VACUUM under way: let it finish
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:
