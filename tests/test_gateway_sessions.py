@@ -334,3 +334,48 @@ def test_an_upstream_that_stalls_mid_stream_ends_the_stream_with_an_error(tmp_pa
         messages.append(_chat(client, messages))
     (history,) = _sessions(tmp_path).values()
     assert [m.role for m in history] == ["system", "user", "assistant"]  # the cut one is not kept
+
+
+def test_a_restarted_gateway_resumes_a_long_session_without_reading_its_old_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway keeps each message's fingerprint in its stored head: after a restart it
+    matches the client's resent history against the heads, so a session with compactions
+    reopens without loading the messages before its boundary, and the next turns append
+    only what is new (no branch)."""
+    from contextfold.view import HistoryView
+
+    filled: list[int] = []
+    real_fill = HistoryView._fill
+
+    def counting_fill(self: HistoryView) -> None:
+        filled.append(len(self.history))
+        real_fill(self)
+
+    messages: list[Any] = [SYSTEM, {"role": "user", "content": "start"}]
+    blob = " ".join(f"line {i} of a long tool output" for i in range(150))
+
+    def turns(url: str, n: int, first: int) -> None:
+        client = _client(url)
+        for t in range(first, first + n):
+            messages.append(_chat(client, messages))
+            messages.append({"role": "user", "content": f"turn {t}: {blob}"})
+
+    with running(tmp_path, context_window=8_000) as (fake, gw):
+        fake.default = _echo
+        turns(gw.url, 14, 0)
+    (before,) = _sessions(tmp_path).items()
+    cm = ContextManager(tmp_path / "ws", session_id=before[0])
+    assert cm.records(), "the session must have compacted"
+    assert not cm.view.complete
+    cm.close()
+    monkeypatch.setattr(HistoryView, "_fill", counting_fill)
+    with running(tmp_path, context_window=8_000) as (fake, gw):
+        fake.default = _echo
+        turns(gw.url, 3, 14)
+        messages.append(_chat(_client(gw.url), messages))
+    assert filled == [], "the restarted gateway loaded the history before the boundary"
+    monkeypatch.setattr(HistoryView, "_fill", real_fill)
+    stored = _sessions(tmp_path)
+    assert list(stored) == [before[0]], "no branch: the heads matched the client's history"
+    assert [m.text for m in stored[before[0]]] == [str(m.get("content")) for m in messages]

@@ -29,6 +29,7 @@ from ..errors import ContextFoldError, InvalidMessageError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
 from ..records import CompactionRecord
+from ..sessions.log import HEAD_KEY
 from ..summarizers.base import Summarizer
 from ..tokens import count_message
 from .config import GatewayConfig
@@ -65,10 +66,15 @@ class Session:
 
         self.session_id = session_id
         self.cm = cm
-        history = cm.history
-        self.fps = [fingerprint(m) for m in history]
-        self.index_of = {m.uuid: i for i, m in enumerate(history)}
-        self.history_tokens = sum(count_message(cm.counter, m) for m in history)
+        stored = _stored_fingerprints(cm)
+        if stored is not None:  # from the heads: the history before the boundary stays unread
+            self.fps, self.history_tokens = stored
+            self.index_of = dict(cm.view.uuids)
+        else:  # written before the gateway kept its fingerprints in the heads: derive them
+            history = cm.history
+            self.fps = [fingerprint(m) for m in history]
+            self.index_of = {m.uuid: i for i, m in enumerate(history)}
+            self.history_tokens = sum(count_message(cm.counter, m) for m in history)
         #: the window the gateway opened it with (the manager may use a smaller, learned one)
         self.window = cm.configured_window
         #: something left the view (offloaded or compacted): the gateway's tools can help
@@ -101,8 +107,13 @@ class Session:
         if not msgs:
             return
         start = len(self.fps)
-        stamped = [
-            replace(m, uuid=message_uuid(self.session_id, start + j)) for j, m in enumerate(msgs)
+        stamped = [  # the fingerprint is kept in the message's head (read back on reopen)
+            replace(
+                m,
+                uuid=message_uuid(self.session_id, start + j),
+                metadata={**m.metadata, HEAD_KEY: fps[j]},
+            )
+            for j, m in enumerate(msgs)
         ]
         added = self.cm.add_many(stamped)
         self.pending = None
@@ -128,6 +139,29 @@ class Session:
             self.since_usage = 0
         else:
             self.since_usage += 1
+
+
+def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], int] | None:
+    """The fingerprints and total tokens of a stored session's messages, read from their
+    heads without the messages (None: some message has none, e.g. written by an older
+    release or not through the gateway)."""
+    n = len(cm.view)
+    if not n:
+        return [], 0
+    if cm.view.complete:
+        return None  # read entirely anyway: fingerprinting the messages costs no extra read
+    heads = cm.store.read_heads(cm.session_id, stop=cm.session.head, kinds=["message"])
+    if len(heads) != n:
+        return None
+    fps: list[str] = []
+    tokens = 0
+    for row in heads:
+        h = row.head
+        if type(h) is not list or len(h) < 7 or type(h[6]) is not str or type(h[3]) is not int:
+            return None
+        fps.append(h[6])
+        tokens += h[3]
+    return fps, tokens
 
 
 def _close(sess: Session) -> None:
