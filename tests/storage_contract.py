@@ -14,6 +14,7 @@ process; ``factory.close_all()`` closes every store it opened.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import multiprocessing
 import threading
@@ -257,6 +258,12 @@ def test_event_details(store_factory: StoreFactory) -> None:
     assert [h.detail for h in full] == [[{"id": "c1"}], None, {"only": "detail"}]
     only = store.read_heads("s", kinds=["state"], start=1, details=True)
     assert [(h.seq, h.detail) for h in only] == [(2, {"only": "detail"})]
+    # a head too big for an index entry (a message with very many calls) is stored and read
+    # back in order like the others
+    ids = [f"call_{i:04d}_" + hashlib.sha256(str(i).encode()).hexdigest() for i in range(80)]
+    append(store, "big", [ev("state"), NewEvent(kind="message", data={}, head=[1, ids]), ev()], 0)
+    assert [h.head for h in store.read_heads("big")] == [None, [1, ids], None]
+    assert [h.seq for h in store.read_heads("big", kinds=["message"], start=1)] == [1, 2]
     with pytest.raises(StorageError), store.transaction() as txn:  # a bad detail writes nothing
         txn.append(
             "s", [NewEvent(kind="m", data={}, detail={"x": object()})], expected_seq=3, agent_id="a"

@@ -105,7 +105,10 @@ def test_lazy_reopen_behaves_like_a_full_read(
     assert lazy.prepare() == full.prepare()
     assert len(lazy.records()) > compactions, "the continued session must compact again"
     assert not lazy.view.complete, "adding and compacting loaded the old history"
+    assert not lazy.view.complete
+    assert lazy.recovery.read_stored_calls is not None, "compacting read the calls' details"
     calls, ref = lazy.recovery.session_calls(), full.recovery.session_calls()
+    assert lazy.view.call_positions() == calls.positions == full.view.call_positions()
     assert len(calls) > 100 and calls.positions == ref.positions
     assert calls._fields == ref._fields and calls.edits == ref.edits
     hits = [(h.pointer.id, h.text) for h in lazy.restore(QUERY)]

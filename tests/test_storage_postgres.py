@@ -437,7 +437,7 @@ def test_stale_tables_are_vacuumed_for_index_only_head_reads(
     background thread, never in a writer's transaction."""
     from contextfold.storage import NewEvent
     from contextfold.storage import postgres as pg_mod
-    from contextfold.storage.pg_schema import analyze_stale
+    from contextfold.storage.pg_schema import SMALL_HEAD, analyze_stale
 
     store = pg.open()
     events = [
@@ -475,7 +475,7 @@ def test_stale_tables_are_vacuumed_for_index_only_head_reads(
         c.execute("SET enable_seqscan = off")  # a small table: the planner would scan it
         rows = c.execute(
             f"EXPLAIN (ANALYZE, COSTS OFF) SELECT seq, kind, head::text FROM {store.s}.events "
-            "WHERE session_id = 's' AND kind = 'message' ORDER BY seq"
+            f"WHERE session_id = 's' AND kind = 'message' AND {SMALL_HEAD} ORDER BY seq"
         ).fetchall()
         c.execute("RESET enable_seqscan")
         return "\n".join(str(r[0]) for r in rows)

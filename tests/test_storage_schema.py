@@ -134,7 +134,10 @@ def _as_schema_3(path: Path) -> int:
             assert [c["id"] for c in old["calls"]] == ids
             with_calls += 1
         con.execute("UPDATE events SET head=? WHERE rowid=?", (json.dumps(old), rowid))
+    con.execute("DROP INDEX events_heads")  # schema 3's indexes
     con.execute("ALTER TABLE events DROP COLUMN detail")
+    con.execute("CREATE INDEX events_heads ON events(session_id, kind, seq, head)")
+    con.execute("CREATE INDEX events_kind ON events(session_id, kind, seq)")
     con.execute("UPDATE store_meta SET value='3' WHERE key='schema'")
     con.commit()
     con.close()
@@ -165,6 +168,10 @@ def test_schema_3_heads_become_compact_with_their_details_apart(tmp_path: Path) 
     view, calls, with_calls = _schema_3_session(tmp_path / "ws")
     assert with_calls > 50 and "detail" not in _columns(tmp_path / "ws" / DB_NAME)
     store = SQLiteStore(tmp_path / "ws")
+    con = sqlite3.connect(tmp_path / "ws" / DB_NAME)
+    indexes = {r[0]: r[1] for r in con.execute("SELECT name, sql FROM sqlite_master")}
+    con.close()
+    assert "events_kind" not in indexes and "detail" in indexes["events_heads"]
     heads = store.read_heads("s", kinds=["message"], details=True)
     assert all(type(h.head) is list and len(h.head) == 6 for h in heads)
     assert sum(1 for h in heads if h.detail is not None) == with_calls

@@ -138,7 +138,9 @@ class Recovery:
                 self.cm.session,
                 transcript_lookup=self._transcript,
                 offload_lookup=self._offloaded_bytes,
-                call_positions=lambda: self.session_calls().positions,
+                # the call ids alone (from the view): what each call was about is read only
+                # when a question counts calls
+                call_positions=lambda: self.cm.view.call_positions(),
             )
         return self._store
 

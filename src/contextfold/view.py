@@ -288,6 +288,11 @@ class HistoryView:
         n = len(self.history)
         return self.legal_cut_at_or_before(n - min_tail, self.boundary)
 
+    def call_positions(self) -> dict[str, int]:
+        """Every tool call id of the history -> its 0-based number in call order (ids are
+        unique; a reopened view knows them from the heads, nothing is loaded)."""
+        return {c: n for n, c in enumerate(self._call_index)}
+
     def call_owner(self, call_id: str) -> int | None:
         """History index of the assistant message that issued ``call_id``."""
         return self._call_index.get(call_id)

@@ -46,6 +46,11 @@ TF_WEIGHTS = "{0.5,0.5,0.5,1.0}"
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
+#: Heads up to this many bytes (as JSON text) are in the covering index ``events_heads``.
+HEAD_INDEX_MAX = 2000
+SMALL_HEAD = f"(head IS NULL OR octet_length(head::text) <= {HEAD_INDEX_MAX})"
+BIG_HEAD = f"octet_length(head::text) > {HEAD_INDEX_MAX}"
+
 _MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
         """CREATE TABLE {s}.sessions (
@@ -126,11 +131,14 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
         "(SELECT json_agg(c->'id') FROM json_array_elements(CASE WHEN "
         "json_typeof(head->'calls') = 'array' THEN head->'calls' END) c)) "
         "WHERE kind = 'message' AND head IS NOT NULL AND json_typeof(head) = 'object'",
-        # the heads are read from the index alone (an index-only scan: the events' pages,
-        # wide with their data, are not walked); it serves every lookup events_kind did
+        # the heads are read from an index alone (an index-only scan: the events' pages,
+        # wide with their data, are not walked). A btree entry holds at most 2704 bytes: a
+        # head longer than HEAD_INDEX_MAX (a message with very many calls) is kept out of it
+        # and found through the second, small index instead (see PostgresStore.read_heads)
         "CREATE INDEX IF NOT EXISTS events_heads ON {s}.events (session_id, kind, seq) "
-        "INCLUDE (head)",
-        "DROP INDEX IF EXISTS {s}.events_kind",
+        f"INCLUDE (head) WHERE {SMALL_HEAD}",
+        "CREATE INDEX IF NOT EXISTS events_big_heads ON {s}.events (session_id, kind, seq) "
+        f"WHERE {BIG_HEAD}",
     ),
 }
 #: The schema version this release writes and reads.

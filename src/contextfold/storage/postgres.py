@@ -48,6 +48,8 @@ from .base import (
     SessionInfo,
 )
 from .pg_schema import (
+    BIG_HEAD,
+    SMALL_HEAD,
     analyze_stale,
     check_schema_name,
     migrate,
@@ -324,18 +326,20 @@ class PostgresStore:
         if kinds is not None and not kinds:
             return []
         params: list[Any] = [session_id, max(start, 0)]
-        # as text, decoded here without the whitespace checks of json.loads (the store wrote it)
-        detail = ", detail::text" if details else ""
-        sql = (
-            f"SELECT seq, kind, head::text{detail} FROM {self.s}.events "
-            "WHERE session_id = %s AND seq >= %s"
-        )
+        where = "session_id = %s AND seq >= %s"
         if stop is not None:
-            sql += " AND seq < %s"
+            where += " AND seq < %s"
             params.append(stop)
         if kinds is not None:
-            sql += " AND kind = ANY(%s)"
+            where += " AND kind = ANY(%s)"
             params.append(list(kinds))
+        # as text, decoded here without the whitespace checks of json.loads (the store wrote it)
+        if details:  # the details are not in an index: the events' rows are read
+            sql = f"SELECT seq, kind, head::text, detail::text FROM {self.s}.events WHERE {where}"
+        else:  # each half is one partial index; the first covers the heads (index-only)
+            select = f"SELECT seq, kind, head::text FROM {self.s}.events WHERE {where}"
+            sql = f"{select} AND {SMALL_HEAD} UNION ALL {select} AND {BIG_HEAD}"
+            params += params
         rows = self._rows(
             f"read the heads of session {session_id!r}", sql + " ORDER BY seq", params
         )

@@ -64,7 +64,11 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "ELSE json_group_array(json_extract(value, '$.id')) END "
         "FROM json_each(events.head, '$.calls'))) "
         "WHERE kind = 'message' AND head IS NOT NULL AND json_type(head) = 'object'",
-        # events_heads (session_id, kind, seq, head) serves every lookup this one did
+        # the index covers the details too: reading them never walks the events' data
+        # (a big event's data spans overflow pages that would all be read to reach a column
+        # after it); it serves every lookup events_kind did
+        "DROP INDEX IF EXISTS events_heads",
+        "CREATE INDEX events_heads ON events(session_id, kind, seq, head, detail)",
         "DROP INDEX IF EXISTS events_kind",
     ),
 }
