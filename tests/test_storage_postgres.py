@@ -560,3 +560,28 @@ def test_close_stops_a_maintenance_run_under_way(
     while _running(store, marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _running(store, marker) == 0, "the maintenance statement outlived close()"
+
+
+def test_heads_of_sessions_with_long_ids_fit_the_index(pg: SchemaFactory) -> None:
+    """A btree entry holds at most 2704 bytes: a head just under the covering index's limit
+    of a session whose id is long (the Store API takes any id) is still written, and read
+    back once, in order, with the others."""
+    from contextfold.storage import NewEvent
+
+    store = pg.open()
+
+    def noise(n: int) -> str:  # incompressible: the index cannot squeeze it
+        return "".join(hashlib.sha256(f"{n}:{i}".encode()).hexdigest() for i in range(n // 64 + 1))[
+            :n
+        ]
+
+    sid = noise(1_000)
+    heads = [[0, noise(1_950), "user", 1, None, None], [1, "u1", "user", 1, None, None]]
+    with store.transaction() as tx:
+        tx.append(
+            sid,
+            [NewEvent(kind="message", data={}, head=h) for h in heads],
+            expected_seq=0,
+            agent_id="a",
+        )
+    assert [h.head for h in store.read_heads(sid, kinds=["message"])] == heads

@@ -46,10 +46,12 @@ TF_WEIGHTS = "{0.5,0.5,0.5,1.0}"
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-#: Heads up to this many bytes (as JSON text) are in the covering index ``events_heads``.
+#: Heads up to this many bytes (as JSON text, with the entry's key: the session id and kind,
+#: which the Store API does not bound) are in the covering index ``events_heads``.
 HEAD_INDEX_MAX = 2000
-SMALL_HEAD = f"(head IS NULL OR octet_length(head::text) <= {HEAD_INDEX_MAX})"
-BIG_HEAD = f"octet_length(head::text) > {HEAD_INDEX_MAX}"
+_ENTRY = "octet_length(head::text) + octet_length(session_id) + octet_length(kind)"
+SMALL_HEAD = f"(head IS NULL OR {_ENTRY} <= {HEAD_INDEX_MAX})"
+BIG_HEAD = f"{_ENTRY} > {HEAD_INDEX_MAX}"
 
 _MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
