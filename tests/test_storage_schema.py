@@ -277,3 +277,55 @@ def test_schema_3_heads_of_unexpected_shapes_do_not_stop_the_migration(tmp_path:
         txn.append("s", [NewEvent(kind="message", data={})], expected_seq=8, agent_id="a")
     assert store.head("s") == 9
     store.close()
+
+
+def test_disk_full_during_the_migration_is_an_error_not_a_read_only_store(
+    tmpfs: Path,  # noqa: F811
+) -> None:
+    """Migration 4 rewrites every message head and rebuilds the heads index: a disk that
+    fills up meanwhile is reported as such (the store is not opened as if the workspace
+    were read-only, refusing every write with a misleading reason), and once there is
+    room again the store migrates and writes."""
+    from tests.test_storage_faults import _fill_up
+
+    ws = tmpfs / "ws"
+    store = SQLiteStore(ws)
+    with store.transaction() as txn:
+        txn.append(
+            "s",
+            [NewEvent(kind="message", data={"i": i}, head=[i]) for i in range(3_000)],
+            expected_seq=0,
+            agent_id="a",
+        )
+    store.close()
+    con = sqlite3.connect(ws / DB_NAME)
+    con.execute(  # schema 3's heads: objects holding what each call was about
+        "UPDATE events SET head = json_object('pos', seq, 'uuid', 'u' || seq, 'role', "
+        "'assistant', 'tokens', 5, 'calls', json_array(json_object('id', 'c' || seq, "
+        "'tool', 'bash', 'command', 'ls -la /some/where/' || seq)))"
+    )
+    con.execute("DROP INDEX events_heads")
+    con.execute("ALTER TABLE events DROP COLUMN detail")
+    con.execute("CREATE INDEX events_heads ON events(session_id, kind, seq, head)")
+    con.execute("UPDATE store_meta SET value='3' WHERE key='schema'")
+    con.commit()
+    con.close()
+    _fill_up(tmpfs / "ballast")  # then room to open it, not to rewrite every head
+    with (tmpfs / "ballast").open("r+b") as fh:
+        fh.truncate((tmpfs / "ballast").stat().st_size - 256 * 1024)
+    with pytest.raises(StorageError, match="schema") as err:
+        SQLiteStore(ws)
+    assert "full" in str(err.value)
+    (tmpfs / "ballast").unlink()
+    store = SQLiteStore(ws)
+    assert not store.read_only
+    heads = store.read_heads("s", start=2_999, details=True)
+    assert [(h.head, h.detail) for h in heads] == [
+        (
+            [2_999, "u2999", "assistant", 5, None, ["c2999"]],
+            [{"id": "c2999", "tool": "bash", "command": "ls -la /some/where/2999"}],
+        )
+    ]
+    with store.transaction() as txn:
+        txn.append("s", [NewEvent(kind="message", data={})], expected_seq=3_000, agent_id="a")
+    store.close()

@@ -118,6 +118,20 @@ def create_or_migrate(con: sqlite3.Connection, fts5: bool) -> int:
     return ran
 
 
+#: SQLite's result codes for a database that cannot be written here: READONLY, CANTOPEN, PERM
+_NO_WRITE = (8, 14, 3)
+
+
+def cannot_write(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the database cannot be written here (a read-only file or mount),
+    as opposed to a failed write (a full disk, a damaged file)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return (code & 0xFF) in _NO_WRITE
+    text = str(exc).lower()
+    return "readonly" in text or "read-only" in text or "unable to open" in text
+
+
 def tag(kind: str, value: str) -> str:
     """One index token standing for a namespace or a session: MATCH narrows to it first, so a
     common word is not ranked across every other session of the workspace."""
