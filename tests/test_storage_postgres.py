@@ -484,3 +484,104 @@ def test_stale_tables_are_vacuumed_for_index_only_head_reads(
     assert "Index Only Scan using events_heads" in c_plan and "Heap Fetches: 0" in c_plan
     assert [h.head for h in store.read_heads("s")][:2] == [[0, "u0"], [1, "u1"]]
     store.close()
+
+
+def _slow_maintenance(marker: str) -> Any:
+    """Stands in for a VACUUM of a large log: one statement that runs for a minute."""
+
+    def slow(conn: Any, schema: str, *args: Any, **kwargs: Any) -> list[str]:
+        conn.execute(f"SELECT pg_sleep(60) /* {marker} */")
+        return []
+
+    return slow
+
+
+def _running(store: Any, marker: str) -> int:
+    """How many server backends are running the statement tagged ``marker``."""
+    import psycopg
+
+    with psycopg.connect(pg_support.postgres_url(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s "
+            "AND pid <> pg_backend_pid()",
+            (f"%{marker}%",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_long_maintenance_run_never_holds_a_writers_connection(
+    pg: SchemaFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background VACUUM/ANALYZE does not take one of the pool's connections: with a
+    pool of one, a write made while a long VACUUM runs goes through at once instead of
+    waiting for the VACUUM (and failing when the pool's timeout runs out)."""
+    from contextfold.storage import postgres as pg_mod
+
+    marker = f"cf-maintenance-{pg_support.new_schema_name()}"
+    store = pg.open(min_size=1, max_size=1, timeout=3)
+    monkeypatch.setattr(pg_mod, "analyze_stale", _slow_maintenance(marker))
+    monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1)
+    with store.transaction() as tx:
+        tx.append("s", [_ev(0)], expected_seq=0, agent_id="a")
+    deadline = time.monotonic() + 10
+    while _running(store, marker) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(store, marker) == 1, "the maintenance run did not start"
+    started = time.monotonic()
+    with store.transaction() as tx:  # the pool's one connection is free
+        tx.append("s", [_ev(1)], expected_seq=1, agent_id="a")
+    assert store.head("s") == 2
+    assert time.monotonic() - started < 2.5
+
+
+def test_close_stops_a_maintenance_run_under_way(
+    pg: SchemaFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing the store while a long VACUUM runs in the background cancels it: close()
+    returns at once and nothing of the store keeps running on the server."""
+    from contextfold.storage import postgres as pg_mod
+
+    marker = f"cf-maintenance-{pg_support.new_schema_name()}"
+    store = pg.open()
+    monkeypatch.setattr(pg_mod, "analyze_stale", _slow_maintenance(marker))
+    monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1)
+    with store.transaction() as tx:
+        tx.append("s", [_ev(0)], expected_seq=0, agent_id="a")
+    deadline = time.monotonic() + 10
+    while _running(store, marker) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(store, marker) == 1, "the maintenance run did not start"
+    thread = store._maintenance
+    started = time.monotonic()
+    store.close()
+    assert time.monotonic() - started < 5, "close() waited for the maintenance run"
+    assert thread is not None and not thread.is_alive()
+    deadline = time.monotonic() + 5
+    while _running(store, marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(store, marker) == 0, "the maintenance statement outlived close()"
+
+
+def test_heads_of_sessions_with_long_ids_fit_the_index(pg: SchemaFactory) -> None:
+    """A btree entry holds at most 2704 bytes: a head just under the covering index's limit
+    of a session whose id is long (the Store API takes any id) is still written, and read
+    back once, in order, with the others."""
+    from contextfold.storage import NewEvent
+
+    store = pg.open()
+
+    def noise(n: int) -> str:  # incompressible: the index cannot squeeze it
+        return "".join(hashlib.sha256(f"{n}:{i}".encode()).hexdigest() for i in range(n // 64 + 1))[
+            :n
+        ]
+
+    sid = noise(1_000)
+    heads = [[0, noise(1_950), "user", 1, None, None], [1, "u1", "user", 1, None, None]]
+    with store.transaction() as tx:
+        tx.append(
+            sid,
+            [NewEvent(kind="message", data={}, head=h) for h in heads],
+            expected_seq=0,
+            agent_id="a",
+        )
+    assert [h.head for h in store.read_heads(sid, kinds=["message"])] == heads

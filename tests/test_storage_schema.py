@@ -207,3 +207,125 @@ def test_read_only_schema_3_store_reopens_lazily_from_its_heads(
         assert _calls(cm) == calls
         assert not cm.view.complete
     store.close()
+
+
+def test_schema_3_heads_of_unexpected_shapes_do_not_stop_the_migration(tmp_path: Path) -> None:
+    """Old heads whose calls are not a list of call objects (or whose text is not JSON at
+    all) are converted as far as they go: the workspace is migrated and stays writable,
+    every detail is JSON, and the well-formed heads convert as usual."""
+    store = SQLiteStore(tmp_path / "ws")
+    with store.transaction() as txn:
+        txn.append(
+            "s",
+            [NewEvent(kind="message", data={"i": i}, head=[i]) for i in range(8)],
+            expected_seq=0,
+            agent_id="a",
+        )
+    store.close()
+    base = {"pos": 0, "uuid": "u", "role": "assistant", "tokens": 3}
+    old = [
+        json.dumps({**base, "calls": "not a list"}),
+        json.dumps({**base, "calls": ["c1", "c2"]}),
+        json.dumps({**base, "calls": [7, {"id": "c3"}]}),
+        json.dumps({**base, "calls": {"x": {"id": "c4"}}}),
+        json.dumps({**base, "calls": None}),
+        json.dumps({**base, "calls": [{"id": "c5", "tool": "bash"}]}),
+        "{not json",
+        json.dumps([0, "u", "user", 1, None, None]),  # already compact: left as it is
+    ]
+    path = tmp_path / "ws" / DB_NAME
+    con = sqlite3.connect(path)
+    for seq, text in enumerate(old):
+        con.execute("UPDATE events SET head=? WHERE seq=?", (text, seq))
+    con.execute("DROP INDEX events_heads")  # schema 3's indexes and columns
+    con.execute("ALTER TABLE events DROP COLUMN detail")
+    con.execute("CREATE INDEX events_heads ON events(session_id, kind, seq, head)")
+    con.execute("UPDATE store_meta SET value='3' WHERE key='schema'")
+    con.commit()
+    con.close()
+
+    store = SQLiteStore(tmp_path / "ws")
+    assert not store.read_only, "a migration failure turned a writable workspace read-only"
+    assert "detail" in _columns(path)
+    con = sqlite3.connect(path)
+    rows = con.execute("SELECT head, detail FROM events ORDER BY seq").fetchall()
+    con.close()
+    for head, detail in rows[:6]:
+        assert type(json.loads(head)) is list
+        if detail is not None:
+            json.loads(detail)
+    heads = store.read_heads("s", stop=6, details=True)  # (the head that is not JSON: damaged)
+    assert [h.head[5] for h in heads[:6]] == [  # type: ignore[index]
+        None,
+        [None, None],
+        [None, "c3"],
+        None,
+        None,
+        ["c5"],
+    ]
+    assert [h.detail for h in heads[:6]] == [
+        "not a list",
+        ["c1", "c2"],
+        [7, {"id": "c3"}],
+        {"x": {"id": "c4"}},
+        None,
+        [{"id": "c5", "tool": "bash"}],
+    ]
+    (last,) = store.read_heads("s", start=7, details=True)
+    assert last.head == [0, "u", "user", 1, None, None] and last.detail is None
+    with store.transaction() as txn:  # still writable
+        txn.append("s", [NewEvent(kind="message", data={})], expected_seq=8, agent_id="a")
+    assert store.head("s") == 9
+    store.close()
+
+
+def test_disk_full_during_the_migration_is_an_error_not_a_read_only_store(
+    tmpfs: Path,  # noqa: F811
+) -> None:
+    """Migration 4 rewrites every message head and rebuilds the heads index: a disk that
+    fills up meanwhile is reported as such (the store is not opened as if the workspace
+    were read-only, refusing every write with a misleading reason), and once there is
+    room again the store migrates and writes."""
+    from tests.test_storage_faults import _fill_up
+
+    ws = tmpfs / "ws"
+    store = SQLiteStore(ws)
+    with store.transaction() as txn:
+        txn.append(
+            "s",
+            [NewEvent(kind="message", data={"i": i}, head=[i]) for i in range(3_000)],
+            expected_seq=0,
+            agent_id="a",
+        )
+    store.close()
+    con = sqlite3.connect(ws / DB_NAME)
+    con.execute(  # schema 3's heads: objects holding what each call was about
+        "UPDATE events SET head = json_object('pos', seq, 'uuid', 'u' || seq, 'role', "
+        "'assistant', 'tokens', 5, 'calls', json_array(json_object('id', 'c' || seq, "
+        "'tool', 'bash', 'command', 'ls -la /some/where/' || seq)))"
+    )
+    con.execute("DROP INDEX events_heads")
+    con.execute("ALTER TABLE events DROP COLUMN detail")
+    con.execute("CREATE INDEX events_heads ON events(session_id, kind, seq, head)")
+    con.execute("UPDATE store_meta SET value='3' WHERE key='schema'")
+    con.commit()
+    con.close()
+    _fill_up(tmpfs / "ballast")  # then room to open it, not to rewrite every head
+    with (tmpfs / "ballast").open("r+b") as fh:
+        fh.truncate((tmpfs / "ballast").stat().st_size - 256 * 1024)
+    with pytest.raises(StorageError, match="schema") as err:
+        SQLiteStore(ws)
+    assert "full" in str(err.value)
+    (tmpfs / "ballast").unlink()
+    store = SQLiteStore(ws)
+    assert not store.read_only
+    heads = store.read_heads("s", start=2_999, details=True)
+    assert [(h.head, h.detail) for h in heads] == [
+        (
+            [2_999, "u2999", "assistant", 5, None, ["c2999"]],
+            [{"id": "c2999", "tool": "bash", "command": "ls -la /some/where/2999"}],
+        )
+    ]
+    with store.transaction() as txn:
+        txn.append("s", [NewEvent(kind="message", data={})], expected_seq=3_000, agent_id="a")
+    store.close()

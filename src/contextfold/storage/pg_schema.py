@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -46,10 +46,12 @@ TF_WEIGHTS = "{0.5,0.5,0.5,1.0}"
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-#: Heads up to this many bytes (as JSON text) are in the covering index ``events_heads``.
+#: Heads up to this many bytes (as JSON text, with the entry's key: the session id and kind,
+#: which the Store API does not bound) are in the covering index ``events_heads``.
 HEAD_INDEX_MAX = 2000
-SMALL_HEAD = f"(head IS NULL OR octet_length(head::text) <= {HEAD_INDEX_MAX})"
-BIG_HEAD = f"octet_length(head::text) > {HEAD_INDEX_MAX}"
+_ENTRY = "octet_length(head::text) + octet_length(session_id) + octet_length(kind)"
+SMALL_HEAD = f"(head IS NULL OR {_ENTRY} <= {HEAD_INDEX_MAX})"
+BIG_HEAD = f"{_ENTRY} > {HEAD_INDEX_MAX}"
 
 _MIGRATIONS: dict[int, Sequence[str]] = {
     1: (
@@ -195,11 +197,16 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
         return ran
 
 
-def analyze_stale(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> list[str]:
+def analyze_stale(
+    conn: psycopg.Connection[tuple[Any, ...]],
+    schema: str,
+    stop: Callable[[], bool] | None = None,
+) -> list[str]:
     """ANALYZE the schema's tables whose planner statistics are missing or stale (a fifth of
     the rows changed since); returns their names. Autovacuum normally does this, but plans of
     the log and search queries depend on it, and some servers run without autovacuum.
-    ``conn`` must be in autocommit mode (VACUUM cannot run in a transaction)."""
+    ``conn`` must be in autocommit mode (VACUUM cannot run in a transaction). ``stop`` is
+    asked before each table: True ends the run there (the store is closing)."""
     rows = conn.execute(
         "SELECT relname, n_mod_since_analyze > greatest(%s, n_live_tup / 5), "
         "n_ins_since_vacuum > greatest(%s, n_live_tup / 5) FROM pg_stat_user_tables "
@@ -208,6 +215,8 @@ def analyze_stale(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> lis
     ).fetchall()
     names: list[str] = []
     for name, stale, unvacuumed in rows:
+        if stop is not None and stop():
+            break
         # VACUUM also marks pages all-visible: counting a term's documents through the GIN
         # index need not visit the rows (search_docs), and the message heads are read from
         # their index alone (events); the other tables only need statistics

@@ -132,8 +132,9 @@ class PostgresStore:
         self._lock = threading.Lock()
         #: rows written since the planner statistics were last checked
         self._written = 0
-        #: the background statistics refresh, while one runs
+        #: the background statistics refresh, while one runs, and its own connection
         self._maintenance: threading.Thread | None = None
+        self._maintenance_conn: Conn | None = None
         connect_args: dict[str, Any] = {
             "autocommit": True,
             "application_name": "contextfold",
@@ -150,6 +151,8 @@ class PostgresStore:
                 analyze_stale(conn, self.schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open PostgreSQL at {self._url}: {exc}") from exc
+        self._conninfo, self._connect_args = conninfo, connect_args
+        self._connect_timeout = max(1, int(min(timeout, 15)))
         try:
             self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
                 conninfo,
@@ -250,12 +253,28 @@ class PostgresStore:
             self._maintenance.start()
 
     def _maintain(self) -> None:
+        """The refresh, on a connection of its own: a VACUUM of a large log holds it for
+        long, and no writer waits for one of the pool's connections meanwhile (a pool of
+        ``max_size`` connections, plus this one while it runs); :meth:`close` cancels it."""
         # committed already: a failure here must not look like a failed transaction
-        with contextlib.suppress(StorageError):
-            self._run("refresh planner statistics", self._analyze)
-
-    def _analyze(self, conn: Conn) -> None:
-        analyze_stale(conn, self.schema)
+        try:
+            conn = psycopg.connect(
+                self._conninfo, connect_timeout=self._connect_timeout, **self._connect_args
+            )
+        except psycopg.Error:
+            return
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                self._maintenance_conn = conn
+            analyze_stale(conn, self.schema, lambda: self._closed)
+        except psycopg.Error:
+            pass  # cancelled by close(), or the server went away: a later run redoes it
+        finally:
+            with self._lock:
+                self._maintenance_conn = None
+            conn.close()
 
     def close(self) -> None:
         with self._lock:
@@ -263,8 +282,13 @@ class PostgresStore:
                 return
             self._closed = True
             maintenance = self._maintenance
+            # a VACUUM under way is stopped (a later run redoes it); the lock keeps its
+            # connection open meanwhile
+            if self._maintenance_conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._maintenance_conn.cancel_safe(timeout=5)
         if maintenance is not None:
-            maintenance.join(timeout=30)  # a VACUUM under way: let it finish
+            maintenance.join(timeout=30)
         self._pool.close()
 
     def __enter__(self) -> PostgresStore:

@@ -39,6 +39,7 @@ from .sqlite_schema import (
     DB_NAME,
     FTS,
     SCHEMA_VERSION,
+    cannot_write,
     create_or_migrate,
     fts5_available,
     fts_table,
@@ -133,12 +134,20 @@ class SQLiteStore:
                     try:
                         create_or_migrate(con, self.fts5)
                         con.execute("COMMIT")
-                    except BaseException:
+                    except BaseException as exc:
                         with contextlib.suppress(sqlite3.Error):
                             con.execute("ROLLBACK")
+                        if isinstance(exc, sqlite3.Error) and not cannot_write(exc):
+                            # (a full disk, a damaged file): not a workspace to serve read-only
+                            raise StorageError(
+                                f"cannot bring the store {self.path} to schema "
+                                f"{SCHEMA_VERSION}: {exc}"
+                            ) from exc
                         raise
             finally:
                 con.close()
+        except StorageError:
+            raise
         except (OSError, sqlite3.Error) as exc:
             if not self.path.is_file():
                 raise StorageError(f"cannot create the store {self.path}: {exc}") from exc

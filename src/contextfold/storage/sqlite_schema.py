@@ -57,13 +57,17 @@ MIGRATIONS: dict[int, Sequence[str]] = {
     # questions): reopening decodes a fifth of the bytes. Heads of version 2 are converted here.
     4: (
         "ALTER TABLE events ADD COLUMN detail TEXT",
-        "UPDATE events SET detail = json_extract(head, '$.calls'), head = json_array("
+        # (as PostgreSQL's: calls that are not a list give no call ids, an item that is not
+        # an object a null id, a head that is not JSON is left alone; the details stay JSON)
+        "UPDATE events SET detail = CASE WHEN json_type(head, '$.calls') <> 'null' "
+        "THEN json_quote(json_extract(head, '$.calls')) END, head = json_array("
         "json_extract(head, '$.pos'), json_extract(head, '$.uuid'), "
         "json_extract(head, '$.role'), json_extract(head, '$.tokens'), "
         "json_extract(head, '$.tool_call_id'), (SELECT CASE WHEN count(*) = 0 THEN NULL "
-        "ELSE json_group_array(json_extract(value, '$.id')) END "
-        "FROM json_each(events.head, '$.calls'))) "
-        "WHERE kind = 'message' AND head IS NOT NULL AND json_type(head) = 'object'",
+        "ELSE json_group_array(CASE WHEN type = 'object' THEN json_extract(value, '$.id') END) "
+        "END FROM json_each(events.head, '$.calls') "
+        "WHERE json_type(events.head, '$.calls') = 'array')) "
+        "WHERE kind = 'message' AND CASE WHEN json_valid(head) THEN json_type(head) = 'object' END",
         # the index covers the details too: reading them never walks the events' data
         # (a big event's data spans overflow pages that would all be read to reach a column
         # after it); it serves every lookup events_kind did
@@ -112,6 +116,20 @@ def create_or_migrate(con: sqlite3.Connection, fts5: bool) -> int:
         ran += 1
     con.execute("UPDATE store_meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
     return ran
+
+
+#: SQLite's result codes for a database that cannot be written here: READONLY, CANTOPEN, PERM
+_NO_WRITE = (8, 14, 3)
+
+
+def cannot_write(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` says the database cannot be written here (a read-only file or mount),
+    as opposed to a failed write (a full disk, a damaged file)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return (code & 0xFF) in _NO_WRITE
+    text = str(exc).lower()
+    return "readonly" in text or "read-only" in text or "unable to open" in text
 
 
 def tag(kind: str, value: str) -> str:
