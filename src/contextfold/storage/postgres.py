@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg.conninfo
@@ -48,6 +46,7 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
+from .pg_connect import check_connection, public_url, split_schema
 from .pg_schema import (
     BIG_HEAD,
     SMALL_HEAD,
@@ -63,41 +62,6 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 ANALYZE_EVERY = 20_000
 #: Events fetched per round trip when reading a log.
 PAGE = 2_000
-
-
-def check_connection(conn: Conn) -> None:
-    """The pool's check before handing out a connection: an idle connection's socket has
-    nothing to read unless the server sent something (a termination notice, or the end of
-    the connection); only then is the server asked (and a dead connection raises)."""
-    if not conn.closed and hasattr(select, "poll"):
-        try:
-            poller = select.poll()
-            poller.register(conn.pgconn.socket, select.POLLIN)
-            quiet = not poller.poll(0)
-        except (OSError, ValueError, psycopg.Error):
-            quiet = False
-        if quiet:
-            return
-    psycopg_pool.ConnectionPool.check_connection(conn)
-
-
-def public_url(url: str) -> str:
-    """``url`` without user, password and query parameters (safe to log and show)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _split_schema(url: str) -> tuple[str, str | None]:
-    """The connection URL without a ``schema`` query parameter, and that parameter."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
 
 
 class PostgresStore:
@@ -119,7 +83,7 @@ class PostgresStore:
     ) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise StorageError(f"not a PostgreSQL URL: {public_url(url)!r}")
-        conninfo, url_schema = _split_schema(url)
+        conninfo, url_schema = split_schema(url)
         try:
             given = psycopg.conninfo.conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as exc:
