@@ -1,0 +1,149 @@
+"""One request's turn through the gateway (:class:`Turn`) and what holds its answer until
+the turn's append is stored: the upstream call runs while the worker thread commits, and the
+answer is handed on only once the commit succeeded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .convert import Conversation, Provider
+from .session import Prepared, Session
+
+log = logging.getLogger("contextfold.gateway")
+
+#: when the app received the current request (before reading its body)
+REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_request_started")
+
+
+def log_event(event: str, **fields: Any) -> None:
+    if log.isEnabledFor(logging.INFO):
+        log.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
+
+
+class RequestError(Exception):
+    """A client error answered with a provider-shaped 4xx/5xx before anything was stored."""
+
+    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+@dataclass
+class Turn:
+    provider: Provider
+    body: dict[str, Any]
+    conv: Conversation
+    model: str
+    key: str
+    lock: asyncio.Lock
+    session: Session
+    prepared: Prepared
+    headers: dict[str, str]
+    gateway_tools: tuple[str, ...]
+    started: float
+    upstream_seconds: float = 0.0
+    first_byte_recorded: bool = False
+    rounds: int = 0
+    released: bool = False
+    #: the client's query string (``?beta=true`` ...), passed on upstream
+    query: str = ""
+    #: seconds spent waiting for the conversation's lock, appending, deriving the view
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    #: the worker thread's task that commits the turn's staged append (see ``begin``); the
+    #: first upstream answer is held until it succeeded
+    commit: asyncio.Future[Session | None] | None = None
+
+
+async def forward_after_commit(
+    turn: Turn, call: Coroutine[Any, Any, httpx.Response]
+) -> httpx.Response:
+    """Run the upstream call while the turn's append is committed; its answer is returned
+    only once the commit succeeded (the time the commit took beyond the upstream's answer
+    counts as added latency). A failed commit cancels the call and is raised."""
+    commit = turn.commit
+    if commit is not None and commit.done():
+        turn.commit = None
+        try:
+            moved(turn, commit.result())  # failed already: nothing is sent
+        except BaseException:
+            call.close()
+            raise
+        commit = None
+    t0 = time.perf_counter()
+    if commit is None:
+        resp = await call
+        turn.upstream_seconds += time.perf_counter() - t0
+        return resp
+    done_at: list[float] = []
+
+    async def timed() -> httpx.Response:
+        resp = await call
+        done_at.append(time.perf_counter())
+        return resp
+
+    sending = asyncio.ensure_future(timed())
+    try:
+        # shielded: a client gone meanwhile does not stop the commit (the lock is released
+        # once it ended, see Pipeline.finish)
+        moved(turn, await asyncio.shield(commit))
+        turn.commit = None
+    except BaseException:
+        if commit.done():
+            turn.commit = None
+        sending.cancel()
+        try:
+            late = await sending
+        except BaseException:
+            pass
+        else:
+            await late.aclose()
+        raise
+    resp = await sending
+    turn.upstream_seconds += done_at[0] - t0
+    turn.timings["commit"] = max(0.0, time.perf_counter() - done_at[0])
+    return resp
+
+
+def moved(turn: Turn, session: Session | None) -> None:
+    """After the commit: the session that holds the turn, if another one does now."""
+    if session is not None:
+        turn.session = session
+
+
+def settle_future(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
+
+
+def release_when_done(task: asyncio.Future[Any], lock: asyncio.Lock) -> None:
+    """Retrieve a finished task's error (it was raised elsewhere already), release ``lock``."""
+    if not task.cancelled():
+        task.exception()
+    lock.release()
+
+
+__all__ = [
+    "REQUEST_STARTED",
+    "RequestError",
+    "Turn",
+    "forward_after_commit",
+    "log_event",
+    "release_when_done",
+    "settle_future",
+]
