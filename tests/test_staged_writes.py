@@ -94,3 +94,14 @@ def test_an_error_inside_staged_undoes_what_it_applied(tmp_path: Path) -> None:
     assert [m.text for m in cm.history] == ["sys"] and not cm.has_staged
     cm.add_many(_msgs(2))
     assert _stored(tmp_path / "ws", "s") == ["sys", _msgs(2)[0]["content"], "answer 2"]
+
+
+def test_a_staged_blob_is_readable_at_once_and_written_on_commit(tmp_path: Path) -> None:
+    cm = ContextManager(tmp_path / "ws", session_id="s", context_window=50_000)
+    cm.add_many([{"role": "system", "content": "sys"}])
+    with cm.staged():
+        sha = cm.session.put_blob(b"tool output " * 100)
+    assert cm.session.blob(sha) == b"tool output " * 100  # read before it is stored
+    assert not cm.store.blobs.has(sha)
+    cm.add_many(_msgs(1))  # committing takes the staged unit along
+    assert cm.store.blobs.get(sha) == b"tool output " * 100

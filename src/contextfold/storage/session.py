@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import StorageError
 from .base import JSON, ConcurrentWriteError, Event, EventHead, NewEvent, SearchDoc, Store
+from .util import check_bytes, sha256_hex
 
 
 class _Unit:
@@ -35,9 +36,12 @@ class _Unit:
         self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
         self.after_commit: list[Any] = []
+        #: a staged unit's blobs (sha256 -> bytes), written when it commits, before the rows
+        self.blobs: dict[str, bytes] = {}
+        self.defer_blobs = False
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.docs or self.index or self.keys)
+        return bool(self.events or self.docs or self.index or self.keys or self.blobs)
 
     def absorb(self, later: _Unit) -> None:
         """Append what ``later`` collected (committed together, this unit's part first)."""
@@ -48,6 +52,7 @@ class _Unit:
         if self.title is None:
             self.title = later.title
         self.after_commit.extend(later.after_commit)
+        self.blobs.update(later.blobs)
 
 
 class SessionStore:
@@ -105,6 +110,7 @@ class SessionStore:
             if self._depth:
                 raise StorageError(f"internal: session {self.session_id!r} stages inside a unit")
             self._unit = _Unit()
+            self._unit.defer_blobs = True
             self._depth = 1
             try:
                 yield
@@ -157,6 +163,8 @@ class SessionStore:
                 raise
             return
         try:
+            for data in unit.blobs.values():  # content-addressed: an orphan is harmless
+                self.store.blobs.put(data)
             with self.store.transaction() as txn:
                 if unit.events:
                     txn.append(
@@ -228,6 +236,24 @@ class SessionStore:
             unit.keys.append((namespace, keys))
             if alone:
                 self._commit(unit)
+
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data`` under its sha256 (returned): at once, or in a staged unit when it
+        commits (:meth:`blob` reads it meanwhile)."""
+        with self._lock:
+            unit = self._unit
+            if unit is None or not unit.defer_blobs:
+                return self.store.blobs.put(data)
+            sha = sha256_hex(check_bytes(data))
+            unit.blobs[sha] = bytes(data)
+            return sha
+
+    def blob(self, sha256: str) -> bytes:
+        """A blob's bytes, one of a staged unit not committed yet included."""
+        for unit in (self._unit, self._staged):
+            if unit is not None and sha256 in unit.blobs:
+                return unit.blobs[sha256]
+        return self.store.blobs.get(sha256)
 
     def after_commit(self, fn: Any) -> None:
         """Run ``fn()`` once the current unit has committed (at once outside a unit)."""
