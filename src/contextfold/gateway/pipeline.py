@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
+import threading
 import time
 from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -49,6 +52,8 @@ log = logging.getLogger("contextfold.gateway")
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
 SESSION_HEADER = "x-contextfold-session"
+#: seconds a turn's commit waits at most for its request to be sent upstream
+SEND_GRACE = 0.05
 
 
 class Pipeline:
@@ -60,6 +65,9 @@ class Pipeline:
             config, url_for=self.upstream.url, on_compaction=self._on_compaction
         )
         self._writer: asyncio.Task[None] | None = None
+        #: the threads that append, derive views and commit: a request is handed over at once
+        #: (not from a task started on the loop's next round, behind everything queued there)
+        self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="contextfold")
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
@@ -174,6 +182,7 @@ class Pipeline:
             return synced, names, prepared
 
         loop = asyncio.get_running_loop()
+        sent = threading.Event()
         ready: asyncio.Future[tuple[Synced, tuple[str, ...], Prepared]] = loop.create_future()
 
         def run() -> Session | None:
@@ -189,9 +198,15 @@ class Pipeline:
             synced = out[0]
             if synced.staged is None:
                 return None
+            # the commit's own CPU work waits until the loop has rendered and sent the request
+            # (both on the GIL), briefly: it then runs during the upstream's answer
+            sent.wait(SEND_GRACE)
             return self.registry.settle(synced.session, synced.staged, key, conv, model)
 
-        task: asyncio.Future[Session | None] = asyncio.ensure_future(to_thread.run_sync(run))
+        # never cancelled (awaited shielded): it ends when the thread has finished
+        task: asyncio.Future[Session | None] = loop.run_in_executor(
+            self._threads, contextvars.copy_context().run, run
+        )
         try:
             synced, names, prepared = await ready
         except BaseException:
@@ -235,6 +250,7 @@ class Pipeline:
             query=query,
             timings=timings,
             commit=task,
+            sent=sent,
         )
 
     async def committed(self, turn: Turn) -> None:
@@ -470,6 +486,7 @@ class Pipeline:
         for sess in self.registry.due(0.0):
             await self._write_pending(sess)
         await to_thread.run_sync(self.registry.close_all)
+        self._threads.shutdown(wait=False)
         await self.upstream.aclose()
 
 

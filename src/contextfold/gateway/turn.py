@@ -8,6 +8,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ class Turn:
     #: the worker thread's task that commits the turn's staged append (see ``begin``); the
     #: first upstream answer is held until it succeeded
     commit: asyncio.Future[Session | None] | None = None
+    #: set once the request is on its way upstream (the commit starts its work then)
+    sent: threading.Event = field(default_factory=threading.Event)
 
 
 async def forward_after_commit(
@@ -94,6 +97,7 @@ async def forward_after_commit(
         return resp
 
     sending = asyncio.ensure_future(timed())
+    asyncio.get_running_loop().call_soon(turn.sent.set)  # after the send's first step
     try:
         # shielded: a client gone meanwhile does not stop the commit (the lock is released
         # once it ended, see Pipeline.finish)
