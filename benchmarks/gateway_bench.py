@@ -350,7 +350,7 @@ def summarize(
     added = [r["added_ms"] for r in plain]
     seen = [r["client_added_ms"] for r in plain]
     ends = [r["stream_end_ms"] for r in plain if r["stream_end_ms"] is not None]
-    parts = ("parse", "lock", "thread", "store", "view", "commit")
+    parts = ("parse", "lock", "thread", "store", "view", "wake", "render", "commit")
     breakdown = {k: round(pct([r["parts"].get(k, 0.0) for r in plain], 0.5), 2) for k in parts}
     tail = {k: round(pct([r["parts"].get(k, 0.0) for r in plain], 0.95), 2) for k in parts}
     compacting = [r["added_ms"] for r in results if r["compaction"]]
@@ -411,7 +411,8 @@ def report(s: dict[str, Any]) -> None:
     print(
         f"       p50 parts: reading + parsing the request {b['parse']} ms, session lock "
         f"{b['lock']} ms, waiting for a worker thread {b['thread']} ms, appending in memory "
-        f"{b['store']} ms, view {b['view']} ms, the answer held for the commit {b['commit']} ms"
+        f"{b['store']} ms, view {b['view']} ms, back on the event loop {b['wake']} ms, "
+        f"rendering and sending {b['render']} ms, the answer held for the commit {b['commit']} ms"
         + (
             f"; {s['turns_with_compaction']} turns with compaction: added p50 "
             f"{s['added_ms_p50_compacting']} ms"

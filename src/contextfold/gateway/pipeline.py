@@ -37,6 +37,7 @@ from .sessions import (
 )
 from .turn import (
     REQUEST_STARTED,
+    Committed,
     RequestError,
     Turn,
     forward_after_commit,
@@ -178,14 +179,15 @@ class Pipeline:
                     with contextlib.suppress(ContextFoldError):  # stored; the error stands
                         self.registry.settle(sess, synced.staged, key, conv, model)
                 raise
-            marks.update(store=t1 - t0, view=time.perf_counter() - t1, queued=t0)
+            done = time.perf_counter()
+            marks.update(store=t1 - t0, view=done - t1, queued=t0, done=done)
             return synced, names, prepared
 
         loop = asyncio.get_running_loop()
         sent = threading.Event()
         ready: asyncio.Future[tuple[Synced, tuple[str, ...], Prepared]] = loop.create_future()
 
-        def run() -> Session | None:
+        def run() -> Committed:
             """One trip to a worker thread: hand the view over, then commit the append while
             the upstream call goes out; returns the session that holds the turn when another
             replica's writes made it reopen the conversation."""
@@ -197,18 +199,20 @@ class Pipeline:
             loop.call_soon_threadsafe(settle_future, ready, out, None)
             synced = out[0]
             if synced.staged is None:
-                return None
+                return None, time.perf_counter()
             # the commit's own CPU work waits until the loop has rendered and sent the request
             # (both on the GIL), briefly: it then runs during the upstream's answer
             sent.wait(SEND_GRACE)
-            return self.registry.settle(synced.session, synced.staged, key, conv, model)
+            replaced = self.registry.settle(synced.session, synced.staged, key, conv, model)
+            return replaced, time.perf_counter()
 
         # never cancelled (awaited shielded): it ends when the thread has finished
-        task: asyncio.Future[Session | None] = loop.run_in_executor(
+        task: asyncio.Future[Committed] = loop.run_in_executor(
             self._threads, contextvars.copy_context().run, run
         )
         try:
             synced, names, prepared = await ready
+            resumed = time.perf_counter()
         except BaseException:
             # the lock is released once the worker thread has finished
             task.add_done_callback(lambda t: release_when_done(t, lock))
@@ -228,6 +232,7 @@ class Pipeline:
             "thread": marks["queued"] - t_lock,
             "store": marks["store"],
             "view": marks["view"],
+            "wake": resumed - marks["done"],
         }
         self.metrics.inc("contextfold_gateway_history_tokens_total", prepared.history_tokens)
         self.metrics.inc("contextfold_gateway_view_tokens_total", prepared.view_tokens)
@@ -251,6 +256,7 @@ class Pipeline:
             timings=timings,
             commit=task,
             sent=sent,
+            resumed=resumed,
         )
 
     async def committed(self, turn: Turn) -> None:

@@ -40,6 +40,11 @@ class RequestError(Exception):
         self.kind = kind
 
 
+#: what a turn's commit gives back: the session that holds the turn if another one does now
+#: (another replica's writes made it reopen the conversation), and when it ended
+Committed = tuple[Session | None, float]
+
+
 @dataclass
 class Turn:
     provider: Provider
@@ -64,7 +69,11 @@ class Turn:
     notes: list[str] = field(default_factory=list)
     #: the worker thread's task that commits the turn's staged append (see ``begin``); the
     #: first upstream answer is held until it succeeded
-    commit: asyncio.Future[Session | None] | None = None
+    commit: asyncio.Future[Committed] | None = None
+    #: when the commit ended (perf_counter; 0: not yet)
+    committed_at: float = 0.0
+    #: when the loop had the turn's view (perf_counter)
+    resumed: float = 0.0
     #: set once the request is on its way upstream (the commit starts its work then)
     sent: threading.Event = field(default_factory=threading.Event)
 
@@ -85,6 +94,8 @@ async def forward_after_commit(
             raise
         commit = None
     t0 = time.perf_counter()
+    if "render" not in turn.timings:  # the first call: from the view to sending it
+        turn.timings["render"] = t0 - turn.resumed
     if commit is None:
         resp = await call
         turn.upstream_seconds += time.perf_counter() - t0
@@ -116,12 +127,16 @@ async def forward_after_commit(
         raise
     resp = await sending
     turn.upstream_seconds += done_at[0] - t0
-    turn.timings["commit"] = max(0.0, time.perf_counter() - done_at[0])
+    # what the commit held the answer beyond the upstream's (the rest of the wait until this
+    # point is the event loop's own latency, counted in the added latency all the same)
+    turn.timings["commit"] = max(0.0, turn.committed_at - done_at[0])
     return resp
 
 
-def moved(turn: Turn, session: Session | None) -> None:
-    """After the commit: the session that holds the turn, if another one does now."""
+def moved(turn: Turn, committed: Committed) -> None:
+    """After the commit: when it ended, and the session that holds the turn if another one
+    does now."""
+    session, turn.committed_at = committed
     if session is not None:
         turn.session = session
 
@@ -144,6 +159,7 @@ def release_when_done(task: asyncio.Future[Any], lock: asyncio.Lock) -> None:
 
 __all__ = [
     "REQUEST_STARTED",
+    "Committed",
     "RequestError",
     "Turn",
     "forward_after_commit",
