@@ -68,7 +68,7 @@ class Pipeline:
         self._writer: asyncio.Task[None] | None = None
         #: the threads that append, derive views and commit: a request is handed over at once
         #: (not from a task started on the loop's next round, behind everything queued there)
-        self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="contextfold")
+        self._threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="contextfold")
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
