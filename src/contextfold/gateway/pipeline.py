@@ -40,11 +40,13 @@ from .turn import (
     Committed,
     RequestError,
     Turn,
+    call_name,
     forward_after_commit,
     log_event,
     moved,
     release_when_done,
     settle_future,
+    tool_name,
 )
 from .upstream import Upstream, UpstreamError, forward_headers
 
@@ -140,7 +142,7 @@ class Pipeline:
         lock = self.registry.lock(key)
         await lock.acquire()
         t_lock = time.perf_counter()
-        client_names = {_tool_name(t) for t in client_tools}
+        client_names = {tool_name(t) for t in client_tools}
         forwarded = forward_headers(headers, drop_authorization=self._auth_was_gateway(headers))
         marks: dict[str, float] = {}
 
@@ -339,7 +341,7 @@ class Pipeline:
         log_event(
             "gateway_tools",
             session=turn.session.session_id,
-            calls=[_call_name(c) for c in calls],
+            calls=[call_name(c) for c in calls],
         )
         return answers
 
@@ -494,20 +496,6 @@ class Pipeline:
         await to_thread.run_sync(self.registry.close_all)
         self._threads.shutdown(wait=False)
         await self.upstream.aclose()
-
-
-def _tool_name(tool: Mapping[str, Any]) -> str:
-    fn = tool.get("function")
-    if isinstance(fn, Mapping):
-        return str(fn.get("name", ""))
-    return str(tool.get("name", ""))
-
-
-def _call_name(call: Mapping[str, Any]) -> str:
-    fn = call.get("function")
-    if isinstance(fn, Mapping):
-        return str(fn.get("name", ""))
-    return str(call.get("name", ""))
 
 
 __all__ = ["GATEWAY_TOOLS", "REQUEST_STARTED", "Pipeline", "RequestError", "Turn", "log_event"]

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,13 +157,29 @@ def release_when_done(task: asyncio.Future[Any], lock: asyncio.Lock) -> None:
     lock.release()
 
 
+def tool_name(tool: Mapping[str, Any]) -> str:
+    fn = tool.get("function")
+    if isinstance(fn, Mapping):
+        return str(fn.get("name", ""))
+    return str(tool.get("name", ""))
+
+
+def call_name(call: Mapping[str, Any]) -> str:
+    fn = call.get("function")
+    if isinstance(fn, Mapping):
+        return str(fn.get("name", ""))
+    return str(call.get("name", ""))
+
+
 __all__ = [
     "REQUEST_STARTED",
     "Committed",
     "RequestError",
     "Turn",
+    "call_name",
     "forward_after_commit",
     "log_event",
     "release_when_done",
     "settle_future",
+    "tool_name",
 ]
