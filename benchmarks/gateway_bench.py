@@ -26,7 +26,9 @@ Per round:
 
 - added latency: what the gateway reports in ``Server-Timing: contextfold;dur=``, from the app
   receiving the request (before reading its body) to the first byte sent back, minus the time
-  spent waiting for the upstream;
+  spent waiting for the upstream; the turn's store commit runs during that wait, and when it
+  ends after the upstream's answer the answer is held for it: that excess (``commit;dur=``)
+  counts as added latency;
 - the same seen by the client: its wait for the first byte (for a whole answer: for all of it)
   minus the gateway's upstream wait; this also counts HTTP parsing, the transfer and the
   client's own event loop;
@@ -222,6 +224,7 @@ async def session(
                 "stream_end_ms": total - upstream_ms if stream else None,
                 "compaction": compaction,
                 "stream": stream,
+                "turn": turn,
             }
         )
         reply = {"role": "assistant", "content": m.get("content") or ""}
@@ -347,8 +350,9 @@ def summarize(
     added = [r["added_ms"] for r in plain]
     seen = [r["client_added_ms"] for r in plain]
     ends = [r["stream_end_ms"] for r in plain if r["stream_end_ms"] is not None]
-    parts = ("parse", "lock", "thread", "store", "view")
+    parts = ("parse", "lock", "thread", "store", "view", "wake", "render", "commit")
     breakdown = {k: round(pct([r["parts"].get(k, 0.0) for r in plain], 0.5), 2) for k in parts}
+    tail = {k: round(pct([r["parts"].get(k, 0.0) for r in plain], 0.95), 2) for k in parts}
     compacting = [r["added_ms"] for r in results if r["compaction"]]
     out: dict[str, Any] = {
         "round": kind,
@@ -372,6 +376,7 @@ def summarize(
         "load_generator_cpu_ms_per_request": round(others_cpu[1] * 1000 / max(1, len(results)), 2),
         "turns_without_compaction": len(plain),
         "p50_parts_ms": breakdown,
+        "p95_parts_ms": tail,
         "turns_with_compaction": len(compacting),
         "added_ms_p50_compacting": round(pct(compacting, 0.5), 2) if compacting else None,
     }
@@ -405,8 +410,9 @@ def report(s: dict[str, Any]) -> None:
     )
     print(
         f"       p50 parts: reading + parsing the request {b['parse']} ms, session lock "
-        f"{b['lock']} ms, waiting for a worker thread {b['thread']} ms, store append "
-        f"{b['store']} ms, view {b['view']} ms"
+        f"{b['lock']} ms, waiting for a worker thread {b['thread']} ms, appending in memory "
+        f"{b['store']} ms, view {b['view']} ms, back on the event loop {b['wake']} ms, "
+        f"rendering and sending {b['render']} ms, the answer held for the commit {b['commit']} ms"
         + (
             f"; {s['turns_with_compaction']} turns with compaction: added p50 "
             f"{s['added_ms_p50_compacting']} ms"
@@ -459,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, default=1, help="gateway processes (contextfold serve --workers)"
     )
     ap.add_argument("--profile", help="run the gateway under cProfile, stats written here")
+    ap.add_argument(
+        "--samples", action="store_true", help="also write every request's timings to --out"
+    )
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "gateway.json"))
     args = ap.parse_args(argv)
     levels = [args.sessions] if args.sessions else [int(x) for x in args.levels.split(",") if x]
@@ -541,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
                     (cpu_seconds(procs[0].pid) - fake0, time.process_time() - own0),
                 )
                 report(summary)
+                if args.samples:
+                    summary["samples"] = results
                 rounds.append(summary)
         finally:
             for proc in procs:

@@ -3,9 +3,9 @@ PostgreSQL schema, or on one workspace folder, serve the same conversations alte
 behind a load balancer, with the real openai and anthropic SDK clients: every message stored
 once, none lost.
 
-Each replica checks the stored head before a request and reopens a session another replica
-moved on; a write that still meets a concurrent one (ConcurrentWriteError) is re-diffed and
-retried (see the README)."""
+A replica finds another's writes when it writes (the store checks the writer's head:
+ConcurrentWriteError): it reopens the conversation from the store, re-diffs what the client
+sent and appends what the store lacks (see the README)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def test_two_replicas_on_one_store_serve_sessions_alternately(
         fake.stop()
     logs = "".join((tmp_path / f"replica{n}.log").read_text() for n in range(2))
     assert "Traceback" not in logs
-    assert logs.count('"event": "reopen"') >= 10, "each replica found the other's writes"
+    assert logs.count('"event": "resync"') >= 10, "each replica found the other's writes"
 
     from contextfold import ContextManager
     from contextfold.storage import open_store

@@ -83,7 +83,7 @@ def test_two_workers_serve_one_conversation_over_fresh_connections(
     text = log.read_text()
     assert "Traceback" not in text
     assert _handovers(log) >= 2, "the conversation went from one worker to the other and back"
-    assert '"event": "reopen"' in text  # the worker caught up with the other's writes
+    assert '"event": "resync"' in text  # the worker caught up with the other's writes
 
     from contextfold import ContextManager
     from contextfold.storage import open_store

@@ -275,6 +275,39 @@ class ContextManager:
                 self._reload_after_failure()
                 raise
 
+    @contextlib.contextmanager
+    def staged(self) -> Iterator[None]:
+        """Writes inside (``add_many``, ``report_usage`` ...) are applied in memory at once but
+        committed only by :meth:`commit_staged` - or first thing by the next write that commits
+        (a compaction in ``prepare``), in one transaction with it. The view can be derived
+        from them before they are stored (the gateway forwards it while the commit runs).
+        Until then the caller keeps other writers of the session away. An error inside leaves
+        the manager as it was."""
+        with self._lock:
+            size = len(self.view)
+            try:
+                with self.session.staging():
+                    yield
+            except BaseException as exc:
+                if isinstance(exc, StorageError) or len(self.view) != size:
+                    self._reload_after_failure()
+                raise
+
+    @property
+    def has_staged(self) -> bool:
+        """Whether writes made under :meth:`staged` still wait for :meth:`commit_staged`."""
+        return self.session.has_staged
+
+    def commit_staged(self) -> None:
+        """Commit what :meth:`staged` applied. On a storage failure the manager reloads what
+        is stored (as before the staged writes) and the error is raised."""
+        with self._lock:
+            try:
+                self.session.commit_staged()
+            except StorageError:
+                self._reload_after_failure()
+                raise
+
     def _reload_after_failure(self) -> None:
         try:
             self._open()

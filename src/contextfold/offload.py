@@ -180,7 +180,7 @@ class OffloadStore:
         if known is not None and known.sha256 == digest:
             return known
         path = self._path_for(tool_call_id)
-        self.session.store.blobs.put(data)
+        self.session.put_blob(data)
         if self.root is not None:
             _mirror(Path(path), data)
         entry = OffloadEntry(
@@ -204,7 +204,7 @@ class OffloadStore:
         if entry is None:
             raise StorageError(f"no offloaded result for tool call {tool_call_id!r}")
         try:
-            data = self.session.store.blobs.get(entry.sha256)
+            data = self.session.blob(entry.sha256)
         except StorageError as exc:
             raise StorageError(f"offloaded result {entry.path} is unreadable: {exc}") from exc
         return data.decode("utf-8", "surrogatepass")

@@ -172,7 +172,7 @@ class Recovery:
             entry = store.find(path)
             if entry is not None:
                 try:
-                    return self.cm.store.blobs.get(entry.sha256)
+                    return self.cm.session.blob(entry.sha256)
                 except StorageError:
                     return None
         return None

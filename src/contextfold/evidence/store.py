@@ -149,7 +149,7 @@ class EvidenceStore:
 
     def archive_bytes(self, data: bytes) -> tuple[str, str]:
         """Store ``data`` once under its sha256; returns (its name, sha)."""
-        sha = self.session.store.blobs.put(data)
+        sha = self.session.put_blob(data)
         return f"evidence/{sha[:2]}/{sha}.txt", sha
 
     def archive(self, text: str) -> tuple[str, str]:
@@ -160,7 +160,7 @@ class EvidenceStore:
         """The bytes a pointer path names; OSError-like failures raise StorageError."""
         m = _ARCHIVED.fullmatch(path)
         if m is not None:
-            return self.session.store.blobs.get(m.group(1))
+            return self.session.blob(m.group(1))
         if "\x00" in path or ".." in path.replace("\\", "/").split("/"):
             raise UnsafeIdError(f"path {path!r} escapes the session")
         data = self.offload_lookup(path) if self.offload_lookup is not None else None
@@ -170,7 +170,7 @@ class EvidenceStore:
 
     def _read_offloaded(self, info: OffloadInfo) -> bytes | None:
         try:
-            return self.session.store.blobs.get(str(info.sha256))
+            return self.session.blob(str(info.sha256))
         except StorageError:
             return None
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -35,6 +35,19 @@ from .sessions import (
     client_identity,
     conversation_key,
 )
+from .turn import (
+    REQUEST_STARTED,
+    Committed,
+    RequestError,
+    Turn,
+    call_name,
+    forward_after_commit,
+    log_event,
+    moved,
+    release_when_done,
+    settle_future,
+    tool_name,
+)
 from .upstream import Upstream, UpstreamError, forward_headers
 
 log = logging.getLogger("contextfold.gateway")
@@ -42,47 +55,8 @@ log = logging.getLogger("contextfold.gateway")
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
 SESSION_HEADER = "x-contextfold-session"
-#: when the app received the current request (before reading its body)
-REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_request_started")
-
-
-def log_event(event: str, **fields: Any) -> None:
-    if log.isEnabledFor(logging.INFO):
-        log.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
-
-
-class RequestError(Exception):
-    """A client error answered with a provider-shaped 4xx/5xx before anything was stored."""
-
-    def __init__(self, status: int, message: str, kind: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.kind = kind
-
-
-@dataclass
-class Turn:
-    provider: Provider
-    body: dict[str, Any]
-    conv: Conversation
-    model: str
-    key: str
-    lock: asyncio.Lock
-    session: Session
-    prepared: Prepared
-    headers: dict[str, str]
-    gateway_tools: tuple[str, ...]
-    started: float
-    upstream_seconds: float = 0.0
-    first_byte_recorded: bool = False
-    rounds: int = 0
-    released: bool = False
-    #: the client's query string (``?beta=true`` ...), passed on upstream
-    query: str = ""
-    #: seconds spent waiting for the conversation's lock, appending, deriving the view
-    timings: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+#: seconds a turn's commit waits at most for its request to be sent upstream
+SEND_GRACE = 0.05
 
 
 class Pipeline:
@@ -94,6 +68,9 @@ class Pipeline:
             config, url_for=self.upstream.url, on_compaction=self._on_compaction
         )
         self._writer: asyncio.Task[None] | None = None
+        #: the threads that append, derive views and commit: a request is handed over at once
+        #: (not from a task started on the loop's next round, behind everything queued there)
+        self._threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="contextfold")
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
@@ -165,36 +142,82 @@ class Pipeline:
         lock = self.registry.lock(key)
         await lock.acquire()
         t_lock = time.perf_counter()
-        client_names = {_tool_name(t) for t in client_tools}
+        client_names = {tool_name(t) for t in client_tools}
         forwarded = forward_headers(headers, drop_authorization=self._auth_was_gateway(headers))
         marks: dict[str, float] = {}
 
         def work() -> tuple[Synced, tuple[str, ...], Prepared]:
-            """One trip to a worker thread: append what is new, then derive the view."""
+            """Append what is new (staged: applied in memory, not committed yet), then
+            derive the view; once more from the store when another replica wrote to the
+            session since this one read it (a compaction found it out)."""
+            try:
+                return attempt()
+            except ConcurrentWriteError as exc:
+                log_event("resync", conversation=key, why=str(exc))
+                self.registry.forget(key)
+                return attempt()
+
+        def attempt() -> tuple[Synced, tuple[str, ...], Prepared]:
             t0 = time.perf_counter()
-            synced = self.registry.sync(key, conv, model)
+            synced = self.registry.sync(key, conv, model, stage=True)
             t1 = time.perf_counter()
             sess = synced.session
             sess.key = key
-            if sess.context is not None:  # the upstream summarizer speaks for this request
-                sess.context.provider = provider
-                sess.context.model = self.config.summary_model or model
-                sess.context.headers = forwarded
-            names = self.wants_gateway_tools(sess, client_names, tools_allowed)
-            tools = client_tools + self.tool_schemas(sess, names, provider)
-            prepared = self.registry.prepare(sess, tools)
-            if not names and sess.recall_ready:
+            try:
+                if sess.context is not None:  # the upstream summarizer speaks for this request
+                    sess.context.provider = provider
+                    sess.context.model = self.config.summary_model or model
+                    sess.context.headers = forwarded
                 names = self.wants_gateway_tools(sess, client_names, tools_allowed)
-                if names:  # the first compaction just happened: budget the tools too
-                    tools = client_tools + self.tool_schemas(sess, names, provider)
-                    prepared = self.registry.prepare(sess, tools)
-            marks.update(store=t1 - t0, view=time.perf_counter() - t1, queued=t0)
+                tools = client_tools + self.tool_schemas(sess, names, provider)
+                prepared = self.registry.prepare(sess, tools)
+                if not names and sess.recall_ready:
+                    names = self.wants_gateway_tools(sess, client_names, tools_allowed)
+                    if names:  # the first compaction just happened: budget the tools too
+                        tools = client_tools + self.tool_schemas(sess, names, provider)
+                        prepared = self.registry.prepare(sess, tools)
+            except BaseException as exc:
+                if synced.staged is not None and not isinstance(exc, ConcurrentWriteError):
+                    with contextlib.suppress(ContextFoldError):  # stored; the error stands
+                        self.registry.settle(sess, synced.staged, key, conv, model)
+                raise
+            done = time.perf_counter()
+            marks.update(store=t1 - t0, view=done - t1, queued=t0, done=done)
             return synced, names, prepared
 
+        loop = asyncio.get_running_loop()
+        sent = threading.Event()
+        ready: asyncio.Future[tuple[Synced, tuple[str, ...], Prepared]] = loop.create_future()
+
+        def run() -> Committed:
+            """One trip to a worker thread: hand the view over, then commit the append while
+            the upstream call goes out; returns the session that holds the turn when another
+            replica's writes made it reopen the conversation."""
+            try:
+                out = work()
+            except BaseException as exc:
+                loop.call_soon_threadsafe(settle_future, ready, None, exc)
+                raise
+            loop.call_soon_threadsafe(settle_future, ready, out, None)
+            synced = out[0]
+            if synced.staged is None:
+                return None, time.perf_counter()
+            # the commit's own CPU work waits until the loop has rendered and sent the request
+            # (both on the GIL), briefly: it then runs during the upstream's answer
+            sent.wait(SEND_GRACE)
+            replaced = self.registry.settle(synced.session, synced.staged, key, conv, model)
+            return replaced, time.perf_counter()
+
+        # never cancelled (awaited shielded): it ends when the thread has finished
+        task: asyncio.Future[Committed] = loop.run_in_executor(
+            self._threads, contextvars.copy_context().run, run
+        )
         try:
-            synced, names, prepared = await to_thread.run_sync(work)
+            synced, names, prepared = await ready
+            resumed = time.perf_counter()
         except BaseException:
-            lock.release()
+            # the lock is released once the worker thread has finished
+            task.add_done_callback(lambda t: release_when_done(t, lock))
             raise
         sess = synced.session
         if synced.branched_from is not None:
@@ -211,6 +234,7 @@ class Pipeline:
             "thread": marks["queued"] - t_lock,
             "store": marks["store"],
             "view": marks["view"],
+            "wake": resumed - marks["done"],
         }
         self.metrics.inc("contextfold_gateway_history_tokens_total", prepared.history_tokens)
         self.metrics.inc("contextfold_gateway_view_tokens_total", prepared.view_tokens)
@@ -232,7 +256,39 @@ class Pipeline:
             started=started,
             query=query,
             timings=timings,
+            commit=task,
+            sent=sent,
+            resumed=resumed,
         )
+
+    async def committed(self, turn: Turn) -> None:
+        """Wait for the turn's staged append to be stored (at once when it is); a storage
+        failure is raised (the session is as before the request)."""
+        task = turn.commit
+        if task is not None:
+            try:
+                moved(turn, await asyncio.shield(task))
+            finally:
+                if task.done():
+                    turn.commit = None
+
+    async def finish(self, turn: Turn) -> None:
+        """Release the conversation's lock once the turn's append was stored or given up."""
+        if turn.released:
+            return
+        task = turn.commit
+        try:
+            await self.committed(turn)
+        except ContextFoldError as exc:  # the session is as before; the client resends
+            log_event("append_failed", session=turn.session.session_id, error=str(exc))
+        except BaseException:
+            if task is not None and not task.done():  # cancelled: released when it ends
+                turn.released = True
+                task.add_done_callback(lambda t: release_when_done(t, turn.lock))
+            else:
+                self.release(turn)
+            raise
+        self.release(turn)
 
     def release(self, turn: Turn) -> None:
         """Release the conversation's lock, once (a second call does nothing)."""
@@ -285,7 +341,7 @@ class Pipeline:
         log_event(
             "gateway_tools",
             session=turn.session.session_id,
-            calls=[_call_name(c) for c in calls],
+            calls=[call_name(c) for c in calls],
         )
         return answers
 
@@ -308,22 +364,26 @@ class Pipeline:
     async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
         """The upstream's whole answer (body read)."""
         url, data, headers = self._request(turn, path, payload)
-        t0 = time.perf_counter()  # the upstream wait: from here to its last byte
-        resp = await self.upstream.send(turn.key, url, data, headers)
-        try:
-            await resp.aread()
-        finally:
-            await resp.aclose()
-        turn.upstream_seconds += time.perf_counter() - t0
-        return resp
+
+        async def whole() -> httpx.Response:
+            resp = await self.upstream.send(turn.key, url, data, headers)
+            try:
+                await resp.aread()
+            finally:
+                await resp.aclose()
+            return resp
+
+        return await self._forward(turn, whole())  # the upstream wait: to its last byte
 
     async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
         """The upstream's answer once its headers are in (the caller reads and closes it)."""
         url, data, headers = self._request(turn, path, payload)
-        t0 = time.perf_counter()  # the upstream wait: from here to its headers
-        resp = await self.upstream.send(turn.key, url, data, headers)
-        turn.upstream_seconds += time.perf_counter() - t0
-        return resp
+        return await self._forward(turn, self.upstream.send(turn.key, url, data, headers))
+
+    async def _forward(
+        self, turn: Turn, call: Coroutine[Any, Any, httpx.Response]
+    ) -> httpx.Response:
+        return await forward_after_commit(turn, call)
 
     def _request(
         self, turn: Turn, path: str, payload: dict[str, Any]
@@ -420,7 +480,7 @@ class Pipeline:
                 if completed and pending is not None:
                     await self.record(turn, *pending)
             finally:
-                self.release(turn)
+                await self.finish(turn)
 
         return on_close
 
@@ -434,21 +494,8 @@ class Pipeline:
         for sess in self.registry.due(0.0):
             await self._write_pending(sess)
         await to_thread.run_sync(self.registry.close_all)
+        self._threads.shutdown(wait=False)
         await self.upstream.aclose()
-
-
-def _tool_name(tool: Mapping[str, Any]) -> str:
-    fn = tool.get("function")
-    if isinstance(fn, Mapping):
-        return str(fn.get("name", ""))
-    return str(tool.get("name", ""))
-
-
-def _call_name(call: Mapping[str, Any]) -> str:
-    fn = call.get("function")
-    if isinstance(fn, Mapping):
-        return str(fn.get("name", ""))
-    return str(call.get("name", ""))
 
 
 __all__ = ["GATEWAY_TOOLS", "REQUEST_STARTED", "Pipeline", "RequestError", "Turn", "log_event"]

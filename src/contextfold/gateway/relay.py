@@ -68,8 +68,8 @@ async def handle_turn(
         handed_over = isinstance(response, GatewayStream | GatewayResponse)
         return response
     finally:
-        if not handed_over:
-            pipe.release(turn)
+        if not handed_over:  # an error answer too goes out once the append is settled
+            await pipe.finish(turn)
 
 
 def passed_back(pipe: Pipeline, turn: Turn, status: int, raw: bytes, headers: Any) -> Response:

@@ -19,21 +19,26 @@ import json
 import logging
 import threading
 import time
-import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextFoldError, InvalidMessageError, StorageError
-from ..manager import ContextManager
 from ..messages import Message
-from ..records import CompactionRecord
-from ..sessions.log import HEAD_KEY
+from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
-from ..tokens import count_message
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+from .session import (
+    Prepared,
+    Session,
+    Snapshot,
+    Synced,
+    close_session,
+    message_uuid,
+    recall_marker,
+)
 from .stores import LEARNED, check_store, is_database_url, open_manager, open_shared_store
 
 if TYPE_CHECKING:
@@ -51,149 +56,6 @@ def client_identity(headers: Mapping[str, str]) -> str:
 def conversation_key(material: str, identity: str) -> str:
     digest = hashlib.sha256(f"{identity}|{material}".encode()).hexdigest()[:24]
     return f"gw-{digest}"
-
-
-def message_uuid(session_id: str, position: int) -> str:
-    """The uuid ContextManager gives a dict at ``position``: stable across replays."""
-    return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{session_id}:{position}"))
-
-
-class Session:
-    """One stored session and what the gateway keeps about it in memory."""
-
-    def __init__(self, session_id: str, cm: ContextManager) -> None:
-        from .convert import fingerprint
-
-        self.session_id = session_id
-        self.cm = cm
-        stored = _stored_fingerprints(cm)
-        if stored is not None:  # from the heads: the history before the boundary stays unread
-            self.fps, self.history_tokens = stored
-            self.index_of = dict(cm.view.uuids)
-        else:  # written before the gateway kept its fingerprints in the heads: derive them
-            history = cm.history
-            self.fps = [fingerprint(m) for m in history]
-            self.index_of = {m.uuid: i for i, m in enumerate(history)}
-            self.history_tokens = sum(count_message(cm.counter, m) for m in history)
-        #: the window the gateway opened it with (the manager may use a smaller, learned one)
-        self.window = cm.configured_window
-        #: something left the view (offloaded or compacted): the gateway's tools can help
-        self.recall_ready = any(_recall_marker(m) for m in cm.view_messages)
-        #: turns since the provider's usage was last fed to calibration (-1: never)
-        self.since_usage = -1
-        #: the gateway tools' schemas by provider (they do not change for a session)
-        self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
-        #: the request the upstream summarizer borrows credentials and model from
-        self.context: RequestContext | None = None
-
-        #: the upstream's answer the client has, not written yet (message, fingerprint,
-        #: the input tokens the upstream reported), and since when (time.monotonic)
-        self.pending: tuple[Message, str, int | None] | None = None
-        self.pending_since = 0.0
-        #: the conversation (lock key) this session serves
-        self.key = ""
-
-    @property
-    def known_fps(self) -> list[str]:
-        """Fingerprints of the stored history plus the answer not written yet."""
-        return [*self.fps, self.pending[1]] if self.pending is not None else self.fps
-
-    def append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
-        """Write ``msgs`` (after the pending answer, if any) in one store append."""
-        pending = self.pending
-        if pending is not None:
-            msgs = [pending[0], *msgs]
-            fps = [pending[1], *fps]
-        if not msgs:
-            return
-        start = len(self.fps)
-        stamped = [  # the fingerprint is kept in the message's head (read back on reopen)
-            replace(
-                m,
-                uuid=message_uuid(self.session_id, start + j),
-                metadata={**m.metadata, HEAD_KEY: fps[j]},
-            )
-            for j, m in enumerate(msgs)
-        ]
-        added = self.cm.add_many(stamped)
-        self.pending = None
-        for j, m in enumerate(added):
-            self.index_of[m.uuid] = start + j
-            self.history_tokens += count_message(self.cm.counter, m)
-        self.fps.extend(fps)
-        if pending is not None and pending[2] is not None and pending[2] > 0:
-            self._report_usage(pending[2])
-
-    def flush(self) -> None:
-        """Write the pending answer, if any."""
-        if self.pending is not None:
-            self.append([], [])
-
-    def _report_usage(self, input_tokens: int) -> None:
-        # calibration settles within a few calls; each report rewrites the compactor state,
-        # so after the first ones feed it every 8th turn, and after any compaction
-        record = self.cm.last_record
-        compacted = record is not None and record.changed
-        if self.since_usage < 0 or self.since_usage >= 7 or compacted or len(self.fps) < 12:
-            self.cm.report_usage(input_tokens)
-            self.since_usage = 0
-        else:
-            self.since_usage += 1
-
-
-def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], int] | None:
-    """The fingerprints and total tokens of a stored session's messages, read from their
-    heads without the messages (None: some message has none, e.g. written by an older
-    release or not through the gateway)."""
-    n = len(cm.view)
-    if not n:
-        return [], 0
-    if cm.view.complete:
-        return None  # read entirely anyway: fingerprinting the messages costs no extra read
-    heads = cm.store.read_heads(cm.session_id, stop=cm.session.head, kinds=["message"])
-    if len(heads) != n:
-        return None
-    fps: list[str] = []
-    tokens = 0
-    for row in heads:
-        h = row.head
-        if type(h) is not list or len(h) < 7 or type(h[6]) is not str or type(h[3]) is not int:
-            return None
-        fps.append(h[6])
-        tokens += h[3]
-    return fps, tokens
-
-
-def _close(sess: Session) -> None:
-    """Release what the session's manager holds (its store connection), where it can."""
-    close = getattr(sess.cm, "close", None)
-    if not callable(close):
-        return
-    try:
-        close()
-    except ContextFoldError as exc:
-        log.info(json.dumps({"event": "close_failed", "session": sess.session_id, "why": str(exc)}))
-
-
-def _recall_marker(m: Message) -> bool:
-    meta = m.metadata
-    return bool(meta.get("cf_offloaded") or meta.get("cf_replaced") or meta.get("cf_kind"))
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    items: list[ViewItem]
-    tools: list[dict[str, Any]]
-    view_tokens: int
-    history_tokens: int
-    record: CompactionRecord | None
-
-
-@dataclass(frozen=True, slots=True)
-class Synced:
-    session: Session
-    added: int
-    branched_from: str | None
 
 
 class SessionRegistry:
@@ -284,16 +146,12 @@ class SessionRegistry:
             sess = self._open.get(session_id)
             if sess is not None:
                 self._open.move_to_end(session_id)
-        if sess is not None and self.store.head(session_id) != sess.cm.session.head:
-            # another replica wrote to it since: reopen from the store (an answer held here
-            # is in what the client resent to that replica)
-            log.info(json.dumps({"event": "reopen", "session": session_id}))
-            self.drop(session_id)
-            sess = None
+        # another replica may have written to it since: that is found when this one writes
+        # (the store checks the writer's head) and the session is reopened then (see settle)
         if sess is not None and sess.window != self.window_for(model):
             sess.flush()
             self.written(sess)
-            _close(sess)
+            close_session(sess)
             sess = None  # a smaller limit was learned: reopen with it
         if sess is None:
             sess = self._open_session(session_id, model)
@@ -310,7 +168,7 @@ class SessionRegistry:
                     for s in evicted:
                         del self._open[s.session_id]
             for s in evicted:
-                _close(s)
+                close_session(s)
         return sess
 
     def _busy(self, sess: Session) -> bool:
@@ -323,7 +181,7 @@ class SessionRegistry:
             sessions = list(self._open.values())
             self._open.clear()
         for sess in sessions:
-            _close(sess)
+            close_session(sess)
         self.store.close()
 
     def drop(self, session_id: str) -> None:
@@ -334,7 +192,7 @@ class SessionRegistry:
             self._pending.pop(session_id, None)
         if sess is not None:
             sess.pending = None
-            _close(sess)
+            close_session(sess)
 
     def _stored(self, session_id: str, model: str) -> bool:
         """Whether the store holds ``session_id`` (one query, no manager opened)."""
@@ -358,19 +216,47 @@ class SessionRegistry:
         return family
 
     # ------------------------------------------------------------------ syncing
-    def sync(self, base: str, conv: Conversation, model: str) -> Synced:
-        """Find or create the session for ``conv`` and append what it does not have yet."""
+    def sync(self, base: str, conv: Conversation, model: str, *, stage: bool = False) -> Synced:
+        """Find or create the session for ``conv`` and append what it does not have yet.
+        ``stage``: an append to a session already stored is only applied in memory; the
+        caller commits it with :meth:`settle` (``Synced.staged``) before anything of the turn
+        reaches the client, holding the conversation's lock until then."""
         try:
-            return self._sync(base, conv, model)
+            return self._sync(base, conv, model, stage)
         except StorageError as exc:
             # another writer (a second gateway replica) moved the session on: reopen, retry once
             log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
-            for sid in self._families.get(base, []):
-                self.drop(sid)
-            self._families.pop(base, None)
-            return self._sync(base, conv, model)
+            self.forget(base)
+            return self._sync(base, conv, model, stage)
 
-    def _sync(self, base: str, conv: Conversation, model: str) -> Synced:
+    def settle(
+        self, sess: Session, before: Snapshot, base: str, conv: Conversation, model: str
+    ) -> Session | None:
+        """Commit a staged append (see :meth:`sync`). When another replica wrote to the
+        session since this one read it, the conversation is reopened from the store and what
+        the store lacks is appended there: returns that session (None: ``sess`` holds the
+        turn). On any other failure the session is as before the append, its pending answer
+        included, and the error is raised."""
+        try:
+            sess.settle(before)
+        except ConcurrentWriteError as exc:
+            log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
+            self.forget(base)
+            return self._sync(base, conv, model, False).session
+        except BaseException:
+            if sess.pending is not None:
+                with self._mutex:
+                    self._pending[sess.session_id] = sess
+            raise
+        return None
+
+    def forget(self, base: str) -> None:
+        """Drop the open sessions of a conversation (reopened from the store when next
+        needed)."""
+        for sid in self._families.pop(base, []):
+            self.drop(sid)
+
+    def _sync(self, base: str, conv: Conversation, model: str, stage: bool) -> Synced:
         family = self._family(base, model)
         fps = conv.fingerprints
         best: Session | None = None
@@ -394,10 +280,11 @@ class SessionRegistry:
                 self.written(sess)
         if best is not None and (best_known or parent is None):
             new = conv.neutral[best_known:]
+            before = best.snapshot() if stage else None
             with self.store_lock if not best.fps else contextlib.nullcontext():
-                best.append(new, fps[best_known:])
+                best.append(new, fps[best_known:], staged=stage)
             self.written(best)
-            return Synced(session=best, added=len(new), branched_from=None)
+            return Synced(session=best, added=len(new), branched_from=None, staged=before)
         assert parent is not None
         sid = family[0] if best is not None else f"{base}.b{len(family)}"
         sess = self.get(sid, model)
@@ -436,7 +323,7 @@ class SessionRegistry:
             i = sess.index_of.get(m.uuid)
             same = i is not None and history[i] is m
             items.append(ViewItem(m, i if same else None))
-            if not same and not sess.recall_ready and _recall_marker(m):
+            if not same and not sess.recall_ready and recall_marker(m):
                 sess.recall_ready = True
         if len(dicts) == len(view) + 1:  # evidence injected before the newest user message
             pos = next(

@@ -9,6 +9,11 @@ another writer) commits nothing. Blobs are written at once, before the unit comm
 content-addressed: an orphan left by a failed unit is harmless).
 
 Outside a unit, each emit is committed on its own (a unit of one).
+
+A **staged** unit (:meth:`SessionStore.staging`) is collected the same way but not committed when
+it ends: :meth:`SessionStore.commit_staged` commits it later (e.g. while a model call is in
+flight), and the next unit that has something to commit takes it along first, in the same
+transaction, so the order of events never changes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from ..errors import StorageError
 from .base import JSON, ConcurrentWriteError, Event, EventHead, NewEvent, SearchDoc, Store
+from .util import check_bytes, sha256_hex
 
 
 class _Unit:
@@ -30,6 +36,23 @@ class _Unit:
         self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
         self.after_commit: list[Any] = []
+        #: a staged unit's blobs (sha256 -> bytes), written when it commits, before the rows
+        self.blobs: dict[str, bytes] = {}
+        self.defer_blobs = False
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.docs or self.index or self.keys or self.blobs)
+
+    def absorb(self, later: _Unit) -> None:
+        """Append what ``later`` collected (committed together, this unit's part first)."""
+        self.events.extend(later.events)
+        self.docs.extend(later.docs)
+        self.index.extend(later.index)
+        self.keys.extend(later.keys)
+        if self.title is None:
+            self.title = later.title
+        self.after_commit.extend(later.after_commit)
+        self.blobs.update(later.blobs)
 
 
 class SessionStore:
@@ -44,11 +67,14 @@ class SessionStore:
         #: Events this writer knows of: the expected sequence of its next append.
         self.head = info.events if info is not None else 0
         self._unit: _Unit | None = None
+        #: a staged unit: applied in memory by its writer, not committed yet
+        self._staged: _Unit | None = None
         self._depth = 0
         self._lock = threading.RLock()
 
     def refresh(self) -> None:
         """Forget what was not committed and catch up with the stored head."""
+        self._staged = None
         info = self.store.session(self.session_id)
         self.head = info.events if info is not None else 0
         if info is not None:
@@ -75,20 +101,70 @@ class SessionStore:
                 assert unit is not None
                 self._commit(unit)
 
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[None]:
+        """A unit whose end does not commit: what it collected waits for
+        :meth:`commit_staged` (or goes first in the next unit that commits). Not nested in
+        another unit (a second staging before the commit adds to the first)."""
+        with self._lock:
+            if self._depth:
+                raise StorageError(f"internal: session {self.session_id!r} stages inside a unit")
+            self._unit = _Unit()
+            self._unit.defer_blobs = True
+            self._depth = 1
+            try:
+                yield
+            finally:
+                self._depth = 0
+                unit, self._unit = self._unit, None
+            if unit and self._staged is not None:
+                self._staged.absorb(unit)
+            elif unit:
+                self._staged = unit
+
+    @property
+    def has_staged(self) -> bool:
+        """Whether a staged unit waits for :meth:`commit_staged`."""
+        return self._staged is not None
+
+    def commit_staged(self) -> None:
+        """Commit the staged unit, if any (on failure it is dropped: the writer reloads)."""
+        with self._lock:
+            unit, self._staged = self._staged, None
+            if unit is not None:
+                self._commit(unit)
+
     @property
     def in_unit(self) -> bool:
         return self._unit is not None
+
+    def _base(self) -> int:
+        """The stored head plus the events of the staged unit."""
+        return self.head + (len(self._staged.events) if self._staged is not None else 0)
 
     @property
     def next_seq(self) -> int:
         """The seq the next emitted event will get."""
         pending = len(self._unit.events) if self._unit is not None else 0
-        return self.head + pending
+        return self._base() + pending
 
     def _commit(self, unit: _Unit) -> None:
-        if not (unit.events or unit.docs or unit.index or unit.keys):
+        if not unit:
+            return
+        staged, self._staged = self._staged, None
+        if staged is not None:  # it goes first, in the same transaction
+            merged = _Unit()
+            merged.absorb(staged)
+            merged.absorb(unit)
+            try:
+                self._commit(merged)
+            except BaseException:
+                self._staged = staged  # still to be committed (or dropped by a reload)
+                raise
             return
         try:
+            for data in unit.blobs.values():  # content-addressed: an orphan is harmless
+                self.store.blobs.put(data)
             with self.store.transaction() as txn:
                 if unit.events:
                     txn.append(
@@ -132,7 +208,7 @@ class SessionStore:
         """Add an event to the unit; returns the seq it will have."""
         with self._lock:
             unit, alone = self._current()
-            seq = self.head + len(unit.events)
+            seq = self._base() + len(unit.events)
             unit.events.append(NewEvent(kind=kind, data=data, head=head, detail=detail))
             if title and unit.title is None:
                 unit.title = title
@@ -162,6 +238,24 @@ class SessionStore:
             if alone:
                 self._commit(unit)
 
+    def put_blob(self, data: bytes) -> str:
+        """Store ``data`` under its sha256 (returned): at once, or in a staged unit when it
+        commits (:meth:`blob` reads it meanwhile)."""
+        with self._lock:
+            unit = self._unit
+            if unit is None or not unit.defer_blobs:
+                return self.store.blobs.put(data)
+            sha = sha256_hex(check_bytes(data))
+            unit.blobs[sha] = bytes(data)
+            return sha
+
+    def blob(self, sha256: str) -> bytes:
+        """A blob's bytes, one of a staged unit not committed yet included."""
+        for unit in (self._unit, self._staged):
+            if unit is not None and sha256 in unit.blobs:
+                return unit.blobs[sha256]
+        return self.store.blobs.get(sha256)
+
     def after_commit(self, fn: Any) -> None:
         """Run ``fn()`` once the current unit has committed (at once outside a unit)."""
         with self._lock:
@@ -172,16 +266,17 @@ class SessionStore:
 
     # ------------------------------------------------------------------ reading
     def pending(self, kinds: Sequence[str]) -> list[NewEvent]:
-        """Events of those kinds emitted in the open unit (not committed yet)."""
-        if self._unit is None:
-            return []
-        return [e for e in self._unit.events if e.kind in kinds]
+        """Events of those kinds emitted in the staged and the open unit (not committed yet)."""
+        units = [u for u in (self._staged, self._unit) if u is not None]
+        return [e for u in units for e in u.events if e.kind in kinds]
 
     def pending_docs(self, namespace: str) -> list[str]:
-        """Keys of documents of that namespace put in the open unit (not committed yet)."""
-        if self._unit is None:
-            return []
-        return [key for ns, key, value in self._unit.docs if ns == namespace and value is not None]
+        """Keys of documents of that namespace put in the staged and the open unit (not
+        committed yet)."""
+        units = [u for u in (self._staged, self._unit) if u is not None]
+        return [
+            key for u in units for ns, key, value in u.docs if ns == namespace and value is not None
+        ]
 
     def read(self, *, start: int = 0, kinds: Sequence[str] | None = None) -> Iterator[Event]:
         return self.store.read(self.session_id, start=start, stop=self.head, kinds=kinds)
