@@ -496,6 +496,21 @@ def _slow_maintenance(marker: str) -> Any:
     return slow
 
 
+def _start_slow_maintenance(store: Any, marker: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One write starts a maintenance run that stands for a long VACUUM; returns once the
+    server runs it."""
+    from contextfold.storage import postgres as pg_mod
+
+    monkeypatch.setattr(pg_mod, "analyze_stale", _slow_maintenance(marker))
+    monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1)
+    with store.transaction() as tx:
+        tx.append("s", [_ev(0)], expected_seq=0, agent_id="a")
+    deadline = time.monotonic() + 10
+    while _running(store, marker) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running(store, marker) == 1, "the maintenance run did not start"
+
+
 def _running(store: Any, marker: str) -> int:
     """How many server backends are running the statement tagged ``marker``."""
     import psycopg
@@ -515,18 +530,10 @@ def test_a_long_maintenance_run_never_holds_a_writers_connection(
     """The background VACUUM/ANALYZE does not take one of the pool's connections: with a
     pool of one, a write made while a long VACUUM runs goes through at once instead of
     waiting for the VACUUM (and failing when the pool's timeout runs out)."""
-    from contextfold.storage import postgres as pg_mod
 
     marker = f"cf-maintenance-{pg_support.new_schema_name()}"
     store = pg.open(min_size=1, max_size=1, timeout=3)
-    monkeypatch.setattr(pg_mod, "analyze_stale", _slow_maintenance(marker))
-    monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1)
-    with store.transaction() as tx:
-        tx.append("s", [_ev(0)], expected_seq=0, agent_id="a")
-    deadline = time.monotonic() + 10
-    while _running(store, marker) == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _running(store, marker) == 1, "the maintenance run did not start"
+    _start_slow_maintenance(store, marker, monkeypatch)
     started = time.monotonic()
     with store.transaction() as tx:  # the pool's one connection is free
         tx.append("s", [_ev(1)], expected_seq=1, agent_id="a")
@@ -539,18 +546,10 @@ def test_close_stops_a_maintenance_run_under_way(
 ) -> None:
     """Closing the store while a long VACUUM runs in the background cancels it: close()
     returns at once and nothing of the store keeps running on the server."""
-    from contextfold.storage import postgres as pg_mod
 
     marker = f"cf-maintenance-{pg_support.new_schema_name()}"
     store = pg.open()
-    monkeypatch.setattr(pg_mod, "analyze_stale", _slow_maintenance(marker))
-    monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1)
-    with store.transaction() as tx:
-        tx.append("s", [_ev(0)], expected_seq=0, agent_id="a")
-    deadline = time.monotonic() + 10
-    while _running(store, marker) == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _running(store, marker) == 1, "the maintenance run did not start"
+    _start_slow_maintenance(store, marker, monkeypatch)
     thread = store._maintenance
     started = time.monotonic()
     store.close()

@@ -190,11 +190,7 @@ def test_schema_3_heads_are_migrated_to_compact_heads(pg: SchemaFactory) -> None
     session then reopens lazily with the same view and call log."""
     from contextfold import ContextManager
     from tests.test_lazy_reopen import _feed, _messages
-
-    def calls(cm: ContextManager) -> Any:
-        log = cm.recovery.session_calls()
-        kept = [(f.tool, f.command, f.paths, f.action, f.shell) for f in log._fields]
-        return log.positions, kept
+    from tests.test_storage_schema import _calls as calls
 
     schema = pg.schema()
     store = pg.open(schema)
