@@ -22,6 +22,7 @@ from contextfold.messages import Message, ToolCall
 from contextfold.storage import MemoryStore, SQLiteStore, Store
 from contextfold.storage.session import SessionStore
 from tests import pg_support
+from tests.evidence_helpers import index_block
 
 QUERIES = [
     "show me the full error output of `pytest -x tests/test_parser.py`",
@@ -87,30 +88,9 @@ def build(store: Store, sid: str = "s") -> EvidenceStore:
         msgs = RANGES[n]
         for start in range(0, len(msgs), 9):
             chunk = msgs[start : start + 9]
-            es.index_compaction(
-                messages=chunk,
-                offloaded={},
-                summary_items_source=[],
-                token_before=0,
-                token_after=0,
-                boundary_uuid=None,
-                natural_summary="",
-                tier="t",
-                strategy="s",
-                known_calls=msgs[:start],
-            )
+            index_block(es, chunk, known_calls=msgs[:start])
         if n == 6:  # the same range again: its pointers are not indexed twice
-            es.index_compaction(
-                messages=msgs[:9],
-                offloaded={},
-                summary_items_source=[],
-                token_before=0,
-                token_after=0,
-                boundary_uuid=None,
-                natural_summary="",
-                tier="t",
-                strategy="s",
-            )
+            index_block(es, msgs[:9])
     es.add_subagent_output("w1", "worker notes: the cache was cold; 数据库连接超时 twice")
     return es
 
@@ -234,17 +214,7 @@ def test_a_writer_that_reopened_does_not_index_a_pointer_again(store: Store) -> 
     es = EvidenceStore(SessionStore(store, "s", "agent"))
     calls = es.state().calls
     again = RANGES[5][:9]  # indexed before, by another writer
-    es.index_compaction(
-        messages=again,
-        offloaded={},
-        summary_items_source=[],
-        token_before=0,
-        token_after=0,
-        boundary_uuid=None,
-        natural_summary="",
-        tier="t",
-        strategy="s",
-    )
+    index_block(es, again)
     assert es.state().calls == calls  # no new documents
     fresh = EvidenceSearch(EvidenceStore(SessionStore(store, "s", "agent")))
     assert {q: answers_of(fresh, q) for q in QUERIES[:6]} == before

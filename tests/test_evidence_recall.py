@@ -11,6 +11,7 @@ from contextfold import ContextManager
 from contextfold.evidence.search import EvidenceSearch
 from contextfold.evidence.store import EvidenceStore
 from contextfold.messages import Message, ToolCall
+from tests.evidence_helpers import index_block
 from tests.store_helpers import session_store
 
 KEY_TB = (
@@ -36,17 +37,7 @@ def turn(call_id: str, name: str, args: dict[str, Any], output: str) -> list[Mes
 
 
 def index(store: EvidenceStore, messages: list[Message]) -> None:
-    store.index_compaction(
-        messages=messages,
-        offloaded={},
-        summary_items_source=[],
-        token_before=0,
-        token_after=0,
-        boundary_uuid=None,
-        natural_summary="",
-        tier="soft",
-        strategy="progressive",
-    )
+    index_block(store, messages, tier="soft", strategy="progressive")
 
 
 def file_tool_session(tmp_path: Path) -> tuple[EvidenceStore, EvidenceSearch]:

@@ -14,6 +14,7 @@ from contextfold.evidence.store import EvidenceStore
 from contextfold.messages import Message, ToolCall
 from contextfold.wire import messages_from_openai
 from tests.conftest import load_trace, trace_files
+from tests.evidence_helpers import index_block
 from tests.store_helpers import session_store
 
 
@@ -29,17 +30,7 @@ def result(call_id: str, text: str) -> Message:
 
 
 def compact(store: EvidenceStore, messages: list[Message]) -> None:
-    store.index_compaction(
-        messages=messages,
-        offloaded={},
-        summary_items_source=[],
-        token_before=0,
-        token_after=0,
-        boundary_uuid=None,
-        natural_summary="",
-        tier="t",
-        strategy="s",
-    )
+    index_block(store, messages)
 
 
 def pairs(items: list[tuple[str, str]], start: int = 0) -> list[Message]:

@@ -10,6 +10,7 @@ from contextfold.evidence.store import EvidenceStore
 from contextfold.evidence.tools import recall_tool
 from contextfold.messages import Message, ToolCall
 from contextfold.tools import ToolBox
+from tests.evidence_helpers import index_block
 from tests.store_helpers import session_store
 
 TB = (
@@ -29,17 +30,7 @@ def setup(tmp_path: Path) -> tuple[ToolBox, EvidenceStore, EvidenceSearch]:
             ),
             Message(role="tool", tool_call_id=f"c{i}", content=text),
         ]
-    store.index_compaction(
-        messages=msgs,
-        offloaded={},
-        summary_items_source=[],
-        token_before=0,
-        token_after=0,
-        boundary_uuid=None,
-        natural_summary="",
-        tier="t",
-        strategy="s",
-    )
+    index_block(store, msgs)
     search = EvidenceSearch(store)
     return ToolBox([recall_tool(search, store)]), store, search
 
