@@ -257,3 +257,9 @@ def worker_manager_writer(
                 except ConcurrentWriteError:
                     conflicts += 1
     return conflicts
+
+
+def schema_factory_store() -> Iterator[Any]:
+    """One PostgresStore on a fresh schema (a fixture body: yields it, then drops the schema)."""
+    for factory in schema_factory():
+        yield factory.open()

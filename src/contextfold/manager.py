@@ -23,11 +23,10 @@ from .errors import (
     ConfigError,
     ContextFoldError,
     ContextOverflowError,
-    InvalidMessageError,
     StorageError,
 )
 from .limits import LearnedWindow, learn_from_overflow
-from .messages import Message
+from .messages import Message, check_encodable
 from .offload import (
     EVICTION_POLICY,
     INGEST_POLICY,
@@ -50,7 +49,7 @@ from .tokens import Calibration, MessageTokenCache, TokenCounter, count_tools, g
 from .tools import ToolBox
 from .usage import extract_input_tokens
 from .view import HistoryView
-from .wire import from_anthropic, to_anthropic, to_openai
+from .wire import from_anthropic, to_anthropic
 
 if TYPE_CHECKING:
     from .evidence.model import EvidencePointer
@@ -60,14 +59,6 @@ OnCompaction = Callable[[CompactionRecord], None]
 
 
 DEFAULT_WORKSPACE = "./.contextfold"
-
-
-def _encodable(msg: Message) -> bool:
-    try:
-        json.dumps(to_openai(msg), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class ContextManager:
@@ -357,14 +348,9 @@ class ContextManager:
             parsed = parse_inputs(messages, start, self._uuid_for)
             if not parsed:
                 return []
-            self.view.check_batch(parsed, start)  # all or nothing: validate before writing
-            bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
-            if bad is not None:
-                raise InvalidMessageError(
-                    "text is not valid Unicode (lone surrogates); decode tool output with "
-                    "errors='replace' before adding it",
-                    index=bad,
-                )
+            for i, msg in enumerate(parsed):  # all or nothing: validate before writing
+                check_encodable(msg, start + i)
+            self.view.check_batch(parsed, start)
             tokens = [self._cache.count(m) for m in parsed]
             with self._unit():
                 self.log.append(parsed, start, tokens)

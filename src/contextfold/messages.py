@@ -8,8 +8,9 @@ Provider wire formats live in :mod:`contextfold.wire`; everything inside the lib
 from __future__ import annotations
 
 import json
+import math
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
@@ -23,6 +24,11 @@ ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "
 Content = str | tuple[Mapping[str, Any], ...] | None
 
 _EMPTY: Mapping[str, Any] = {}
+
+#: Deepest nesting of lists and objects accepted in a message field (content blocks, tool
+#: call arguments, provider extras, metadata). Real messages nest a few levels; a deeper one
+#: is refused with :class:`InvalidMessageError` instead of exhausting the interpreter's stack.
+MAX_NESTING = 128
 
 
 def new_uuid() -> str:
@@ -155,13 +161,105 @@ def check_message(msg: Message, index: int | None = None) -> Message:
         if not call.name:
             raise InvalidMessageError(f"tool call {call.id!r} has no function name", index=index)
         try:
-            json.loads(call.arguments or "{}")
+            parsed = json.loads(call.arguments or "{}")
         except (TypeError, ValueError) as exc:
             raise InvalidMessageError(
                 f"tool call {call.id!r} ({call.name}): arguments are not valid JSON ({exc})",
                 index=index,
             ) from None
+        except RecursionError:
+            parsed = None
+            problem: str | None = f"is nested deeper than {MAX_NESTING} levels"
+        else:
+            problem = _json_problem(parsed)
+        if problem is not None:
+            raise InvalidMessageError(
+                f"tool call {call.id!r} ({call.name}): arguments {problem}", index=index
+            )
     return msg
+
+
+def _scalar_problem(value: object) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"holds {value!r}, which is not valid JSON"
+    if value is None or isinstance(value, str | int | float):
+        return None
+    return f"holds a {type(value).__name__} object, which cannot be stored as JSON"
+
+
+def _json_problem(value: object) -> str | None:
+    """Why ``value`` cannot be stored as JSON exactly (an object that is not JSON, a cycle,
+    nesting deeper than :data:`MAX_NESTING`, a non-text key, NaN), or None. Iterative: a
+    hostile depth never reaches the interpreter's recursion limit."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    path: dict[int, int] = {}  # id of each open container -> its depth (cycle detection)
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Iterable[object] = item.values()
+            for key in item:
+                if not isinstance(key, str):
+                    return f"has a key {key!r} that is not text"
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            problem = _scalar_problem(item)
+            if problem is not None:
+                return problem
+            continue
+        if depth >= MAX_NESTING:
+            return f"is nested deeper than {MAX_NESTING} levels"
+        for other in [k for k, d in path.items() if d >= depth]:
+            del path[other]  # containers closed since (siblings of this one, or theirs)
+        if id(item) in path:
+            return "refers to itself (a circular structure)"
+        path[id(item)] = depth
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def _unicode_problem(value: object) -> str | None:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return (
+            "text is not valid Unicode (lone surrogates); decode tool output with "
+            "errors='replace' before adding it"
+        )
+    return None
+
+
+def _fields(msg: Message) -> Iterator[tuple[str, object]]:
+    if isinstance(msg.content, tuple):
+        for j, block in enumerate(msg.content):
+            yield f"content block {j}", block
+    else:
+        yield "content", msg.content
+    yield "name", msg.name
+    yield "tool_call_id", msg.tool_call_id
+    yield "uuid", msg.uuid
+    for j, call in enumerate(msg.tool_calls):
+        yield f"tool call {j}", [call.id, call.name, call.arguments]
+        if call.extra:
+            yield f"tool call {j} field", dict(call.extra)
+    for key, value in msg.extra.items():
+        yield f"field {key!r}", value
+    for key, value in msg.metadata.items():
+        yield f"metadata {key!r}", value
+
+
+def check_encodable(msg: Message, index: int | None = None) -> None:
+    """Raise InvalidMessageError (naming the field) unless every field of ``msg`` can be
+    stored as JSON and read back exactly: plain JSON values only, no cycles, at most
+    :data:`MAX_NESTING` levels deep, finite numbers, valid Unicode."""
+    for where, value in _fields(msg):
+        problem = _json_problem(value)
+        if isinstance(value, str) and value.isascii():
+            continue
+        if problem is None and value is not None and not isinstance(value, int | float | bool):
+            problem = _unicode_problem(value)
+        if problem is not None:
+            raise InvalidMessageError(f"{where} {problem}", index=index)
 
 
 def check_sequence(
@@ -204,9 +302,11 @@ def check_view(messages: Sequence[Message]) -> None:
 
 
 __all__ = [
+    "MAX_NESTING",
     "Message",
     "Role",
     "ToolCall",
+    "check_encodable",
     "check_sequence",
     "check_view",
 ]

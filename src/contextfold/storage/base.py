@@ -112,7 +112,22 @@ def prefix_end(prefix: str) -> str | None:
     return None
 
 
-def check_append(session_id: object, agent_id: object, expected_seq: object) -> None:
+def check_text(value: object, what: str) -> None:
+    """A name the store files rows under (session and agent id, title, document namespace
+    and key) must be text that UTF-8 can encode: lone surrogates are refused the same way by
+    every backend, before anything is written."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise StorageError(
+                f"{what} {value[:40]!r} is not valid Unicode (lone surrogates)"
+            ) from None
+
+
+def check_append(
+    session_id: object, agent_id: object, expected_seq: object, title: object = None
+) -> None:
     """The arguments of :meth:`Transaction.append`, checked the same way by every backend."""
     if not isinstance(session_id, str) or not session_id:
         raise StorageError(f"session id must be a non-empty string, got {session_id!r}")
@@ -120,6 +135,9 @@ def check_append(session_id: object, agent_id: object, expected_seq: object) -> 
         raise StorageError(f"agent id must be a non-empty string, got {agent_id!r}")
     if isinstance(expected_seq, bool) or not isinstance(expected_seq, int) or expected_seq < 0:
         raise StorageError(f"expected_seq must be an integer >= 0, got {expected_seq!r}")
+    check_text(session_id, "session id")
+    check_text(agent_id, "agent id")
+    check_text(title, "session title")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -383,5 +401,6 @@ __all__ = [
     "Transaction",
     "check_append",
     "check_keys",
+    "check_text",
     "prefix_end",
 ]

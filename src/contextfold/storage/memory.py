@@ -30,6 +30,7 @@ from .base import (
     SessionInfo,
     check_append,
     check_keys,
+    check_text,
 )
 from .keys import KeyTable
 from .text import bm25_scores, query_terms, split_fields
@@ -145,7 +146,7 @@ class _MemoryTransaction:
         agent_id: str,
         title: str | None = None,
     ) -> list[Event]:
-        check_append(session_id, agent_id, expected_seq)
+        check_append(session_id, agent_id, expected_seq, title)
         sess = self._session(session_id)
         actual = len(sess.events) if sess is not None else 0
         if actual != expected_seq:
@@ -178,9 +179,13 @@ class _MemoryTransaction:
         return out
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        check_text(namespace, "document namespace")
+        check_text(key, "document key")
         self._docs[(namespace, key)] = _frozen(value, f"document {namespace}/{key}")
 
     def delete_doc(self, namespace: str, key: str) -> None:
+        check_text(namespace, "document namespace")
+        check_text(key, "document key")
         self._docs[(namespace, key)] = None
 
     def index(self, docs: Sequence[SearchDoc]) -> None:

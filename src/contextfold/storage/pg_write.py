@@ -19,6 +19,7 @@ from .base import (
     SearchDoc,
     check_append,
     check_keys,
+    check_text,
 )
 from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
@@ -81,7 +82,7 @@ class PgTransaction:
         title: str | None = None,
     ) -> list[Event]:
         self._use(f"append to session {session_id!r}")
-        check_append(session_id, agent_id, expected_seq)
+        check_append(session_id, agent_id, expected_seq, title)
         s, conn, now = self._s, self._conn, utc_now()
         out = [
             Event(session_id=session_id, seq=expected_seq + i, kind=e.kind, ts=now, data=e.data)
@@ -155,6 +156,8 @@ class PgTransaction:
         return out
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        check_text(namespace, "document namespace")
+        check_text(key, "document key")
         text = dumps(value, f"document {namespace}/{key}")
         self._use(f"write document {namespace}/{key}")
         self._conn.execute(
@@ -165,6 +168,8 @@ class PgTransaction:
         )
 
     def delete_doc(self, namespace: str, key: str) -> None:
+        check_text(namespace, "document namespace")
+        check_text(key, "document key")
         self._use(f"delete document {namespace}/{key}")
         self._conn.execute(
             f"DELETE FROM {self._s}.documents WHERE namespace = %s AND key = %s",

@@ -165,7 +165,7 @@ class PostgresStore:
                 if attempt == 0 and not self._closed:
                     continue  # the pool discarded the broken connection; try another
                 raise StorageError(f"PostgreSQL: {what} failed ({self._url}): {exc}") from exc
-            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            except (psycopg.Error, psycopg_pool.PoolTimeout, UnicodeEncodeError) as exc:
                 raise StorageError(f"PostgreSQL: {what} failed ({self._url}): {exc}") from exc
         raise AssertionError("unreachable")
 
@@ -191,7 +191,7 @@ class PostgresStore:
                 tx.pending.append("commit")
         except StorageError:
             raise
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        except (psycopg.Error, psycopg_pool.PoolTimeout, UnicodeEncodeError) as exc:
             steps = ", ".join(tx.pending) if tx is not None and tx.pending else "begin"
             raise StorageError(
                 f"PostgreSQL transaction failed and was rolled back (at: {steps}) "

@@ -204,7 +204,7 @@ class SQLiteStore:
     def _reading(self, what: str) -> Iterator[sqlite3.Connection]:
         try:
             yield self._con()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, UnicodeEncodeError) as exc:  # (lone surrogates in a name)
             raise StorageError(f"{what} failed in {self.path}: {exc}") from exc
 
     # ------------------------------------------------------------------ transactions
@@ -229,7 +229,7 @@ class SQLiteStore:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 con.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, sqlite3.Error | UnicodeEncodeError):
                 raise StorageError(f"writing to {self.path} failed: {exc}") from exc
             raise
         finally:

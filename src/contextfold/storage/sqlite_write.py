@@ -10,7 +10,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import StorageError
-from .base import JSON, ConcurrentWriteError, Event, NewEvent, SearchDoc, check_append, check_keys
+from .base import (
+    JSON,
+    ConcurrentWriteError,
+    Event,
+    NewEvent,
+    SearchDoc,
+    check_append,
+    check_keys,
+    check_text,
+)
 from .sqlite_schema import session_tag
 from .text import split_fields
 from .util import utc_now
@@ -45,7 +54,7 @@ class SQLiteTransaction:
         agent_id: str,
         title: str | None = None,
     ) -> list[Event]:
-        check_append(session_id, agent_id, expected_seq)
+        check_append(session_id, agent_id, expected_seq, title)
         con = self._con
         row = con.execute(
             "SELECT agent_id, events, title FROM sessions WHERE session_id=?", (session_id,)
@@ -95,10 +104,14 @@ class SQLiteTransaction:
         return out
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+        check_text(namespace, "document namespace")
+        check_text(key, "document key")
         text = dump_json(value, f"document {namespace}/{key}")
         self._con.execute("INSERT OR REPLACE INTO docs VALUES (?,?,?)", (namespace, key, text))
 
     def delete_doc(self, namespace: str, key: str) -> None:
+        check_text(namespace, "document namespace")
+        check_text(key, "document key")
         self._con.execute("DELETE FROM docs WHERE namespace=? AND key=?", (namespace, key))
 
     def index(self, docs: Sequence[SearchDoc]) -> None:
