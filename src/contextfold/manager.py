@@ -129,6 +129,9 @@ class ContextManager:
         self._seqs: list[int] | None = None
         #: offloads of messages not loaded yet: (position, entry, policy), applied on load
         self._deferred: list[tuple[int, OffloadEntry, str]] = []
+        #: a failed write could not reload what is stored (the store was unreachable): the
+        #: in-memory state is not used again before the next call reloads it
+        self._stale = False
         self._open()
 
     @staticmethod
@@ -237,6 +240,7 @@ class ContextManager:
     def message_at(self, index: int) -> Message:
         """History message ``index`` without loading the rest of a lazily reopened history."""
         with self._lock:
+            self._fresh()
             if self.view.is_loaded(index) or self._seqs is None:
                 return self.view.history[index]
             seq = self._seqs[index]
@@ -256,13 +260,15 @@ class ContextManager:
 
     @contextlib.contextmanager
     def _unit(self) -> Iterator[None]:
-        """One atomic unit: everything stored inside commits together, or nothing does. On a
-        storage failure the manager reloads what is stored, then the error is raised."""
+        """One atomic unit: everything stored inside commits together, or nothing does. On
+        any failure inside (storage or not) the manager reloads what is stored, then the error
+        is raised: its in-memory state never holds what was not stored."""
         with self._lock:
+            self._fresh()
             try:
                 with self.session.unit():
                     yield
-            except StorageError:
+            except BaseException:
                 self._reload_after_failure()
                 raise
 
@@ -275,6 +281,7 @@ class ContextManager:
         Until then the caller keeps other writers of the session away. An error inside leaves
         the manager as it was."""
         with self._lock:
+            self._fresh()
             size = len(self.view)
             try:
                 with self.session.staging():
@@ -295,20 +302,47 @@ class ContextManager:
         with self._lock:
             try:
                 self.session.commit_staged()
-            except StorageError:
+            except BaseException:
                 self._reload_after_failure()
                 raise
 
     def _reload_after_failure(self) -> None:
+        self._stale = True
         try:
             self._open()
-        except ContextFoldError as exc:  # the store is unreadable too: say so, keep the error
+        except ContextFoldError as exc:  # the store is unreadable too: reload on next use
             self._problems.append(f"reloading after a failed write failed: {exc}")
+        else:
+            self._stale = False
+
+    def _fresh(self) -> None:
+        """Reload first if a failed write could not (StorageError while the store is still
+        unreachable: nothing is served from a state that may hold what was not stored)."""
+        if self._stale:
+            self._open()
+            self._stale = False
+
+    @property
+    def in_sync(self) -> bool:
+        """False after a failed write that could not reload the session (the store was
+        unreachable): the next call (or :meth:`refresh`) reloads it from the store first."""
+        return not self._stale
+
+    @property
+    def stored_length(self) -> int:
+        """Messages of this session in the store as this manager last read or wrote it (the
+        history length once it is in sync; staged messages not committed yet excluded)."""
+        with self._lock:
+            self._fresh()
+            return len(self.view) - len(self.session.pending(["message"]))
 
     def refresh(self) -> None:
-        """Reload the session from the store (after another writer appended to it)."""
+        """Reload the session from the store (after another writer appended to it, or after
+        a failed write while the store was unreachable)."""
         with self._lock:
+            self._stale = True
             self._open()
+            self._stale = False
 
     def close(self) -> None:
         """Release the store this manager opened (a store passed in is left open)."""
@@ -328,6 +362,7 @@ class ContextManager:
         """The full history (a copy of the list; messages are immutable). After a reopen the
         messages before the compaction boundary are read from the store on first use."""
         with self._lock:
+            self._fresh()
             return list(self.view.history)
 
     def add(self, message: Mapping[str, Any] | Message) -> Message:
@@ -342,6 +377,7 @@ class ContextManager:
         """Append several messages at once: all or nothing (validated first, then stored in one
         unit)."""
         with self._lock:
+            self._fresh()
             start = len(self.view)
             # dicts get a uuid derived from (session, position): stable across replays, so the
             # same history always gives the same view (evidence ids derive from it)
@@ -463,6 +499,7 @@ class ContextManager:
         if format not in ("openai", "anthropic"):
             raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
         with self._lock:
+            self._fresh()
             schema_tokens = self._schema_tokens(tools)
             extra = self.config.reserve_output_tokens + schema_tokens
             with self._unit():
@@ -596,7 +633,9 @@ class ContextManager:
     def view_messages(self) -> ViewMessages:
         """The current view as neutral messages (no compaction is run). A property since the
         public surface was made consistent; ``cm.view_messages()`` still works (deprecated)."""
-        return ViewMessages(self.view.view_messages())
+        with self._lock:
+            self._fresh()
+            return ViewMessages(self.view.view_messages())
 
     @property
     def view_tokens(self) -> int:

@@ -39,13 +39,19 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def split_schema(url: str) -> tuple[str, str | None]:
-    """The connection URL without a ``schema`` query parameter, and that parameter."""
+def split_param(url: str, name: str) -> tuple[str, str | None]:
+    """The connection URL without the query parameter ``name`` (one of contextfold's own,
+    which libpq would refuse), and that parameter."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"], quote_via=quote)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema
+    value = next((v for k, v in query if k == name), None)
+    rest = urlencode([(k, v) for k, v in query if k != name], quote_via=quote)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), value
 
 
-__all__ = ["check_connection", "public_url", "split_schema"]
+def split_schema(url: str) -> tuple[str, str | None]:
+    """The connection URL without a ``schema`` query parameter, and that parameter."""
+    return split_param(url, "schema")
+
+
+__all__ = ["check_connection", "public_url", "split_param", "split_schema"]

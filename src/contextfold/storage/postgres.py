@@ -46,7 +46,8 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
-from .pg_connect import check_connection, public_url, split_schema
+from .pg_connect import public_url, split_param, split_schema
+from .pg_pool import Connections, resolve_timeout
 from .pg_schema import (
     BIG_HEAD,
     SMALL_HEAD,
@@ -79,11 +80,13 @@ class PostgresStore:
         schema: str | None = None,
         min_size: int = 1,
         max_size: int = 10,
-        timeout: float = 30.0,
+        timeout: float | None = None,
     ) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise StorageError(f"not a PostgreSQL URL: {public_url(url)!r}")
         conninfo, url_schema = split_schema(url)
+        conninfo, url_timeout = split_param(conninfo, "timeout")
+        timeout = resolve_timeout(timeout, url_timeout)
         try:
             given = psycopg.conninfo.conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as exc:
@@ -104,31 +107,32 @@ class PostgresStore:
             "application_name": "contextfold",
             "options": options,
         }
+        if "tcp_user_timeout" not in given:  # a server that stops answering mid-call
+            connect_args["tcp_user_timeout"] = int(timeout * 1000)
         # one direct connection first: a wrong host, password or parameter fails here at
         # once with the server's reason (the pool would retry until its timeout); it also
         # brings the schema up to date before any pooled connection is used
         try:
             with psycopg.connect(
-                conninfo, connect_timeout=max(1, int(min(timeout, 15))), **connect_args
+                conninfo, connect_timeout=max(1, round(timeout)), **connect_args
             ) as conn:
                 migrate(conn, self.schema)
                 analyze_stale(conn, self.schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open PostgreSQL at {self._url}: {exc}") from exc
         self._conninfo, self._connect_args = conninfo, connect_args
-        self._connect_timeout = max(1, int(min(timeout, 15)))
+        self._connect_timeout = max(1, round(timeout))
+        #: the bound on every wait for the server (seconds)
+        self.timeout = timeout
         try:
-            self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
+            self._conns = Connections(
                 conninfo,
+                connect_args,
                 min_size=min_size,
-                max_size=max(max_size, min_size),
-                open=False,
+                max_size=max_size,
                 timeout=timeout,
-                kwargs=connect_args,
-                check=check_connection,
                 name=f"contextfold:{self._url}",
             )
-            self._pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise StorageError(f"cannot connect to PostgreSQL at {self._url}: {exc}") from exc
         self.s = f'"{self.schema}"'
@@ -157,7 +161,7 @@ class PostgresStore:
         self._check_open()
         for attempt in (0, 1):
             try:
-                with self._pool.connection() as conn:
+                with self._conns.connection() as conn:
                     return fn(conn)
             except StorageError:
                 raise
@@ -184,7 +188,7 @@ class PostgresStore:
         try:
             # pipeline mode: queued writes travel with the next statement that needs an
             # answer (an append) or with the commit; the transaction ends before the pipeline
-            with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            with self._conns.connection() as conn, conn.pipeline(), conn.transaction():
                 tx = PgTransaction(self, conn)
                 yield tx
                 tx.done = True
@@ -253,7 +257,7 @@ class PostgresStore:
                     self._maintenance_conn.cancel_safe(timeout=5)
         if maintenance is not None:
             maintenance.join(timeout=30)
-        self._pool.close()
+        self._conns.close()
 
     def __enter__(self) -> PostgresStore:
         return self

@@ -1,0 +1,139 @@
+"""The PostgreSQL store's connections: a pool while the server answers, and a bounded wait
+when it does not.
+
+Every wait is bounded by one timeout (:data:`DEFAULT_TIMEOUT` seconds unless the store URL's
+``timeout`` parameter or ``$CONTEXTFOLD_PG_TIMEOUT`` says otherwise): connecting, waiting for a
+pooled connection, and unanswered data on an open connection (``tcp_user_timeout``).
+
+A pool that cannot hand out a connection in time (the server is down, or the pool is still
+backing off after an outage) is bypassed: the store connects directly, once, within the
+timeout. If that fails too the server is taken as down and each later call tries one direct
+connection (refused at once while the server is stopped) instead of waiting on the pool; the
+first direct connection that succeeds brings a fresh pool back, so a call made after the server
+returns works at once rather than after the old pool's reconnection backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from ..errors import ConfigError
+from .pg_connect import check_connection
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+#: Seconds any one wait on the server may take (connect, a pooled connection, an answer).
+DEFAULT_TIMEOUT = 5.0
+TIMEOUT_ENV = "CONTEXTFOLD_PG_TIMEOUT"
+
+
+def resolve_timeout(given: float | None, from_url: str | None) -> float:
+    """The timeout: the argument, else the URL's ``timeout``, else the environment, else
+    :data:`DEFAULT_TIMEOUT`."""
+    for value, where in (
+        (given, "timeout"),
+        (from_url, "the store URL's timeout parameter"),
+        (os.environ.get(TIMEOUT_ENV) or None, f"${TIMEOUT_ENV}"),
+    ):
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where} must be a number of seconds, got {value!r}") from None
+        if not seconds > 0 or seconds == float("inf"):
+            raise ConfigError(f"{where} must be a positive number of seconds, got {value!r}")
+        return seconds
+    return DEFAULT_TIMEOUT
+
+
+class Connections:
+    """The pool, the direct fallback and the "server is down" state of one store."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        kwargs: dict[str, Any],
+        *,
+        min_size: int,
+        max_size: int,
+        timeout: float,
+        name: str,
+    ) -> None:
+        self.conninfo = conninfo
+        self.kwargs = kwargs
+        self.timeout = timeout
+        self._sizes = (min_size, max(max_size, min_size))
+        self._name = name
+        self._lock = threading.Lock()
+        #: when the server was last found down (monotonic), or None while it answers
+        self.down_since: float | None = None
+        self.pool = self._new_pool()
+        self.pool.open(wait=True, timeout=timeout)
+
+    def _new_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
+        return psycopg_pool.ConnectionPool(
+            self.conninfo,
+            min_size=self._sizes[0],
+            max_size=self._sizes[1],
+            open=False,
+            timeout=self.timeout,
+            kwargs=self.kwargs,
+            check=check_connection,
+            name=self._name,
+        )
+
+    def direct(self) -> Conn:
+        """One connection outside the pool, within the timeout."""
+        return psycopg.connect(
+            self.conninfo, connect_timeout=max(1, round(self.timeout)), **self.kwargs
+        )
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Conn]:
+        """A connection for one call: pooled, or direct when the pool cannot give one in
+        time; raises psycopg.OperationalError when the server cannot be reached."""
+        if self.down_since is None:
+            entered = False
+            try:
+                with self.pool.connection(timeout=self.timeout) as conn:
+                    entered = True
+                    yield conn
+                return
+            except psycopg_pool.PoolTimeout:
+                if entered:
+                    raise
+        try:
+            conn = self.direct()
+        except psycopg.OperationalError:
+            self.down_since = self.down_since or time.monotonic()
+            raise
+        try:
+            if self.down_since is not None or self.pool.get_stats().get("pool_size", 0) == 0:
+                self._renew()
+            yield conn
+        finally:
+            conn.close()
+
+    def _renew(self) -> None:
+        """The server answers again: a fresh pool (the old one may be waiting out a long
+        reconnection backoff), the old one closed in the background."""
+        with self._lock:
+            old, self.pool = self.pool, self._new_pool()
+            self.pool.open(wait=False)
+            self.down_since = None
+        threading.Thread(target=old.close, kwargs={"timeout": 1.0}, daemon=True).start()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+__all__ = ["DEFAULT_TIMEOUT", "TIMEOUT_ENV", "Connections", "resolve_timeout"]
