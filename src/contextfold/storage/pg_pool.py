@@ -123,6 +123,25 @@ class Connections:
         finally:
             conn.close()
 
+    def begin(self) -> tuple[contextlib.ExitStack, Conn]:
+        """A connection in pipeline mode inside a transaction (close the stack to end it).
+        A connection the server dropped (a terminated backend whose notice had not arrived
+        when the pool checked it) fails here, before anything was written: one retry on a
+        fresh connection."""
+        for attempt in (0, 1):
+            stack = contextlib.ExitStack()
+            try:
+                conn = stack.enter_context(self.connection())
+                stack.enter_context(conn.pipeline())
+                stack.enter_context(conn.transaction())
+                return stack, conn
+            except psycopg.OperationalError:
+                with contextlib.suppress(psycopg.Error):
+                    stack.close()
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
     def _renew(self) -> None:
         """The server answers again: a fresh pool (the old one may be waiting out a long
         reconnection backoff), the old one closed in the background."""

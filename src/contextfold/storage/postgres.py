@@ -188,7 +188,8 @@ class PostgresStore:
         try:
             # pipeline mode: queued writes travel with the next statement that needs an
             # answer (an append) or with the commit; the transaction ends before the pipeline
-            with self._conns.connection() as conn, conn.pipeline(), conn.transaction():
+            stack, conn = self._conns.begin()
+            with stack:
                 tx = PgTransaction(self, conn)
                 yield tx
                 tx.done = True
