@@ -124,6 +124,14 @@ class SQLiteStore:
         return con
 
     def _init(self) -> None:
+        # the schema is created in one transaction: a failed first open (a full disk) leaves
+        # no tables at all, and the next open creates them once space is back
+        self._create_or_migrate(existed=self.path.exists())
+        self._read_meta()
+
+    def _create_or_migrate(self, *, existed: bool) -> None:
+        """Create the tables or migrate them, in one transaction (all or nothing); an
+        existing database that cannot be written here is served read-only."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             con = self._connect()
@@ -149,9 +157,11 @@ class SQLiteStore:
         except StorageError:
             raise
         except (OSError, sqlite3.Error) as exc:
-            if not self.path.is_file():
+            if not existed or not self.path.is_file():
                 raise StorageError(f"cannot create the store {self.path}: {exc}") from exc
             self.read_only = True  # an existing database we cannot write: serve reads
+
+    def _read_meta(self) -> None:
         try:
             version = (
                 self._con().execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
