@@ -34,6 +34,10 @@ def _provider_for(request: Request) -> Provider:
     return "openai"
 
 
+#: seconds a client is asked to wait before retrying when the session store failed (503)
+STORE_RETRY_AFTER = 2
+
+
 def _error(provider: Provider, status: int, message: str, kind: str | None = None) -> Response:
     return JSONResponse(error_body(provider, status, message, kind), status_code=status)
 
@@ -116,7 +120,9 @@ class Gateway:
             return _error(provider, 400, str(exc))
         except StorageError as exc:
             log_event("storage_error", error=str(exc))
-            return _error(provider, 503, f"the session store failed: {exc}", None)
+            unavailable = _error(provider, 503, f"the session store failed: {exc}", None)
+            unavailable.headers["retry-after"] = str(STORE_RETRY_AFTER)
+            return unavailable
         except ContextFoldError as exc:
             log_event("gateway_error", error=str(exc))
             return _error(provider, 500, f"contextfold: {exc}")
