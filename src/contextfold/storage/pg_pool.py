@@ -5,9 +5,9 @@ Every wait is bounded by one timeout (:data:`DEFAULT_TIMEOUT` seconds unless the
 ``timeout`` parameter or ``$CONTEXTFOLD_PG_TIMEOUT`` says otherwise): connecting, waiting for a
 pooled connection, and unanswered data on an open connection (``tcp_user_timeout``).
 
-A pool that cannot hand out a connection in time (the server is down, or the pool is still
-backing off after an outage) is bypassed: the store connects directly, once, within the
-timeout. If that fails too the server is taken as down and each later call tries one direct
+A pool that cannot hand out a connection within :data:`POOL_WAIT` (the server is down, the
+pool is still backing off after an outage, or every connection is busy) is bypassed: the store
+connects directly, once, within the timeout. If that fails too the server is taken as down and each later call tries one direct
 connection (refused at once while the server is stopped) instead of waiting on the pool; the
 first direct connection that succeeds brings a fresh pool back, so a call made after the server
 returns works at once rather than after the old pool's reconnection backoff.
@@ -33,6 +33,9 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 #: Seconds any one wait on the server may take (connect, a pooled connection, an answer).
 DEFAULT_TIMEOUT = 5.0
 TIMEOUT_ENV = "CONTEXTFOLD_PG_TIMEOUT"
+#: Seconds to wait for a pooled connection before connecting directly instead (a pool that
+#: lost its connections, or one whose connections are all busy).
+POOL_WAIT = 1.0
 
 
 def resolve_timeout(given: float | None, from_url: str | None) -> float:
@@ -104,7 +107,7 @@ class Connections:
         if self.down_since is None:
             entered = False
             try:
-                with self.pool.connection(timeout=self.timeout) as conn:
+                with self.pool.connection(timeout=min(POOL_WAIT, self.timeout)) as conn:
                     entered = True
                     yield conn
                 return
