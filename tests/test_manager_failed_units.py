@@ -132,3 +132,41 @@ def test_refresh_brings_a_stale_manager_back() -> None:
     store.down = False
     cm.refresh()
     assert cm.in_sync and cm.stored_length == 4 == len(cm.history)
+
+
+def test_staged_writes_dropped_by_a_failed_unit_are_never_reported_stored() -> None:
+    store = OutageStore()
+    cm = ContextManager(store=store, session_id="s", context_window=3_000)
+    for i in range(5):
+        cm.add_many(turn(i))
+    before = fresh(store)
+    with cm.staged():
+        cm.add_many(turn(5))
+    store.down = True
+    with pytest.raises(StorageError):
+        cm.prepare()  # the compaction takes the staged writes along, and fails
+    store.down = False
+    with pytest.raises(StorageError, match="staged writes were dropped"):
+        cm.commit_staged()
+    assert held(cm) == before == fresh(store) and cm.in_sync
+
+
+def test_staged_writes_dropped_by_a_conflict_are_never_reported_stored() -> None:
+    store = OutageStore()
+    cm = ContextManager(store=store, session_id="s", context_window=3_000)
+    other = ContextManager(store=store, session_id="s", context_window=3_000)
+    for i in range(5):
+        cm.add_many(turn(i))
+    with cm.staged():
+        cm.add_many(turn(5))
+    other.refresh()
+    other.add({"role": "user", "content": "another writer"})
+    with pytest.raises(StorageError):
+        cm.prepare()  # the compaction takes the staged writes along: a conflict
+    with pytest.raises(StorageError, match="staged writes were dropped"):
+        cm.commit_staged()
+    assert held(cm) == fresh(store) and cm.history[-1].text == "another writer"
+    with cm.staged():  # a new turn starts clean
+        cm.add_many(turn(6))
+    cm.commit_staged()
+    assert held(cm) == fresh(store)

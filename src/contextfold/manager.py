@@ -72,7 +72,9 @@ class ContextManager:
     release is migrated on first open), or ``store=`` a Store or a URL (``memory://``,
     ``postgresql://...``; ``$CONTEXTFOLD_STORE`` when neither is given). Each public call is
     one atomic unit: it is stored entirely or not at all (then :class:`StorageError` is raised,
-    the manager reloads what is stored, and the same call can be retried).
+    the manager reloads what is stored, and the same call can be retried). When the store
+    cannot even be read at that moment, the manager reloads before its next call instead
+    (:attr:`in_sync` is False until then): nothing is served from what was not stored.
 
     Thread-safety: every public method holds the manager's lock, so one manager may be shared
     by threads (calls are serialized; ``call``/``acall`` do not hold it while the model runs).
@@ -132,6 +134,8 @@ class ContextManager:
         #: a failed write could not reload what is stored (the store was unreachable): the
         #: in-memory state is not used again before the next call reloads it
         self._stale = False
+        #: staged writes a failed write dropped (commit_staged then says so)
+        self._dropped_staged = False
         self._open()
 
     @staticmethod
@@ -282,6 +286,7 @@ class ContextManager:
         the manager as it was."""
         with self._lock:
             self._fresh()
+            self._dropped_staged = False
             size = len(self.view)
             try:
                 with self.session.staging():
@@ -300,6 +305,13 @@ class ContextManager:
         """Commit what :meth:`staged` applied. On a storage failure the manager reloads what
         is stored (as before the staged writes) and the error is raised."""
         with self._lock:
+            if self._dropped_staged:  # a failed write dropped them: never report them stored
+                self._dropped_staged = False
+                self._fresh()
+                raise StorageError(
+                    f"session {self.session_id!r}: the staged writes were dropped by a failed "
+                    "write before they could be committed; nothing of them is stored"
+                )
             try:
                 self.session.commit_staged()
             except BaseException:
@@ -307,6 +319,7 @@ class ContextManager:
                 raise
 
     def _reload_after_failure(self) -> None:
+        self._dropped_staged = self._dropped_staged or self.session.has_staged
         self._stale = True
         try:
             self._open()
