@@ -79,6 +79,7 @@ class Connections:
         self._lock = threading.Lock()
         #: when the server was last found down (monotonic), or None while it answers
         self.down_since: float | None = None
+        self._renewed_at = 0.0
         self.pool = self._new_pool()
         self.pool.open(wait=True, timeout=timeout)
 
@@ -149,9 +150,13 @@ class Connections:
         """The server answers again: a fresh pool (the old one may be waiting out a long
         reconnection backoff), the old one closed in the background."""
         with self._lock:
+            recent = time.monotonic() - self._renewed_at < self.timeout
+            if self.down_since is None and recent:
+                return  # another thread just did (its pool is still connecting)
             old, self.pool = self.pool, self._new_pool()
             self.pool.open(wait=False)
             self.down_since = None
+            self._renewed_at = time.monotonic()
         threading.Thread(target=old.close, kwargs={"timeout": 1.0}, daemon=True).start()
 
     def close(self) -> None:
