@@ -20,6 +20,8 @@ from contextfold.errors import ContextFoldError
 from contextfold.storage import MemoryStore, Store
 from tests import pg_support
 
+pytestmark = pytest.mark.timeout(300)
+
 ADDS = 40
 
 

@@ -17,6 +17,8 @@ from contextfold.errors import StorageError
 from contextfold.storage.postgres import PostgresStore
 from tests.pg_private import PrivatePostgres, private_postgres
 
+pytestmark = pytest.mark.timeout(300)
+
 #: the store timeout the tests configure (seconds), through the URL parameter
 TIMEOUT = 2
 

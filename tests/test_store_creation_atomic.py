@@ -16,6 +16,8 @@ from contextfold.errors import StorageError
 from tests import pg_support
 from tests.conftest import skip_or_fail
 
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
