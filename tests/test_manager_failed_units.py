@@ -170,3 +170,18 @@ def test_staged_writes_dropped_by_a_conflict_are_never_reported_stored() -> None
         cm.add_many(turn(6))
     cm.commit_staged()
     assert held(cm) == fresh(store)
+
+
+def test_prepare_after_another_writer_appended_compacts_the_latest_log() -> None:
+    """An add that returned is stored; the prepare after it does not fail because another
+    writer appended meanwhile: the compaction is decided again on the latest log."""
+    store = OutageStore()
+    cm = ContextManager(store=store, session_id="s", context_window=3_000)
+    other = ContextManager(store=store, session_id="s", context_window=3_000)
+    for i in range(6):
+        cm.add_many(turn(i))
+    other.refresh()
+    other.add({"role": "user", "content": "another writer"})
+    view = cm.prepare()  # behind by one message: reloads and compacts the latest log
+    assert cm.history[-1].text == "another writer" and len(cm.records()) == 1
+    assert view == ContextManager(store=store, session_id="s", context_window=3_000).prepare()

@@ -41,7 +41,7 @@ from .recovery import Recovery, RestoreHit
 from .responses import parse_inputs, response_message
 from .sessions.log import SessionLog, entry_of
 from .state import SessionState, save_state
-from .storage import ENV_VAR, SQLiteStore, Store, open_store
+from .storage import ENV_VAR, ConcurrentWriteError, SQLiteStore, Store, open_store
 from .storage.session import SessionStore
 from .summarizers.base import Summarizer
 from .surface import AnthropicView, OpenAIView, ViewMessages
@@ -515,13 +515,28 @@ class ContextManager:
             self._fresh()
             schema_tokens = self._schema_tokens(tools)
             extra = self.config.reserve_output_tokens + schema_tokens
-            with self._unit():
-                record = self._compact_if_needed(extra + self.recovery.injection_reserve())
-                self._finish(record)
+            record = self._compact_now(extra)
             self._announce(record)
             self._check_fits(extra, schema_tokens, record)
             self._last_fixed = schema_tokens
             return self._render(format, copy=copy)
+
+    def _compact_now(self, extra: int) -> CompactionRecord:
+        """prepare()'s compaction unit. A compaction is derived from the log, so when another
+        writer appended meanwhile (ConcurrentWriteError: the manager reloaded the latest log)
+        it is decided again on that log, up to twice; staged writes a conflict dropped are
+        never retried silently (the error says so)."""
+        for attempt in range(3):
+            staged = self.has_staged
+            try:
+                with self._unit():
+                    record = self._compact_if_needed(extra + self.recovery.injection_reserve())
+                    self._finish(record)
+                return record
+            except ConcurrentWriteError:
+                if staged or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     @overload
     async def aprepare(
