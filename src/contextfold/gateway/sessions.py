@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ContextFoldError, InvalidMessageError, StorageError
+from ..errors import ContextFoldError
 from ..messages import Message
 from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
@@ -33,7 +33,7 @@ from .convert import Conversation, ViewItem
 from .session import (
     Prepared,
     Session,
-    Snapshot,
+    Staged,
     Synced,
     close_session,
     message_uuid,
@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from .summarize import RequestContext
 
 log = logging.getLogger("contextfold.gateway")
+
+#: how many times a request is reconciled again with the store when another writer (a
+#: second gateway replica) moved its conversation on meanwhile
+RESYNCS = 4
 
 
 def client_identity(headers: Mapping[str, str]) -> str:
@@ -220,40 +224,55 @@ class SessionRegistry:
         """Find or create the session for ``conv`` and append what it does not have yet.
         ``stage``: an append to a session already stored is only applied in memory; the
         caller commits it with :meth:`settle` (``Synced.staged``) before anything of the turn
-        reaches the client, holding the conversation's lock until then."""
-        try:
-            return self._sync(base, conv, model, stage)
-        except StorageError as exc:
-            # another writer (a second gateway replica) moved the session on: reopen, retry once
-            log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
-            self.forget(base)
-            return self._sync(base, conv, model, stage)
+        reaches the client, holding the conversation's lock until then.
+
+        Another writer (a second gateway replica) may have moved the conversation on since
+        this one read it: the conversation is reopened from the store and synced again, up to
+        :data:`RESYNCS` times. On any other storage failure the conversation's open sessions
+        are forgotten (reopened from the store when next needed: exactly what is stored) and
+        the error is raised."""
+        for attempt in range(RESYNCS + 1):
+            try:
+                return self._sync(base, conv, model, stage)
+            except ConcurrentWriteError as exc:
+                self._resynced(base, exc, attempt)
+            except BaseException:
+                self.forget(base)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover - _resynced raises at the end
+
+    def _resynced(self, base: str, exc: ConcurrentWriteError, attempt: int) -> None:
+        log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
+        self.forget(base)
+        if attempt >= RESYNCS:
+            raise exc
 
     def settle(
-        self, sess: Session, before: Snapshot, base: str, conv: Conversation, model: str
+        self, sess: Session, staged: Staged, base: str, conv: Conversation, model: str
     ) -> Session | None:
         """Commit a staged append (see :meth:`sync`). When another replica wrote to the
         session since this one read it, the conversation is reopened from the store and what
         the store lacks is appended there: returns that session (None: ``sess`` holds the
-        turn). On any other failure the session is as before the append, its pending answer
-        included, and the error is raised."""
+        turn). On any other failure the conversation's sessions are forgotten (reopened from
+        the store when next needed) and the error is raised: the client's next request, which
+        carries everything again, is reconciled with exactly what is stored."""
         try:
-            sess.settle(before)
+            sess.settle(staged)
         except ConcurrentWriteError as exc:
-            log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
-            self.forget(base)
-            return self._sync(base, conv, model, False).session
+            self._resynced(base, exc, 0)
+            return self.sync(base, conv, model).session
         except BaseException:
-            if sess.pending is not None:
-                with self._mutex:
-                    self._pending[sess.session_id] = sess
+            self.forget(base)
             raise
         return None
 
     def forget(self, base: str) -> None:
         """Drop the open sessions of a conversation (reopened from the store when next
         needed)."""
-        for sid in self._families.pop(base, []):
+        family = self._families.pop(base, [])
+        with self._mutex:
+            family += [sid for sid, s in self._open.items() if s.key == base and sid not in family]
+        for sid in family:
             self.drop(sid)
 
     def _sync(self, base: str, conv: Conversation, model: str, stage: bool) -> Synced:
@@ -265,6 +284,7 @@ class SessionRegistry:
         sessions = [self.get(sid, model) for sid in reversed(family)]
         best_known = 0
         for sess in sessions:
+            sess.key = base
             known = sess.known_fps
             m = len(known)
             if m <= len(fps) and known == fps[:m]:
@@ -280,16 +300,17 @@ class SessionRegistry:
                 self.written(sess)
         if best is not None and (best_known or parent is None):
             new = conv.neutral[best_known:]
-            before = best.snapshot() if stage else None
             with self.store_lock if not best.fps else contextlib.nullcontext():
-                best.append(new, fps[best_known:], staged=stage)
+                staged = best.append(new, fps[best_known:], staged=stage)
             self.written(best)
-            return Synced(session=best, added=len(new), branched_from=None, staged=before)
+            return Synced(session=best, added=len(new), branched_from=None, staged=staged)
         assert parent is not None
         sid = family[0] if best is not None else f"{base}.b{len(family)}"
         sess = self.get(sid, model)
+        sess.key = base
         if sess.fps:
-            raise InvalidMessageError(f"internal: branch session {sid} is not empty")
+            # another replica created this branch since the family was read: read it again
+            raise ConcurrentWriteError(sid, 0, len(sess.fps))
         note = {
             "branch_of": parent.session_id,
             "diverged_at": best_common,
@@ -318,9 +339,10 @@ class SessionRegistry:
         record = cm.last_record
         view = cm.view_messages
         history = cm.view.history  # not cm.history: no copy of the whole history per request
+        positions = cm.view.uuids
         items: list[ViewItem] = []
         for m in view:
-            i = sess.index_of.get(m.uuid)
+            i = positions.get(m.uuid)
             same = i is not None and history[i] is m
             items.append(ViewItem(m, i if same else None))
             if not same and not sess.recall_ready and recall_marker(m):
@@ -354,17 +376,35 @@ class SessionRegistry:
         :meth:`flush_due`); call with the conversation's lock held."""
         from .convert import fingerprint
 
-        sess.flush()  # never two pending answers (a previous write failed)
+        try:
+            sess.flush()  # never two pending answers (a previous write failed)
+        except ContextFoldError:
+            self.failed(sess)  # that answer is resent by the client, stored with it then
         sess.pending = (message, fingerprint(message), input_tokens)
         sess.pending_since = time.monotonic()
         with self._mutex:
             self._pending[sess.session_id] = sess
 
     def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
-        """Write the answer now."""
+        """Write the answer now (on a failure the session is forgotten: reopened from the
+        store when next needed, and the client's next request resends the answer)."""
         self.hold(sess, message, input_tokens)
-        sess.flush()
+        try:
+            sess.flush()
+        except BaseException:
+            self.failed(sess)
+            raise
         self.written(sess)
+
+    def failed(self, sess: Session) -> None:
+        """After a failed write: forget the session and the rest of its conversation (the
+        manager may hold what the store does not); the next request reopens them from the
+        store, exactly as stored."""
+        sess.pending = None
+        if sess.key:
+            self.forget(sess.key)
+        else:
+            self.drop(sess.session_id)
 
     def written(self, sess: Session) -> None:
         if sess.pending is None:
