@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import calling, reopen
+from . import calling, client_rewrite, reopen
 from .aio import run_off_loop
 from .compactors.pinned import pinned_indices
 from .compactors.progressive import ProgressiveCompactor
@@ -357,22 +357,44 @@ class ContextManager:
             parsed = parse_inputs(messages, start, self._uuid_for)
             if not parsed:
                 return []
-            self.view.check_batch(parsed, start)  # all or nothing: validate before writing
-            bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
-            if bad is not None:
-                raise InvalidMessageError(
-                    "text is not valid Unicode (lone surrogates); decode tool output with "
-                    "errors='replace' before adding it",
-                    index=bad,
-                )
-            tokens = [self._cache.count(m) for m in parsed]
+            tokens = self._checked(parsed, start)  # all or nothing: validate before writing
             with self._unit():
-                self.log.append(parsed, start, tokens)
-                for i, msg in enumerate(parsed):
-                    self.view.append(msg, start + i)
-                    if msg.role == "tool":
-                        self._ingest(start + i)
+                self._append_checked(parsed, start, tokens)
             return parsed
+
+    def _checked(self, parsed: Sequence[Message], start: int) -> list[int]:
+        """Validate appending ``parsed`` at ``start``; their token counts."""
+        self.view.check_batch(parsed, start)
+        bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
+        if bad is not None:
+            raise InvalidMessageError(
+                "text is not valid Unicode (lone surrogates); decode tool output with "
+                "errors='replace' before adding it",
+                index=bad,
+            )
+        return [self._cache.count(m) for m in parsed]
+
+    def _append_checked(self, parsed: Sequence[Message], start: int, tokens: list[int]) -> None:
+        self.log.append(parsed, start, tokens)
+        for i, msg in enumerate(parsed):
+            self.view.append(msg, start + i)
+            if msg.role == "tool":
+                self._ingest(start + i)
+
+    def rewrite(
+        self,
+        retract: Sequence[int],
+        messages: Iterable[Mapping[str, Any] | Message] = (),
+        *,
+        note: Mapping[str, Any] | None = None,
+    ) -> list[Message]:
+        """The caller rewrote its own conversation (summarized old turns, moved or refreshed
+        messages, dropped what it no longer needs): the history messages at ``retract``
+        leave the view for good and ``messages`` are appended, all or nothing, in one unit.
+        Nothing is deleted: the retracted messages stay in the history (``history``,
+        search, export) and a ``rewrite`` event records which were taken out, when, and
+        ``note`` (a JSON object: why, what replaced them). Returns the messages added."""
+        return client_rewrite.rewrite(self, retract, messages, note or {})
 
     def add_response(self, response: Any, *, choice: int = 0) -> Message:
         """Record the assistant turn of a model's response: an OpenAI ``ChatCompletion`` (its
