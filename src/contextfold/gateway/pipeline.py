@@ -230,6 +230,14 @@ class Pipeline:
                 branch_of=synced.branched_from,
                 messages=synced.added,
             )
+        if synced.retracted:
+            self.metrics.inc("contextfold_gateway_client_rewrites_total")
+            log_event(
+                "client_rewrite",
+                session=sess.session_id,
+                retracted=synced.retracted,
+                messages=synced.added,
+            )
         timings = {
             "parse": began - started,
             "lock": t_lock - began,

@@ -5,12 +5,13 @@ threads."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ContextFoldError, StorageError
 from ..manager import ContextManager
@@ -127,9 +128,83 @@ class Session:
 
     @property
     def known_fps(self) -> list[str]:
-        """Fingerprints of the stored history plus the answer not written yet."""
+        """Fingerprints of the conversation as the client last had it: the stored history
+        without the messages it retracted itself, plus the answer not written yet."""
+        return self.conversation()[1]
+
+    def conversation(self) -> tuple[list[int], list[str]]:
+        """The history positions and fingerprints of the conversation as the client last had
+        it (see :attr:`known_fps`); the answer not written yet has position -1."""
         fps = self._derive()
-        return [*fps, self.pending[1]] if self.pending is not None else fps
+        gone = self.cm.view.retracted
+        if gone:
+            positions = [i for i in range(len(fps)) if i not in gone]
+            out = [fps[i] for i in positions]
+        else:
+            positions, out = list(range(len(fps))), list(fps)
+        if self.pending is not None:
+            positions.append(-1)
+            out.append(self.pending[1])
+        return positions, out
+
+    def newest_user(self, positions: Sequence[int]) -> int:
+        """The index in ``positions`` (see :meth:`conversation`) of the newest user message."""
+        at = self.cm.view.newest_user
+        if at is None:
+            return -1
+        i = bisect.bisect_left(positions, at, hi=len(positions) - (self.pending is not None))
+        return i if i < len(positions) and positions[i] == at else -1
+
+    def retracted_fps(self) -> set[str]:
+        """Fingerprints of the messages the client's rewrites took out."""
+        fps = self._derive()
+        return {fps[i] for i in self.cm.view.retracted if i < len(fps)}
+
+    def rewrite(
+        self,
+        retract: Sequence[int],
+        msgs: Sequence[Message],
+        fps: Sequence[str],
+        *,
+        pending: Literal["keep", "drop", "retract"],
+        note: dict[str, Any],
+        staged: bool = False,
+    ) -> Staged | None:
+        """The client's own rewrite: retract the history positions ``retract`` and append
+        ``msgs``, in one unit (see ``ContextManager.rewrite``). The answer not written yet is
+        kept (written first), dropped (the client resent it among ``msgs``) or written and
+        retracted with the others (the client dropped it)."""
+        if staged:
+            with self.cm.staged():
+                self._rewrite(retract, msgs, fps, pending, note)
+            return Staged(view=self.cm.view, messages=len(self.cm.view))
+        self._rewrite(retract, msgs, fps, pending, note)
+        return None
+
+    def _rewrite(
+        self,
+        retract: Sequence[int],
+        msgs: Sequence[Message],
+        fps: Sequence[str],
+        pending: str,
+        note: dict[str, Any],
+    ) -> None:
+        held = self.pending
+        retract = list(retract)
+        if held is not None and pending == "drop":
+            held = None
+        elif held is not None and pending == "retract":
+            self._append([], [])  # the answer is the client's history too: stored, retracted
+            retract.append(len(self.cm.view) - 1)
+            held = None
+        if held is not None:
+            msgs, fps = [held[0], *msgs], [held[1], *fps]
+        start = len(self.cm.view)
+        note = {**note, "replaced": retract, "with": [start, start + len(msgs)]}
+        self.cm.rewrite(retract, self._stamped(msgs, fps, start), note=note)
+        self.pending = None
+        if held is not None and held[2] is not None and held[2] > 0:
+            self._report_usage(held[2])
 
     def append(
         self, msgs: Sequence[Message], fps: Sequence[str], *, staged: bool = False
@@ -165,8 +240,14 @@ class Session:
             fps = [pending[1], *fps]
         if not msgs:
             return
-        start = len(self.cm.view)
-        stamped = [  # the fingerprint is kept in the message's head (read back on reopen)
+        self.cm.add_many(self._stamped(msgs, fps, len(self.cm.view)))
+        self.pending = None
+        if pending is not None and pending[2] is not None and pending[2] > 0:
+            self._report_usage(pending[2])
+
+    def _stamped(self, msgs: Sequence[Message], fps: Sequence[str], start: int) -> list[Message]:
+        """``msgs`` with their uuids and their fingerprint in their head (read on reopen)."""
+        return [
             replace(
                 m,
                 uuid=message_uuid(self.session_id, start + j),
@@ -174,10 +255,6 @@ class Session:
             )
             for j, m in enumerate(msgs)
         ]
-        self.cm.add_many(stamped)
-        self.pending = None
-        if pending is not None and pending[2] is not None and pending[2] > 0:
-            self._report_usage(pending[2])
 
     def flush(self) -> None:
         """Write the pending answer, if any."""
@@ -244,6 +321,8 @@ class Synced:
     branched_from: str | None
     #: the staged append to commit (None: the append is stored already)
     staged: Staged | None = None
+    #: stored messages the client's own rewrite took out of the conversation this turn
+    retracted: int = 0
 
 
 __all__ = [

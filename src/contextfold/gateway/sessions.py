@@ -22,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ContextFoldError
 from ..messages import Message
@@ -30,6 +30,7 @@ from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+from .reconcile import Plan, plan
 from .session import (
     Prepared,
     Session,
@@ -276,47 +277,115 @@ class SessionRegistry:
             self.drop(sid)
 
     def _sync(self, base: str, conv: Conversation, model: str, stage: bool) -> Synced:
+        """Reconcile ``conv`` with the conversation's sessions by content (see
+        :mod:`.reconcile`): append to the session it continues, or record the client's own
+        rewrite in the session it rewrote, or - a real fork only - start a branch."""
         family = self._family(base, model)
         fps = conv.fingerprints
-        best: Session | None = None
-        best_common = -1
-        parent: Session | None = None
         sessions = [self.get(sid, model) for sid in reversed(family)]
-        best_known = 0
+        best: tuple[tuple[int, int], Session, Plan, list[int]] | None = None
+        fork: tuple[int, Session] | None = None
         for sess in sessions:
             sess.key = base
-            known = sess.known_fps
-            m = len(known)
-            if m <= len(fps) and known == fps[:m]:
-                if best is None or m > best_known:
-                    best, best_known = sess, m
+            positions, known = sess.conversation()
+            p = plan(
+                known,
+                fps,
+                newest_user=sess.newest_user(positions),
+                retracted=sess.retracted_fps() if sess.cm.view.retracted else frozenset(),
+            )
+            if p.kind == "fork":
+                if fork is None or p.common > fork[0]:
+                    fork = (p.common, sess)
                 continue
-            common = _common_prefix(known, fps)
-            if common > best_common:
-                parent, best_common = sess, common
+            # an append beats a rewrite; an empty (new) session is the last resort
+            rank = 2 if p.kind == "append" and p.kept else 1 if p.kind == "rewrite" else 0
+            if rank == 0 and fork is not None:
+                continue
+            score = (rank, p.kept)
+            if best is None or score > best[0]:
+                best = (score, sess, p, positions)
+        if best is not None and best[0][0] == 0 and fork is not None:
+            best = None
+        chosen = best[1] if best is not None else None
         for sess in sessions:  # answers given on another branch are written now
-            if sess is not best and sess.pending is not None:
+            if sess is not chosen and sess.pending is not None:
                 sess.flush()
                 self.written(sess)
-        if best is not None and (best_known or parent is None):
-            new = conv.neutral[best_known:]
-            with self.store_lock if not best.fps else contextlib.nullcontext():
-                staged = best.append(new, fps[best_known:], staged=stage)
-            self.written(best)
-            return Synced(session=best, added=len(new), branched_from=None, staged=staged)
-        assert parent is not None
-        sid = family[0] if best is not None else f"{base}.b{len(family)}"
-        sess = self.get(sid, model)
+        if best is not None:
+            _, sess, p, positions = best
+            if p.kind == "append":
+                return self._append(sess, conv, p.kept, stage)
+            return self._rewrite(sess, conv, p, positions, stage)
+        assert fork is not None
+        return self._branch(base, family, conv, fork[1], fork[0], model)
+
+    def _append(self, sess: Session, conv: Conversation, kept: int, stage: bool) -> Synced:
+        new = conv.neutral[kept:]
+        with self.store_lock if not sess.fps else contextlib.nullcontext():
+            staged = sess.append(new, conv.fingerprints[kept:], staged=stage)
+        self.written(sess)
+        return Synced(session=sess, added=len(new), branched_from=None, staged=staged)
+
+    def _rewrite(
+        self, sess: Session, conv: Conversation, p: Plan, positions: list[int], stage: bool
+    ) -> Synced:
+        """The client rewrote its conversation itself: the session continues, the messages
+        it dropped or replaced are retracted (kept in the history) and the rest appended."""
+        fps = conv.fingerprints
+        retract = [positions[i] for i in p.dropped if positions[i] >= 0]
+        mode: Literal["keep", "drop", "retract"] = "keep"
+        if sess.pending is not None:
+            last = len(positions) - 1
+            if last in p.matched:
+                mode = "keep"
+            elif sess.pending[1] in set(fps[p.kept :]):
+                mode = "drop"  # resent after rewritten messages: stored with them
+            else:
+                mode = "retract"
+        note: dict[str, Any] = {
+            "by": "client",
+            "reason": "the client rewrote its conversation (dropped, summarized, moved or "
+            "refreshed messages)",
+            "replaced": retract,
+            "kept": p.kept,
+        }
+        new = conv.neutral[p.kept :]
+        staged = sess.rewrite(retract, new, fps[p.kept :], pending=mode, note=note, staged=stage)
+        self.written(sess)
+        return Synced(
+            session=sess,
+            added=len(new),
+            branched_from=None,
+            staged=staged,
+            retracted=len(retract),
+        )
+
+    def _branch(
+        self,
+        base: str,
+        family: list[str],
+        conv: Conversation,
+        parent: Session,
+        common: int,
+        model: str,
+    ) -> Synced:
+        """A real fork: the same past continued another way starts a branch session."""
+        first_sess = self.get(family[0], model)
+        empty = not first_sess.fps and first_sess.pending is None
+        sid = family[0] if empty else f"{base}.b{len(family)}"
+        sess = first_sess if empty else self.get(sid, model)
         sess.key = base
         if sess.fps:
             # another replica created this branch since the family was read: read it again
             raise ConcurrentWriteError(sid, 0, len(sess.fps))
+        fps = conv.fingerprints
         note = {
             "branch_of": parent.session_id,
-            "diverged_at": best_common,
+            "diverged_at": common,
             "reason": (
-                f"the client rewrote its history from message {best_common} on"
-                if best_common < len(parent.fps)
+                f"the client continued the conversation differently from message {common} on"
+                if common < len(parent.fps)
                 else "the client resent a shorter history"
             ),
         }
@@ -420,14 +489,6 @@ class SessionRegistry:
                 for s in self._pending.values()
                 if s.pending is not None and now - s.pending_since >= older_than
             ]
-
-
-def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 __all__ = [
