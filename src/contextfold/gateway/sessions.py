@@ -13,6 +13,7 @@ ContextManager is synchronous: every method here that touches it runs in a worke
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import json
@@ -409,10 +410,15 @@ class SessionRegistry:
         view = cm.view_messages
         history = cm.view.history  # not cm.history: no copy of the whole history per request
         positions = cm.view.uuids
+        # the client's conversation is the history without what its rewrites retracted:
+        # history position -> index in the client's request
+        gone = sorted(cm.view.retracted) if cm.view.retracted else None
         items: list[ViewItem] = []
         for m in view:
             i = positions.get(m.uuid)
             same = i is not None and history[i] is m
+            if same and gone is not None and i is not None:
+                i -= bisect.bisect_left(gone, i)
             items.append(ViewItem(m, i if same else None))
             if not same and not sess.recall_ready and recall_marker(m):
                 sess.recall_ready = True
