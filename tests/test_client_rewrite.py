@@ -49,8 +49,14 @@ def _texts(cm: ContextManager) -> list[tuple[str, Any]]:
     return [(m.role, m.content) for m in cm.view_messages]
 
 
-FILES_1 = {"role": "user", "content": "I have *added these files to the chat*\napp.py\n```\nv1\n```"}
-FILES_2 = {"role": "user", "content": "I have *added these files to the chat*\napp.py\n```\nv2\n```"}
+FILES_1 = {
+    "role": "user",
+    "content": "I have *added these files to the chat*\napp.py\n```\nv1\n```",
+}
+FILES_2 = {
+    "role": "user",
+    "content": "I have *added these files to the chat*\napp.py\n```\nv2\n```",
+}
 FILES_OK = {"role": "assistant", "content": "Ok, any changes I propose will be to those files."}
 
 
@@ -73,7 +79,7 @@ def test_rewrite_moves_a_files_block_and_reopens_the_same(
         [FILES_2, FILES_OK, {"role": "user", "content": "now run it"}],
         note={"why": "moved"},
     )
-    assert [m.content for m in added][0] == FILES_2["content"]
+    assert added[0].content == FILES_2["content"]
     want = [
         ("system", "You are aider."),
         ("user", "make it v2"),
