@@ -70,7 +70,7 @@ def _aider_session(client: openai.OpenAI, aider: AiderLike, turns: range) -> lis
     return sent
 
 
-@pytest.mark.parametrize("limit", [1_000_000, 6_000], ids=["roomy", "compacting"])
+@pytest.mark.parametrize("limit", [1_000_000, 2_500], ids=["roomy", "compacting"])
 def test_aider_rewrites_continue_one_session(tmp_path: Path, limit: int) -> None:
     aider = AiderLike(files={"app.py": "def main():\n    return 0\n"})
     with running(tmp_path, limit=limit) as (fake, gw):
@@ -78,26 +78,32 @@ def test_aider_rewrites_continue_one_session(tmp_path: Path, limit: int) -> None
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-aider", max_retries=0)
         sent = _aider_session(client, aider, range(24))
         metrics = httpx.get(gw.url + "/metrics").text
-        received = [r for r in fake.received if r.error is None]
-        answers = [
-            {"role": "assistant", "content": aider_upstream(Call("openai", r.body)).text}
-            for r in received
-        ]
+        log = list(fake.received)
+    received = [r for r in log if r.error is None]
+    # the request that retried an overflow (the gateway learned the limit and compacted hard)
+    retried = {id(log[i + 1]) for i, r in enumerate(log[:-1]) if r.error == "overflow"}
+    answers = [
+        {"role": "assistant", "content": aider_upstream(Call("openai", r.body)).text}
+        for r in received
+    ]
     assert "contextfold_gateway_branches_total" not in metrics
     assert "contextfold_gateway_client_rewrites_total" in metrics
-    assert not [r for r in fake.received if r.error not in (None, "overflow")]
-    main = [
-        r.body["messages"] for r in received if "SEARCH/REPLACE" in r.body["messages"][0]["content"]
-    ]
+    assert not [r for r in log if r.error not in (None, "overflow")]
+    assert len(retried) == (1 if limit < 1_000_000 else 0)
+    main = [r for r in received if "SEARCH/REPLACE" in r.body["messages"][0]["content"]]
     asked = [s for s in sent if "SEARCH/REPLACE" in s[0]["content"]]
-    assert len(asked) == 24 and len(main) >= 24
-    by_turn = iter(asked)
-    for upstream in main:
+    assert len(asked) == 24 and len(main) == 24
+    for r, want in zip(main, asked, strict=True):
+        upstream = r.body["messages"]
         if limit == 1_000_000:  # no compaction: exactly what the client sent
-            assert upstream == next(by_turn)
+            assert upstream == want
+        if id(r) in retried:
+            # overflow recovery compacts hard and keeps only the pinned messages: the files
+            # block and the /run output are not among them (a compaction policy matter)
+            continue
         texts = [str(m.get("content")) for m in upstream]
         files = [t for t in texts if t.startswith(FILES_PREFIX)]
-        assert len(files) == 1, "exactly the client's current files block"
+        assert files == [t for t in (str(m["content"]) for m in want) if t.startswith(FILES_PREFIX)]
         if "what failed in the output above?" in texts[-1]:
             assert any(t.startswith("I ran this command:") and "AssertionError" in t for t in texts)
     stored = _stored(tmp_path / "ws")
