@@ -32,26 +32,26 @@ def message_uuid(session_id: str, position: int) -> str:
     return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{session_id}:{position}"))
 
 
-def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], int] | None:
-    """The fingerprints and total tokens of a stored session's messages, read from their
+def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], list[int]] | None:
+    """The fingerprints and tokens of a stored session's messages, read from their
     heads without the messages (None: some message has none, e.g. written by an older
     release or not through the gateway)."""
     n = len(cm.view)
     if not n:
-        return [], 0
+        return [], []
     if cm.view.complete:
         return None  # read entirely anyway: fingerprinting the messages costs no extra read
     heads = cm.store.read_heads(cm.session_id, stop=cm.session.head, kinds=["message"])
     if len(heads) != n:
         return None
     fps: list[str] = []
-    tokens = 0
+    tokens: list[int] = []
     for row in heads:
         h = row.head
         if type(h) is not list or len(h) < 7 or type(h[6]) is not str or type(h[3]) is not int:
             return None
         fps.append(h[6])
-        tokens += h[3]
+        tokens.append(h[3])
     return fps, tokens
 
 
@@ -71,7 +71,8 @@ class Session:
         #: the manager's view the caches below were derived from, and the caches
         self._view: object = None
         self._fps: list[str] = []
-        self._tokens = 0
+        self._tokens: list[int] = []
+        self._total = 0
         self._derive()
         #: the window the gateway opened it with (the manager may use a smaller, learned one)
         self.window = cm.configured_window
@@ -105,15 +106,18 @@ class Session:
             else:  # read entirely, or written before the heads held the fingerprints
                 history = cm.history
                 self._fps = [_fingerprint_of(m, fingerprint) for m in history]
-                self._tokens = sum(count_message(cm.counter, m) for m in history)
+                self._tokens = [count_message(cm.counter, m) for m in history]
             self._view = view
+            self._total = sum(self._tokens)
         n = len(view)
         if len(self._fps) < n:  # appended since: those messages are loaded
             history = view.history
             for i in range(len(self._fps), n):
                 m = history[i]
                 self._fps.append(_fingerprint_of(m, fingerprint))
-                self._tokens += count_message(cm.counter, m)
+                t = count_message(cm.counter, m)
+                self._tokens.append(t)
+                self._total += t
         return self._fps
 
     @property
@@ -123,8 +127,11 @@ class Session:
 
     @property
     def history_tokens(self) -> int:
+        """Tokens of the conversation as the client has it (what it retracted left out)."""
         self._derive()
-        return self._tokens
+        tokens = self._tokens
+        gone = self.cm.view.retracted
+        return self._total - sum(tokens[i] for i in gone if i < len(tokens))
 
     @property
     def known_fps(self) -> list[str]:
