@@ -219,3 +219,62 @@ def test_claude_code_reminders_that_change_in_old_messages(tmp_path: Path) -> No
         assert sum("<system-reminder>" in m.text for m in kept) == 4
     finally:
         cm.close()
+
+
+def test_claude_code_clears_an_old_tool_result(tmp_path: Path) -> None:
+    """Claude Code's context management replaces old tool results with a short notice: the
+    stored result (and what follows it) is retracted, the call resent with the new result."""
+    with running(tmp_path) as (fake, gw):
+        fake.default = _tool_reply
+        client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-cc", max_retries=0)
+        history: list[dict[str, Any]] = []
+        sent: list[list[dict[str, Any]]] = []
+
+        def turn(text: str) -> None:
+            history.append({"role": "user", "content": [{"type": "text", "text": text}]})
+            while True:
+                sent.append([dict(m) for m in history])
+                msg = client.messages.create(
+                    model="claude-fake",
+                    max_tokens=256,
+                    system="You are Claude Code.",
+                    messages=history,  # type: ignore[arg-type]
+                )
+                blocks = [b.model_dump(exclude_none=True) for b in msg.content]
+                history.append({"role": "assistant", "content": blocks})
+                uses = [b for b in blocks if b["type"] == "tool_use"]
+                if not uses:
+                    return
+                history.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": u["id"], "content": "x" * 4000}
+                            for u in uses
+                        ],
+                    }
+                )
+
+        for n in range(3):
+            turn(f"run the case {n} tests")
+        old = history[2]["content"][0]
+        history[2] = {
+            "role": "user",
+            "content": [{**old, "content": "[Old tool result content cleared]"}],
+        }
+        turn("and now case 3")
+        turn("and case 4")
+        metrics = httpx.get(gw.url + "/metrics").text
+        upstream = [r.body["messages"] for r in fake.received]
+    assert not [r for r in fake.received if r.error is not None]
+    assert "contextfold_gateway_branches_total" not in metrics
+    assert "contextfold_gateway_client_rewrites_total 1" in metrics
+    assert upstream == sent  # the client's own objects, in its order
+    (sid,) = _stored(tmp_path / "ws")
+    cm = ContextManager(tmp_path / "ws", session_id=sid)
+    try:
+        kept = [cm.history[i] for i in sorted(cm.view.retracted)]
+        assert any(m.role == "tool" and m.text == "x" * 4000 for m in kept)  # recoverable
+        assert [m.role for m in cm.view_messages][:4] == ["system", "user", "assistant", "tool"]
+    finally:
+        cm.close()

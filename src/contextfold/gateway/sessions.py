@@ -334,6 +334,7 @@ class SessionRegistry:
         """The client rewrote its conversation itself: the session continues, the messages
         it dropped or replaced are retracted (kept in the history) and the rest appended."""
         fps = conv.fingerprints
+        p = _at_a_cut(p, conv)
         retract = [positions[i] for i in p.dropped if positions[i] >= 0]
         mode: Literal["keep", "drop", "retract"] = "keep"
         if sess.pending is not None:
@@ -495,6 +496,21 @@ class SessionRegistry:
                 for s in self._pending.values()
                 if s.pending is not None and now - s.pending_since >= older_than
             ]
+
+
+def _at_a_cut(p: Plan, conv: Conversation) -> Plan:
+    """``p`` with its kept part ending where the history may continue: a tool result the
+    client changed (an old output it cleared or shortened) is appended with the assistant
+    message that made the call, the stored ones retracted (a result follows its call)."""
+    kept = p.kept
+    while kept > 0 and kept < len(conv.neutral) and conv.neutral[kept].role == "tool":
+        kept -= 1
+    if kept == p.kept:
+        return p
+    matched = p.matched[:kept]
+    taken = set(matched)
+    dropped = sorted({*p.dropped, *(i for i in p.matched[kept:] if i not in taken)})
+    return replace(p, kept=kept, matched=matched, dropped=dropped)
 
 
 __all__ = [
