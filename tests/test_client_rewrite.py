@@ -4,6 +4,7 @@ every store) gives the same view."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,18 @@ def test_compaction_after_rewrites_never_shows_retracted_messages(store: Store) 
         assert cm.view_tokens <= 2_500
     assert cm.records()  # it did compact
     cm.close()
+
+
+def test_export_writes_the_rewrites(tmp_path: Path) -> None:
+    from contextfold.export import export_session
+
+    store = SQLiteStore(tmp_path / "ws")
+    cm = _open(store)
+    cm.add_many([{"role": "system", "content": "s"}, FILES_1, FILES_OK])
+    cm.rewrite([1, 2], [FILES_2, FILES_OK], note={"why": "refreshed"})
+    counts = export_session(store, "s", tmp_path / "out")
+    assert counts["messages"] == 5 and counts["rewrites"] == 1
+    (line,) = (tmp_path / "out" / "rewrites.jsonl").read_text().splitlines()
+    assert json.loads(line) == {"at": 3, "retract": [1, 2], "note": {"why": "refreshed"}}
+    cm.close()
+    store.close()
