@@ -39,18 +39,18 @@ def rewrite(
             if not parsed:
                 return []
             return cm.add_many(parsed)
+        added: list[Message] = []
         try:
-            with cm._unit():
+            with cm._unit():  # one unit: the add below joins it
                 cm.session.emit(REWRITE, {"at": start, "retract": positions, "note": dict(note)})
                 view.retract(positions)
-                if parsed:
-                    tokens = cm._checked(parsed, start)  # after the retraction frees call ids
-                    cm._append_checked(parsed, start, tokens)
+                if parsed:  # validated after the retraction (it frees call ids)
+                    added = cm.add_many(parsed)
         except BaseException:
             # the view was changed before the error: back to what is stored
             cm._reload_after_failure()
             raise
-        return parsed
+        return added
 
 
 def stored_retracts(events: Iterable[Any]) -> dict[int, list[int]]:

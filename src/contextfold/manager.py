@@ -357,29 +357,22 @@ class ContextManager:
             parsed = parse_inputs(messages, start, self._uuid_for)
             if not parsed:
                 return []
-            tokens = self._checked(parsed, start)  # all or nothing: validate before writing
+            self.view.check_batch(parsed, start)  # all or nothing: validate before writing
+            bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
+            if bad is not None:
+                raise InvalidMessageError(
+                    "text is not valid Unicode (lone surrogates); decode tool output with "
+                    "errors='replace' before adding it",
+                    index=bad,
+                )
+            tokens = [self._cache.count(m) for m in parsed]
             with self._unit():
-                self._append_checked(parsed, start, tokens)
+                self.log.append(parsed, start, tokens)
+                for i, msg in enumerate(parsed):
+                    self.view.append(msg, start + i)
+                    if msg.role == "tool":
+                        self._ingest(start + i)
             return parsed
-
-    def _checked(self, parsed: Sequence[Message], start: int) -> list[int]:
-        """Validate appending ``parsed`` at ``start``; their token counts."""
-        self.view.check_batch(parsed, start)
-        bad = next((start + i for i, m in enumerate(parsed) if not _encodable(m)), None)
-        if bad is not None:
-            raise InvalidMessageError(
-                "text is not valid Unicode (lone surrogates); decode tool output with "
-                "errors='replace' before adding it",
-                index=bad,
-            )
-        return [self._cache.count(m) for m in parsed]
-
-    def _append_checked(self, parsed: Sequence[Message], start: int, tokens: list[int]) -> None:
-        self.log.append(parsed, start, tokens)
-        for i, msg in enumerate(parsed):
-            self.view.append(msg, start + i)
-            if msg.role == "tool":
-                self._ingest(start + i)
 
     def rewrite(
         self,
