@@ -153,7 +153,9 @@ def test_a_bad_rewrite_changes_nothing(store: Store) -> None:
     again.close()
 
 
-def test_compaction_after_rewrites_never_shows_retracted_messages(store: Store) -> None:
+def test_compaction_after_rewrites_never_shows_retracted_messages(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cm = _open(store, window=2_500)
     cm.add({"role": "system", "content": "You are aider."})
     files = FILES_1
@@ -175,7 +177,18 @@ def test_compaction_after_rewrites_never_shows_retracted_messages(store: Store) 
         assert sum(1 for c in contents if str(c).startswith("I have *added")) <= 1
         assert cm.view_tokens <= 2_500
     assert cm.records()  # it did compact
+    live = _texts(cm)
     cm.close()
+    lazy = _open(store, window=2_500)
+    assert not lazy.view.complete  # the history before the boundary is not read
+    assert _texts(lazy) == live
+    assert lazy.view.retracted and all(
+        not lazy.view.is_loaded(i) for i in lazy.view.retracted if i < lazy.view.boundary
+    )
+    lazy.close()
+    full = _open_full(store, monkeypatch)
+    assert _texts(full) == live
+    full.close()
 
 
 def test_export_writes_the_rewrites(tmp_path: Path) -> None:
