@@ -5,6 +5,7 @@ its correct history is answered and every message is stored once."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import openai
@@ -25,6 +26,16 @@ SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 def _ask(client: openai.OpenAI, chat: list[dict[str, Any]]) -> dict[str, Any]:
     resp = client.chat.completions.create(model="gpt-fake", messages=chat)  # type: ignore[arg-type]
     return {"role": "assistant", "content": resp.choices[0].message.content}
+
+
+def _ask_until_stored(client: openai.OpenAI, chat: list[dict[str, Any]]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return _ask(client, chat)
+        except openai.APIStatusError as exc:
+            if exc.status_code != 503 or time.monotonic() > deadline:
+                raise
 
 
 def _stored(url: str) -> dict[str, list[Any]]:
@@ -79,8 +90,9 @@ def test_an_outage_leaves_the_session_as_stored_and_the_next_request_works(
             if answer is not None:
                 chat.append(answer)
                 chat.append({"role": "user", "content": "step 3"})
-            # the client's correct history, as an SDK would resend it
-            chat.append(_ask(client, chat))
+            # the client's correct history, as an SDK would resend it: answered once the
+            # store's connection pool has reconnected (a 503 meanwhile, never anything else)
+            chat.append(_ask_until_stored(client, chat))
             chat.append({"role": "user", "content": "step 4"})
             chat.append(_ask(client, chat))
             # a new gateway on the same store sees the same
