@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ContextFoldError
+from ..errors import ContextFoldError, StorageError
 from ..messages import Message
 from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
@@ -238,7 +238,7 @@ class SessionRegistry:
                 return self._sync(base, conv, model, stage)
             except ConcurrentWriteError as exc:
                 self._resynced(base, exc, attempt)
-            except BaseException:
+            except StorageError:
                 self.forget(base)
                 raise
         raise AssertionError("unreachable")  # pragma: no cover - _resynced raises at the end
