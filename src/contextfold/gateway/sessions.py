@@ -284,8 +284,7 @@ class SessionRegistry:
         family = self._family(base, model)
         fps = conv.fingerprints
         sessions = [self.get(sid, model) for sid in reversed(family)]
-        best: tuple[tuple[int, int], Session, Plan, list[int]] | None = None
-        fork: tuple[int, Session] | None = None
+        best: tuple[tuple[int, int, int, bool], Session, Plan, list[int]] | None = None
         for sess in sessions:
             sess.key = base
             positions, known = sess.conversation()
@@ -295,31 +294,26 @@ class SessionRegistry:
                 newest_user=sess.newest_user(positions),
                 retracted=sess.retracted_fps() if sess.cm.view.retracted else frozenset(),
             )
-            if p.kind == "fork":
-                if fork is None or p.common > fork[0]:
-                    fork = (p.common, sess)
-                continue
-            # an append beats a rewrite; an empty (new) session is the last resort
-            rank = 2 if p.kind == "append" and p.kept else 1 if p.kind == "rewrite" else 0
-            if rank == 0 and fork is not None:
-                continue
-            score = (rank, p.kept)
+            # an append wins; otherwise the session sharing the most with the request, and of
+            # those the reading that takes out the fewest stored messages (a rewrite on a tie);
+            # an empty (new) session only when nothing else matches
+            if p.kind == "append":
+                score = (2, p.kept, 0, True) if p.kept else (0, 0, 0, True)
+            else:
+                score = (1, p.kept, -len(p.dropped), p.kind == "rewrite")
             if best is None or score > best[0]:
                 best = (score, sess, p, positions)
-        if best is not None and best[0][0] == 0 and fork is not None:
-            best = None
-        chosen = best[1] if best is not None else None
+        assert best is not None  # the family has its base session at least
+        _, chosen, p, positions = best
         for sess in sessions:  # answers given on another branch are written now
-            if sess is not chosen and sess.pending is not None:
+            if (sess is not chosen or p.kind == "fork") and sess.pending is not None:
                 sess.flush()
                 self.written(sess)
-        if best is not None:
-            _, sess, p, positions = best
-            if p.kind == "append":
-                return self._append(sess, conv, p.kept, stage)
-            return self._rewrite(sess, conv, p, positions, stage)
-        assert fork is not None
-        return self._branch(base, family, conv, fork[1], fork[0], model)
+        if p.kind == "append":
+            return self._append(chosen, conv, p.kept, stage)
+        if p.kind == "rewrite":
+            return self._rewrite(chosen, conv, p, positions, stage)
+        return self._branch(base, family, conv, chosen, p.common, model)
 
     def _append(self, sess: Session, conv: Conversation, kept: int, stage: bool) -> Synced:
         new = conv.neutral[kept:]
