@@ -449,7 +449,10 @@ class SessionRegistry:
         try:
             sess.flush()  # never two pending answers (a previous write failed)
         except ContextFoldError:
-            self.failed(sess)  # that answer is resent by the client, stored with it then
+            # forgotten (reopened from the store when next needed): both answers are resent
+            # by the client with its next request and stored with it then
+            self.failed(sess)
+            return
         sess.pending = (message, fingerprint(message), input_tokens)
         sess.pending_since = time.monotonic()
         with self._mutex:
@@ -459,6 +462,8 @@ class SessionRegistry:
         """Write the answer now (on a failure the session is forgotten: reopened from the
         store when next needed, and the client's next request resends the answer)."""
         self.hold(sess, message, input_tokens)
+        if sess.pending is None:
+            raise StorageError(f"session {sess.session_id}: the answer was not stored")
         try:
             sess.flush()
         except BaseException:
