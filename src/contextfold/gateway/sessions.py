@@ -13,7 +13,6 @@ ContextManager is synchronous: every method here that touches it runs in a worke
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import hashlib
 import json
@@ -21,7 +20,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,8 +29,8 @@ from ..messages import Message
 from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
-from .convert import Conversation, ViewItem
-from .reconcile import Plan, plan
+from .convert import Conversation
+from .reconcile import Plan, at_a_cut, plan
 from .session import (
     Prepared,
     Session,
@@ -39,7 +38,7 @@ from .session import (
     Synced,
     close_session,
     message_uuid,
-    recall_marker,
+    prepare_view,
 )
 from .stores import LEARNED, check_store, is_database_url, open_manager, open_shared_store
 
@@ -328,7 +327,7 @@ class SessionRegistry:
         """The client rewrote its conversation itself: the session continues, the messages
         it dropped or replaced are retracted (kept in the history) and the rest appended."""
         fps = conv.fingerprints
-        p = _at_a_cut(p, conv)
+        p = at_a_cut(p, conv)
         retract = [positions[i] for i in p.dropped if positions[i] >= 0]
         mode: Literal["keep", "drop", "retract"] = "keep"
         if sess.pending is not None:
@@ -396,50 +395,7 @@ class SessionRegistry:
         return Synced(session=sess, added=len(msgs), branched_from=parent.session_id)
 
     # ------------------------------------------------------------------ views
-    @staticmethod
-    def prepare(sess: Session, tools: Sequence[Mapping[str, Any]] | None) -> Prepared:
-        cm = sess.cm
-        schemas = [dict(t) for t in tools or []]
-        dicts = cm.prepare(tools=schemas or None)
-        record = cm.last_record
-        view = cm.view_messages
-        history = cm.view.history  # not cm.history: no copy of the whole history per request
-        positions = cm.view.uuids
-        # the client's conversation is the history without what its rewrites retracted:
-        # history position -> index in the client's request
-        gone = sorted(cm.view.retracted) if cm.view.retracted else None
-        items: list[ViewItem] = []
-        for m in view:
-            i = positions.get(m.uuid)
-            same = i is not None and history[i] is m
-            if same and gone is not None and i is not None:
-                i -= bisect.bisect_left(gone, i)
-            items.append(ViewItem(m, i if same else None))
-            if not same and not sess.recall_ready and recall_marker(m):
-                sess.recall_ready = True
-        if len(dicts) == len(view) + 1:  # evidence injected before the newest user message
-            pos = next(
-                (j for j in range(len(view) - 1, -1, -1) if view[j].role == "user"), len(view)
-            )
-            inject = dicts[pos]
-            items.insert(
-                pos,
-                ViewItem(
-                    Message(
-                        role="user",
-                        content=inject.get("content"),
-                        metadata={"cf_kind": "injection"},
-                    ),
-                    None,
-                ),
-            )
-        return Prepared(
-            items=items,
-            tools=schemas,
-            view_tokens=cm.view_tokens,
-            history_tokens=sess.history_tokens,
-            record=record,
-        )
+    prepare = staticmethod(prepare_view)
 
     def hold(self, sess: Session, message: Message, input_tokens: int | None) -> None:
         """Keep the answer pending (written with the session's next append or by
@@ -495,21 +451,6 @@ class SessionRegistry:
                 for s in self._pending.values()
                 if s.pending is not None and now - s.pending_since >= older_than
             ]
-
-
-def _at_a_cut(p: Plan, conv: Conversation) -> Plan:
-    """``p`` with its kept part ending where the history may continue: a tool result the
-    client changed (an old output it cleared or shortened) is appended with the assistant
-    message that made the call, the stored ones retracted (a result follows its call)."""
-    kept = p.kept
-    while kept > 0 and kept < len(conv.neutral) and conv.neutral[kept].role == "tool":
-        kept -= 1
-    if kept == p.kept:
-        return p
-    matched = p.matched[:kept]
-    taken = set(matched)
-    dropped = sorted({*p.dropped, *(i for i in p.matched[kept:] if i not in taken)})
-    return replace(p, kept=kept, matched=matched, dropped=dropped)
 
 
 __all__ = [
