@@ -17,6 +17,13 @@ from .messages import ROLES, Content, Message, Role, ToolCall, check_message, ne
 _OPENAI_KNOWN = {"role", "content", "tool_calls", "tool_call_id", "name"}
 
 
+def _shown(value: Any) -> str:
+    """A client's value in an error message: short, and its type when it is no string."""
+    if isinstance(value, str):
+        return repr(value[:80])
+    return f"of type {type(value).__name__}"
+
+
 def _content_in(value: Any, index: int | None) -> Content:
     if value is None or isinstance(value, str):
         return value
@@ -52,8 +59,8 @@ def from_openai(
             f"expected a message object, got {type(data).__name__}", index=index
         )
     role = data.get("role")
-    if role not in ROLES:
-        raise InvalidMessageError(f"unknown role {role!r}", index=index)
+    if not isinstance(role, str) or role not in ROLES:
+        raise InvalidMessageError(f"unknown role {_shown(role)}", index=index)
     calls: list[ToolCall] = []
     raw_calls = data.get("tool_calls")
     if raw_calls is not None:
@@ -168,8 +175,10 @@ def from_anthropic(
                 f"expected a message object, got {type(data).__name__}", index=index
             )
         role = data.get("role")
-        if role not in ("user", "assistant"):
-            raise InvalidMessageError(f"unknown role {role!r} for Anthropic format", index=index)
+        if not isinstance(role, str) or role not in ("user", "assistant"):
+            raise InvalidMessageError(
+                f"unknown role {_shown(role)} for Anthropic format", index=index
+            )
         extra = {k: v for k, v in data.items() if k not in ("role", "content")}
         content = data.get("content")
         if isinstance(content, str) or content is None:

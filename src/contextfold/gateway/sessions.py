@@ -30,6 +30,7 @@ from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+from .edge import identity
 from .session import (
     Prepared,
     Session,
@@ -47,10 +48,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("contextfold.gateway")
 
 
-def client_identity(headers: Mapping[str, str]) -> str:
-    """A hash of the client's credential (never the credential itself)."""
-    secret = headers.get("authorization") or headers.get("x-api-key") or ""
-    return hashlib.sha256(("contextfold-gateway|" + secret).encode()).hexdigest()[:16]
+def client_identity(forwarded: Mapping[str, str]) -> str:
+    """A hash of the provider credentials the upstream will see (``x-api-key``,
+    ``Authorization``, ``x-goog-api-key`` of the forwarded headers: never the gateway's own
+    token, never the credentials themselves)."""
+    return identity(forwarded)
 
 
 def conversation_key(material: str, identity: str) -> str:
