@@ -107,6 +107,8 @@ class Gateway:
                 f"{where}: the text holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "
                 "escape), which is not Unicode text",
             )
+        if body.get("stream") not in (None, True, False):
+            return _error(provider, 400, "stream: must be true or false")
         messages = body.get("messages")
         most = self.config.max_messages
         if isinstance(messages, list) and len(messages) > most:

@@ -109,14 +109,14 @@ _ENCODED_SEPARATORS = re.compile(r"%(?:2f|5c|2e|00)", re.IGNORECASE)
 def confined_path(raw_path: str) -> str | None:
     """A passthrough path safe to put below the upstream base (each segment re-quoted), or
     None when it could leave it: dot segments, encoded slashes, backslashes or dots, empty
-    segments (double slashes), control characters."""
+    segments (double slashes), control characters, a second level of percent-encoding."""
     if _ENCODED_SEPARATORS.search(raw_path) or "\\" in raw_path or not raw_path.startswith("/"):
         return None
     segments = raw_path[1:].split("/")
     out: list[str] = []
     for raw in segments:
         segment = unquote(raw)
-        if segment in ("", ".", "..") or "/" in segment or "\\" in segment:
+        if segment in ("", ".", "..") or any(c in segment for c in "/\\%"):
             return None
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in segment):
             return None
@@ -145,7 +145,7 @@ def strip_userinfo(url: str) -> str:
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")
 _PAIR = re.compile(rb"\[\]|\{\}")
 #: a ``\\uD800``-``\\uDFFF`` escape: only then can a parsed string hold a lone surrogate
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
 
 def too_deep(raw: bytes, limit: int) -> bool:
