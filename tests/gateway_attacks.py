@@ -112,7 +112,8 @@ def serve(
 
     port = free_port()
     out, err = folder / "serve.out", folder / "serve.err"
-    environ = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
+    path = os.environ.get("PYTHONPATH") or str(REPO / "src")
+    environ = {**os.environ, "PYTHONPATH": path, **(env or {})}
     command = [sys.executable, "-m", "contextfold", "serve", "--upstream", upstream]
     command += ["--port", str(port), "--store", store, "--log-level", "info", *extra]
     with out.open("wb") as o, err.open("wb") as e:
