@@ -399,3 +399,24 @@ def test_a_body_that_never_arrives_gets_408(tmp_path: Path) -> None:
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert b"did not arrive within" in answer
     assert waited < 25  # answered at the budget, not left hanging (generous bound)
+
+
+def _gateway_of(gw: BackgroundServer) -> Any:
+    """The Gateway object behind a background server's app (its routes are its methods)."""
+    app = gw._server.config.app
+    return next(r.endpoint.__self__ for r in app.routes if getattr(r, "path", "") == "/healthz")
+
+
+def test_a_request_past_its_time_budget_gets_503_and_its_retry_succeeds(tmp_path: Path) -> None:
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "budget"}]
+    with running(tmp_path, request_timeout=1.0) as (fake, gw):
+        registry = _gateway_of(gw).pipeline.registry
+        with registry.store_lock:  # the store is stuck: opening the session waits
+            late = _openai(gw.url, {}, msgs)
+        retry = _openai(gw.url, {}, msgs)
+        stored = registry.store.head(retry.headers["x-contextfold-session"])
+    assert late.status_code == 503, late.text
+    assert late.headers["retry-after"] and "within 1 s" in late.json()["error"]["message"]
+    assert retry.status_code == 200, retry.text
+    assert stored >= 2  # the system prompt and the message, once
+    assert len(fake.accepted("/v1/chat/completions")) == 1  # the late one never went upstream
