@@ -420,3 +420,20 @@ def test_a_request_past_its_time_budget_gets_503_and_its_retry_succeeds(tmp_path
     assert retry.status_code == 200, retry.text
     assert stored >= 2  # the system prompt and the message, once
     assert len(fake.accepted("/v1/chat/completions")) == 1  # the late one never went upstream
+
+
+def test_fastjson_writes_lone_surrogates_as_escapes_never_raising() -> None:
+    from contextfold.gateway import fastjson
+
+    value = {"text": "a\ud800b", "key\udfff": ["\ud83d"], "ok": "é"}
+    out = fastjson.dumps(value)
+    assert json.loads(out) == value  # the same JSON value, as valid UTF-8 bytes
+    out.decode("utf-8")
+
+
+def test_an_explicit_session_name_too_long_for_the_credential_part_is_refused(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path) as (_fake, gw):
+        r = _openai(gw.url, {"x-contextfold-session": "a" * 90}, [{"role": "user", "content": "x"}])
+    assert r.status_code == 400 and "at most 76 characters" in r.text

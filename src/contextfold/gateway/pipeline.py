@@ -20,7 +20,6 @@ from anyio import to_thread
 from ..errors import ContextFoldError
 from ..messages import Message
 from ..overflow import is_context_overflow
-from ..paths import MAX_NAME, check_session_id
 from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
 from . import fastjson
@@ -32,8 +31,7 @@ from .sessions import (
     Session,
     SessionRegistry,
     Synced,
-    client_identity,
-    conversation_key,
+    session_key,
 )
 from .turn import (
     REQUEST_STARTED,
@@ -55,7 +53,6 @@ log = logging.getLogger("contextfold.gateway")
 
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
-SESSION_HEADER = "x-contextfold-session"
 #: seconds a turn's commit waits at most for its request to be sent upstream
 SEND_GRACE = 0.05
 
@@ -93,18 +90,8 @@ class Pipeline:
     # ------------------------------------------------------------------ begin
     def session_key(self, conv: Conversation, headers: Mapping[str, str]) -> str:
         """The conversation's key, bound to the provider credentials the upstream will see
-        (never the gateway's own token): an explicit session name is kept apart per
-        credential (``<name>-<credential hash>``), so naming another tenant's session opens
-        one's own, and no answer tells whether the name is taken."""
-        identity = client_identity(forward_headers(headers, token=self.config.auth_token))
-        explicit = headers.get(SESSION_HEADER)
-        if explicit:
-            try:
-                name = check_session_id(explicit.strip())
-                return check_session_id(f"{name[: MAX_NAME - 20]}-{identity[:12]}")
-            except ContextFoldError as exc:
-                raise RequestError(400, f"{SESSION_HEADER}: {exc}") from None
-        return conversation_key(session_key_material(conv), identity)
+        (see :func:`~.sessions.session_key`)."""
+        return session_key(session_key_material(conv), headers, self.config.auth_token)
 
     def wants_gateway_tools(
         self, sess: Session, client_names: set[str], allowed: bool
