@@ -437,3 +437,37 @@ def test_an_explicit_session_name_too_long_for_the_credential_part_is_refused(
     with running(tmp_path) as (_fake, gw):
         r = _openai(gw.url, {"x-contextfold-session": "a" * 90}, [{"role": "user", "content": "x"}])
     assert r.status_code == 400 and "at most 76 characters" in r.text
+
+
+def test_serve_flags_set_the_connection_limits(tmp_path: Path) -> None:
+    fake, _seen = recorded_upstream()
+    flags = ("--header-timeout", "0.5", "--idle-timeout", "0.5", "--max-messages", "3")
+    try:
+        with serve(fake.url, str(tmp_path / "ws"), tmp_path, *flags) as (url, _out, _err):
+            host, port = url.split("//")[1].split(":")
+            with socket.create_connection((host, int(port))) as idle:
+                assert closed_within(idle, 20)
+            r = _openai(url, {}, [{"role": "user", "content": str(i)} for i in range(4)])
+    finally:
+        fake.stop()
+    assert r.status_code == 413 and "(3, --max-messages)" in r.text
+
+
+def test_edge_checks_in_isolation() -> None:
+    from contextfold.gateway.edge import confined_path, redact, too_deep
+    from contextfold.gateway.upstream import Upstream
+
+    assert confined_path("/v1/models/claude-3:latest") == "/v1/models/claude-3:latest"
+    assert confined_path("/v1/models/org/model") == "/v1/models/org/model"
+    for bad in ESCAPES:
+        assert confined_path(bad) is None, bad
+    up = Upstream("https://api.example.com:443/tenant/v1", 5.0, pools=1)
+    assert up.confined_url("/v1/models/x") == "https://api.example.com:443/tenant/v1/models/x"
+    assert up.confined_url("/v1/models/%2e%2e") is None
+    text = "postgresql://u:pw1@h/db and https://a:b@c/?api_key=zz&x=1 token T0K3N"
+    assert redact(text, "T0K3N") == (
+        "postgresql://u:***@h/db and https://a:***@c/?api_key=***&x=1 token ***"
+    )
+    assert not too_deep(b'{"a": "[[[[[[[[[[[[", "b": [[1]]}', 3)
+    assert too_deep(b'{"a": [[[1]]]}', 3)
+    assert not too_deep(b'{"a": "\\\\\\"[[[[", "b": 1}', 1)
