@@ -314,6 +314,51 @@ def _raw_cases() -> list[tuple[str, bytes]]:
 
 Case = tuple[str, str, bytes]  # route, label, body
 
+_POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+_LEN = b"Content-Length: %d\r\n" % len(_BODY)
+_CLOSE = b"Connection: close\r\n"
+
+#: whole HTTP requests no HTTP client writes (each ends its connection with Connection: close
+#: or is refused by the parser, which closes it)
+MALFORMED_HTTP: dict[str, bytes] = {
+    "garbage": b"GARBAGE\r\n\r\n",
+    "no host": b"GET /healthz HTTP/1.1\r\n" + _CLOSE + b"\r\n",
+    "HTTP/0.9": b"GET /\r\n\r\n",
+    "negative length": _POST + b"Content-Length: -1\r\n\r\n" + _BODY,
+    "letters as length": _POST + b"Content-Length: abc\r\n\r\n" + _BODY,
+    "huge length": _POST + b"Content-Length: 99999999999999999999\r\n\r\n" + _BODY,
+    "two lengths": _POST + b"Content-Length: 5\r\n" + _LEN + b"\r\n" + _BODY,
+    "length and chunked": _POST + _LEN + b"Transfer-Encoding: chunked\r\n\r\n" + _BODY,
+    "bad chunk size": _POST
+    + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"
+    + _BODY
+    + b"\r\n0\r\n\r\n",
+    "chunked": _POST
+    + b"Transfer-Encoding: chunked\r\n"
+    + _CLOSE
+    + b"\r\n%x\r\n" % len(_BODY)
+    + _BODY
+    + b"\r\n0\r\n\r\n",
+    "NUL in a header": _POST + b"X-A: a\x00b\r\n" + _LEN + b"\r\n" + _BODY,
+    "non-ASCII header": _POST + b"X-A: \xff\xfe\r\n" + _CLOSE + _LEN + b"\r\n" + _BODY,
+    "100 kB URL": b"GET /v1/models/" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    "3000 headers": b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+    + b"".join(b"X-H%d: v\r\n" % i for i in range(3000))
+    + _CLOSE
+    + b"\r\n",
+    "pipelined": b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n"
+    + _CLOSE
+    + b"\r\n",
+    "space in a header name": _POST + b"X A: b\r\n" + _LEN + b"\r\n" + _BODY,
+    "folded header": _POST + b"X-A: b\r\n c\r\n" + _LEN + b"\r\n" + _BODY,
+    "unknown method": b"BREW /v1/models HTTP/1.1\r\nHost: x\r\n" + _CLOSE + b"\r\n",
+    "HTTP/2 preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "absolute URL": b"GET http://evil.example/admin HTTP/1.1\r\nHost: x\r\n" + _CLOSE + b"\r\n",
+    "OPTIONS *": b"OPTIONS * HTTP/1.1\r\nHost: x\r\n" + _CLOSE + b"\r\n",
+    "gzip claimed": _POST + b"Content-Encoding: gzip\r\n" + _CLOSE + _LEN + b"\r\n" + _BODY,
+}
+
 
 def hostile_bodies(seed: int, count: int) -> list[Case]:
     """``count`` hostile bodies (deterministic for ``seed``) plus the fixed raw cases, for both
@@ -335,6 +380,7 @@ def hostile_bodies(seed: int, count: int) -> list[Case]:
 
 
 __all__ = [
+    "MALFORMED_HTTP",
     "Recorder",
     "Seen",
     "closed_within",

@@ -19,6 +19,7 @@ from contextfold.gateway.cli import BackgroundServer
 from contextfold.gateway.config import GatewayConfig, load_config
 from tests import pg_support
 from tests.gateway_attacks import (
+    MALFORMED_HTTP,
     SYSTEM,
     closed_within,
     deep_list,
@@ -471,3 +472,18 @@ def test_edge_checks_in_isolation() -> None:
     assert not too_deep(b'{"a": "[[[[[[[[[[[[", "b": [[1]]}', 3)
     assert too_deep(b'{"a": [[[1]]]}', 3)
     assert not too_deep(b'{"a": "\\\\\\"[[[[", "b": 1}', 1)
+
+
+def test_malformed_http_is_answered_never_5xx_nor_dropped(tmp_path: Path) -> None:
+    answers: dict[str, bytes] = {}
+    with running(tmp_path, header_timeout=5, idle_timeout=2) as (fake, gw):
+        for label, data in MALFORMED_HTTP.items():
+            answers[label] = raw_exchange(gw.url, data, timeout=30)
+        assert httpx.get(gw.url + "/healthz", timeout=10).status_code == 200
+    for label, answer in answers.items():
+        status_line = answer.split(b"\r\n", 1)[0]
+        assert status_line.startswith(b"HTTP/1.1 "), (label, answer[:200])
+        assert int(status_line.split()[1]) < 500, (label, status_line)
+    assert answers["non-ASCII header"].startswith(b"HTTP/1.1 400")
+    assert b"not ASCII" in answers["non-ASCII header"]
+    assert all(b"\xff" not in json.dumps(r.headers).encode() for r in fake.received)

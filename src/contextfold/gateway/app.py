@@ -52,9 +52,9 @@ class Gateway:
 
     def _refused(self, request: Request, provider: Provider) -> Response | None:
         """The answer to a request refused before its body is read (None: go on)."""
-        twice = edge.duplicated(request.scope["headers"])
-        if twice is not None:
-            return _error(provider, 400, f"the header {twice} may be sent only once")
+        problem = edge.header_problem(request.scope["headers"])
+        if problem is not None:
+            return _error(provider, 400, problem)
         if not self._authorized(request):
             return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
         return None

@@ -62,15 +62,19 @@ def token_given(headers: Mapping[str, str], token: str) -> bool:
     return credential is not None and _same(credential, token)
 
 
-def duplicated(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The first of :data:`SINGLE_HEADERS` the request carries more than once."""
+def header_problem(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """What is wrong with a request's headers (None: nothing): one of
+    :data:`SINGLE_HEADERS` sent twice, or a value that is not ASCII (it could not be
+    forwarded as it came)."""
     seen: set[str] = set()
-    for key, _ in raw:
+    for key, value in raw:
         name = key.decode("latin-1").lower()
         if name in SINGLE_HEADERS:
             if name in seen:
-                return name
+                return f"the header {name} may be sent only once"
             seen.add(name)
+        if not value.isascii():
+            return f"the header {name} holds bytes that are not ASCII"
     return None
 
 
@@ -210,7 +214,7 @@ __all__ = [
     "below",
     "carries_token",
     "confined_path",
-    "duplicated",
+    "header_problem",
     "identity",
     "lone_surrogate",
     "may_hold_surrogates",
