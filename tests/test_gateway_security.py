@@ -379,6 +379,12 @@ def test_idle_half_sent_and_oversized_connections_are_closed(tmp_path: Path) -> 
         with socket.create_connection(address) as big:
             big.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 20_000)
             assert closed_within(big, 20)
+        with socket.create_connection(address) as slow:  # answered, then half a request
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            slow.settimeout(20)
+            assert slow.recv(65536).startswith(b"HTTP/1.1 200")
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nHo")
+            assert closed_within(slow, 20)
         with socket.create_connection(address) as kept:  # answered, then idle: closed too
             kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             kept.settimeout(20)

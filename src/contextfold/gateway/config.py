@@ -45,8 +45,8 @@ class GatewayConfig:
     max_depth: int = 128
     #: Bytes of a request's line and headers (more: the connection is closed).
     max_header_bytes: int = 64 * 1024
-    #: Seconds a client has to send a request's headers, from connecting or from the end of
-    #: its previous answer (a half-sent request is closed after it).
+    #: Seconds a client has to send a request's headers, from connecting or from the first
+    #: byte of a request on a kept-alive connection (a half-sent request is closed after it).
     header_timeout: float = 10.0
     #: Seconds an idle kept-alive client connection stays open.
     idle_timeout: float = 30.0
@@ -80,7 +80,7 @@ class GatewayConfig:
             raise ConfigError("the gateway needs an upstream URL (--upstream URL)")
         parts = urlsplit(self.upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"upstream must be an http(s) URL, got {self.upstream!r}")
+            raise ConfigError(f"upstream must be an http(s) URL, got {redact(self.upstream)!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= 64:

@@ -20,8 +20,8 @@ _Base: Any = AutoHTTPProtocol
 
 class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
     """uvicorn's HTTP protocol, closing a connection that has not sent a whole request line
-    and headers within the header timeout (from connecting, or from the end of its previous
-    answer) or whose headers exceed the limit."""
+    and headers within the header timeout (from connecting, or from the first byte of a
+    request on a kept-alive connection) or whose headers exceed the limit."""
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
@@ -62,6 +62,8 @@ class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and not self._in_request():
+            self._arm()  # the first bytes of a new request: its headers are due in time
         waiting = self._header_timer is not None
         if waiting:
             self._header_bytes += len(data)
@@ -75,8 +77,7 @@ class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
-            self._arm()
+        self._disarm()  # idle now: uvicorn's keep-alive timeout closes it
 
 
 def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:
