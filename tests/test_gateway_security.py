@@ -493,3 +493,17 @@ def test_malformed_http_is_answered_never_5xx_nor_dropped(tmp_path: Path) -> Non
     assert answers["non-ASCII header"].startswith(b"HTTP/1.1 400")
     assert b"not ASCII" in answers["non-ASCII header"]
     assert all(b"\xff" not in json.dumps(r.headers).encode() for r in fake.received)
+
+
+def test_one_credential_keeps_the_identity_earlier_releases_gave_it() -> None:
+    import hashlib
+
+    from contextfold.gateway.sessions import client_identity
+
+    def old(secret: str) -> str:
+        return hashlib.sha256(("contextfold-gateway|" + secret).encode()).hexdigest()[:16]
+
+    assert client_identity({"authorization": "Bearer sk-1"}) == old("Bearer sk-1")
+    assert client_identity({"x-api-key": "sk-2"}) == old("sk-2")
+    both = client_identity({"x-api-key": "sk-2", "authorization": "Bearer sk-1"})
+    assert both not in (old("sk-2"), old("Bearer sk-1"))

@@ -80,9 +80,14 @@ def header_problem(raw: Iterable[tuple[bytes, bytes]]) -> str | None:
 
 def identity(forwarded: Mapping[str, str]) -> str:
     """A hash of the provider credentials the upstream will see (never the credentials, never
-    the gateway's own token: ``forwarded`` is what :func:`~.upstream.forward_headers` kept)."""
-    parts = [f"{name}={forwarded.get(name, '').strip()}" for name in CREDENTIAL_HEADERS]
-    text = "contextfold-gateway|" + "|".join(parts)
+    the gateway's own token: ``forwarded`` is what :func:`~.upstream.forward_headers` kept).
+    One credential hashes as earlier releases hashed it, so their sessions are found again."""
+    present = [forwarded[name] for name in CREDENTIAL_HEADERS if forwarded.get(name)]
+    if len(present) <= 1:
+        text = "contextfold-gateway|" + (present[0] if present else "")
+    else:
+        parts = [f"{name}={forwarded.get(name, '')}" for name in CREDENTIAL_HEADERS]
+        text = "contextfold-gateway|" + "|".join(parts)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
