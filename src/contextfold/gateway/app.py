@@ -104,8 +104,8 @@ class Gateway:
             return _error(
                 provider,
                 400,
-                f"{where}: the text holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff "
-                "escape), which is not Unicode text",
+                f"{where}: the text holds a lone UTF-16 surrogate (an unpaired code point in "
+                "\\ud800-\\udfff), which is not Unicode text",
             )
         if body.get("stream") not in (None, True, False):
             return _error(provider, 400, "stream: must be true or false")
