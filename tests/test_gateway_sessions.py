@@ -143,7 +143,9 @@ def test_explicit_session_header_and_a_hostile_one(tmp_path: Path) -> None:
                 extra_headers={"X-Contextfold-Session": "../../etc"},
             )
     assert "x-contextfold-session" in str(err.value)
-    assert list(_sessions(tmp_path)) == ["team-42"]
+    # the name is kept apart per credential: <name>-<hash of the provider key>
+    (stored,) = list(_sessions(tmp_path))
+    assert stored.startswith("team-42-") and len(stored) == len("team-42-") + 12
     assert all("x-contextfold-session" not in r.headers for r in fake.received)
 
 

@@ -17,14 +17,46 @@ from .messages import ROLES, Content, Message, Role, ToolCall, check_message, ne
 _OPENAI_KNOWN = {"role", "content", "tool_calls", "tool_call_id", "name"}
 
 
+def _shown(value: Any) -> str:
+    """A client's value in an error message: short, and its type when it is no string."""
+    if isinstance(value, str):
+        return repr(value[:80])
+    return f"of type {type(value).__name__}"
+
+
+#: block fields that must be strings when present (by block type; None: every block)
+_STRING_FIELDS: dict[str | None, tuple[str, ...]] = {
+    None: ("type",),
+    "text": ("text",),
+    "tool_use": ("id", "name"),
+    "tool_result": ("tool_use_id",),
+    "thinking": ("thinking", "signature"),
+}
+
+
+def _block(block: Any, j: int, index: int | None) -> Mapping[str, Any]:
+    """One content block, checked: an object whose ``type`` (and the fields its type names)
+    are strings."""
+    if not isinstance(block, Mapping):
+        raise InvalidMessageError(f"content block {j} is not an object", index=index)
+    kind = block.get("type")
+    for name in _STRING_FIELDS[None] + _STRING_FIELDS.get(
+        kind if isinstance(kind, str) else "", ()
+    ):
+        value = block.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidMessageError(
+                f"content block {j}: {name} must be a string, not {type(value).__name__}",
+                index=index,
+            )
+    return block
+
+
 def _content_in(value: Any, index: int | None) -> Content:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list | tuple):
-        for j, block in enumerate(value):
-            if not isinstance(block, Mapping):
-                raise InvalidMessageError(f"content block {j} is not an object", index=index)
-        return tuple(dict(b) for b in value)
+        return tuple(dict(_block(b, j, index)) for j, b in enumerate(value))
     raise InvalidMessageError(
         f"content must be a string, a list of blocks or null, not {type(value).__name__}",
         index=index,
@@ -52,8 +84,8 @@ def from_openai(
             f"expected a message object, got {type(data).__name__}", index=index
         )
     role = data.get("role")
-    if role not in ROLES:
-        raise InvalidMessageError(f"unknown role {role!r}", index=index)
+    if not isinstance(role, str) or role not in ROLES:
+        raise InvalidMessageError(f"unknown role {_shown(role)}", index=index)
     calls: list[ToolCall] = []
     raw_calls = data.get("tool_calls")
     if raw_calls is not None:
@@ -168,8 +200,10 @@ def from_anthropic(
                 f"expected a message object, got {type(data).__name__}", index=index
             )
         role = data.get("role")
-        if role not in ("user", "assistant"):
-            raise InvalidMessageError(f"unknown role {role!r} for Anthropic format", index=index)
+        if not isinstance(role, str) or role not in ("user", "assistant"):
+            raise InvalidMessageError(
+                f"unknown role {_shown(role)} for Anthropic format", index=index
+            )
         extra = {k: v for k, v in data.items() if k not in ("role", "content")}
         content = data.get("content")
         if isinstance(content, str) or content is None:
@@ -184,8 +218,7 @@ def from_anthropic(
             calls: list[ToolCall] = []
             positions: list[int] = []
             for j, block in enumerate(content):
-                if not isinstance(block, Mapping):
-                    raise InvalidMessageError(f"content block {j} is not an object", index=index)
+                _block(block, j, index)
                 if block.get("type") == "tool_use":
                     cextra = {
                         k: v for k, v in block.items() if k not in ("type", "id", "name", "input")
@@ -212,8 +245,7 @@ def from_anthropic(
         pending: list[Mapping[str, Any]] = []
         part = 0
         for j, block in enumerate(content):
-            if not isinstance(block, Mapping):
-                raise InvalidMessageError(f"content block {j} is not an object", index=index)
+            _block(block, j, index)
             if block.get("type") != "tool_result":
                 pending.append(dict(block))
                 continue

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hmac
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -16,8 +15,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from .. import __version__
 from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
-from . import anthropic_proxy, fastjson, openai_proxy
+from . import anthropic_proxy, edge, fastjson, openai_proxy
 from .config import GatewayConfig
 from .convert import Provider
 from .metrics import Metrics
@@ -39,7 +39,8 @@ STORE_RETRY_AFTER = 2
 
 
 def _error(provider: Provider, status: int, message: str, kind: str | None = None) -> Response:
-    return JSONResponse(error_body(provider, status, message, kind), status_code=status)
+    headers = {"retry-after": str(STORE_RETRY_AFTER)} if status == 503 else None
+    return JSONResponse(error_body(provider, status, message, kind), status, headers=headers)
 
 
 class Gateway:
@@ -51,13 +52,16 @@ class Gateway:
     # ------------------------------------------------------------------ checks
     def _authorized(self, request: Request) -> bool:
         token = self.config.auth_token
-        if token is None:
-            return True
-        given = request.headers.get("x-contextfold-token")
-        if given is None:
-            auth = request.headers.get("authorization", "")
-            given = auth[7:] if auth.lower().startswith("bearer ") else None
-        return given is not None and hmac.compare_digest(given.encode(), token.encode())
+        return token is None or edge.token_given(request.headers, token)
+
+    def _refused(self, request: Request, provider: Provider) -> Response | None:
+        """The answer to a request refused before its body is read (None: go on)."""
+        problem = edge.header_problem(request.scope["headers"])
+        if problem is not None:
+            return _error(provider, 400, problem)
+        if not self._authorized(request):
+            return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
+        return None
 
     async def _body(self, request: Request, provider: Provider) -> bytes | Response:
         limit = self.config.max_body_bytes
@@ -67,12 +71,58 @@ class Gateway:
             return too_big
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                return too_big
-            chunks.append(chunk)
-        return b"".join(chunks)
+
+        async def read() -> Response | None:
+            nonlocal size
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return too_big
+                chunks.append(chunk)
+            return None
+
+        timeout = self.config.request_timeout
+        try:
+            refused = await asyncio.wait_for(read(), timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            return _error(provider, 408, f"the request body did not arrive within {timeout:g} s")
+        return refused or b"".join(chunks)
+
+    def _parse(self, raw: bytes, provider: Provider) -> dict[str, Any] | Response:
+        """The request body as a JSON object, or the 4xx refusing it: nested deeper than the
+        limit, not JSON, text that is not Unicode, too many messages."""
+        depth = self.config.max_depth
+        deep = f"the request body nests deeper than {depth} levels (--max-depth)"
+        if edge.too_deep(raw, depth):
+            return _error(provider, 400, deep)
+        try:
+            body = fastjson.loads(raw)
+        except RecursionError:
+            return _error(provider, 400, deep)
+        except ValueError as exc:
+            return _error(provider, 400, f"the request body is not valid JSON ({exc})")
+        if not isinstance(body, dict):
+            return _error(provider, 400, "the request body must be a JSON object")
+        where = edge.lone_surrogate(body) if edge.may_hold_surrogates(raw) else None
+        if where is not None:
+            return _error(
+                provider,
+                400,
+                f"{where}: the text holds a lone UTF-16 surrogate (an unpaired code point in "
+                "\\ud800-\\udfff), which is not Unicode text",
+            )
+        if body.get("stream") not in (None, True, False):
+            return _error(provider, 400, "stream: must be true or false")
+        messages = body.get("messages")
+        most = self.config.max_messages
+        if isinstance(messages, list) and len(messages) > most:
+            return _error(
+                provider,
+                413,
+                f"messages: {len(messages)} messages, more than this gateway takes in one "
+                f"request ({most}, --max-messages)",
+            )
+        return body
 
     # ------------------------------------------------------------------ handlers
     def _proxied(self, handler: Handler, route: str) -> Callable[[Request], Awaitable[Response]]:
@@ -97,20 +147,18 @@ class Gateway:
         return endpoint
 
     async def _run(self, request: Request, provider: Provider, handler: Handler) -> Response:
-        if not self._authorized(request):
-            return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
+        refused = self._refused(request, provider)
+        if refused is not None:
+            return refused
         try:
             raw = await self._body(request, provider)
         except ClientDisconnect:
             return Response(status_code=499)
         if isinstance(raw, Response):
             return raw
-        try:
-            body = fastjson.loads(raw)
-        except ValueError as exc:
-            return _error(provider, 400, f"the request body is not valid JSON ({exc})")
-        if not isinstance(body, dict):
-            return _error(provider, 400, "the request body must be a JSON object")
+        body = self._parse(raw, provider)
+        if isinstance(body, Response):
+            return body
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             return await handler(self.pipeline, body, headers, request.url.query)
@@ -119,41 +167,45 @@ class Gateway:
         except (InvalidMessageError, UnsafeIdError) as exc:
             return _error(provider, 400, str(exc))
         except StorageError as exc:
-            log_event("storage_error", error=str(exc))
-            unavailable = _error(provider, 503, f"the session store failed: {exc}", None)
-            unavailable.headers["retry-after"] = str(STORE_RETRY_AFTER)
-            return unavailable
+            log_event("storage_error", error=self._redact(str(exc)))
+            return _error(provider, 503, f"the session store failed: {self._redact(str(exc))}")
         except ContextFoldError as exc:
-            log_event("gateway_error", error=str(exc))
-            return _error(provider, 500, f"contextfold: {exc}")
+            log_event("gateway_error", error=self._redact(str(exc)))
+            return _error(provider, 500, f"contextfold: {self._redact(str(exc))}")
         except Exception as exc:  # never a traceback to the client
             log.exception("unexpected gateway error: %s", type(exc).__name__)
             return _error(provider, 500, f"internal gateway error ({type(exc).__name__})")
 
+    def _redact(self, text: str) -> str:
+        return edge.redact(text, self.config.auth_token)
+
     async def passthrough(self, request: Request) -> Response:
         """count_tokens and models: forwarded unchanged (nothing stored)."""
         provider = _provider_for(request)
-        if not self._authorized(request):
-            return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
-        raw = await self._body(request, provider)
+        refused = self._refused(request, provider)
+        if refused is not None:
+            return refused
+        up = self.pipeline.upstream
+        raw_path = request.scope.get("raw_path") or request.scope["path"].encode()
+        url = up.confined_url(raw_path.decode("latin-1").split("?", 1)[0])
+        if url is None:
+            kind = "not_found_error" if provider == "anthropic" else None
+            return _error(provider, 404, "no such path below the upstream", kind)
+        try:
+            raw = await self._body(request, provider)
+        except ClientDisconnect:
+            return Response(status_code=499)
         if isinstance(raw, Response):
             return raw
         if request.method == "POST":
-            try:
-                json.loads(raw)
-            except ValueError as exc:
-                return _error(provider, 400, f"the request body is not valid JSON ({exc})")
-        token = self.config.auth_token
-        headers = forward_headers(
-            request.headers,
-            drop_authorization=token is not None
-            and request.headers.get("authorization") == f"Bearer {token}",
-        )
-        up = self.pipeline.upstream
+            parsed = self._parse(raw, provider)
+            if isinstance(parsed, Response):
+                return parsed
+        headers = forward_headers(request.headers, token=self.config.auth_token)
         try:
             resp = await up.client.request(
                 request.method,
-                up.url(request.url.path),
+                url,
                 params=request.query_params,
                 content=raw if request.method == "POST" else None,
                 headers=headers,
@@ -164,14 +216,18 @@ class Gateway:
             return _error(
                 provider, 502, f"the upstream could not be reached ({type(exc).__name__})"
             )
-        route = request.url.path
+        route = "/v1/models" if request.method == "GET" else request.url.path
         self.metrics.inc(
             "contextfold_gateway_requests_total", route=route, status=str(resp.status_code)
         )
         return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
 
     async def healthz(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "upstream": self.config.upstream_base})
+        """ "ok" and the version; with the gateway's token also the upstream (no password)."""
+        out = {"status": "ok", "version": __version__}
+        if self.config.auth_token is not None and self._authorized(request):
+            out["upstream"] = self.config.shown_upstream
+        return JSONResponse(out)
 
     async def metrics_endpoint(self, request: Request) -> Response:
         if not self._authorized(request):

@@ -50,6 +50,29 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-body-bytes", type=int, help="largest request body (default 32 MiB)")
     p.add_argument("--upstream-timeout", type=float, help="seconds to wait for the upstream")
     p.add_argument(
+        "--max-messages", type=int, help="messages one request may carry (default 10000)"
+    )
+    p.add_argument("--max-depth", type=int, help="how deep a request body may nest (default 128)")
+    p.add_argument(
+        "--max-header-bytes", type=int, help="bytes of a request's headers (default 64 KiB)"
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        help="seconds a client has to send a request's headers (default 10)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="seconds an idle kept-alive connection stays open (default 30)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        help="seconds the gateway may spend on a request before the upstream call: its body, "
+        "storing it, the view (default 30)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         help="server processes sharing the port and the store (default 1); a client keeps "
@@ -79,6 +102,12 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         "summarizer",
         "max_body_bytes",
         "upstream_timeout",
+        "max_messages",
+        "max_depth",
+        "max_header_bytes",
+        "header_timeout",
+        "idle_timeout",
+        "request_timeout",
         "workers",
         "log_level",
     )
@@ -108,9 +137,11 @@ WORKER_CONFIG_ENV = "CONTEXTFOLD_GATEWAY__WORKER_CONFIG"
 
 def worker_app() -> Any:
     """The app of one worker process of ``contextfold serve --workers N`` (uvicorn's factory)."""
+    from . import serving
     from .app import create_app
 
     config = GatewayConfig(**json.loads(os.environ[WORKER_CONFIG_ENV])).check()
+    serving.HEADER_TIMEOUT = config.header_timeout
     _setup_logging(config.log_level)
     sys.setswitchinterval(0.001)
     return create_app(config)
@@ -121,6 +152,7 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     import uvicorn
 
     from .app import create_app
+    from .serving import uvicorn_options
 
     _setup_logging(config.log_level)
     # ContextManager work runs in worker threads; a short GIL switch interval keeps the event
@@ -128,21 +160,18 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     sys.setswitchinterval(0.001)
     workers = f", {config.workers} worker processes" if config.workers > 1 else ""
     print(
-        f"contextfold gateway on http://{config.host}:{config.port} -> {config.upstream_base} "
-        f"(store {config.store}{workers})",
+        f"contextfold gateway on http://{config.host}:{config.port} -> {config.shown_upstream} "
+        f"(store {config.shown_store}{workers})",
         file=out,
         flush=True,
     )
-    options: dict[str, Any] = {
-        "host": config.host,
-        "port": config.port,
-        "log_level": "warning",
-        "access_log": False,
-        "server_header": False,
-    }
+    options = uvicorn_options(config)
     if config.workers == 1:
-        uvicorn.run(create_app(config), **options)
-        return 0
+        server_config = uvicorn.Config(create_app(config), **options)
+        server_config.header_timeout = config.header_timeout  # type: ignore[attr-defined]
+        server = uvicorn.Server(server_config)
+        server.run()
+        return 0 if server.started else 1
     from .stores import open_shared_store
 
     # created (or migrated) once, here, before the workers open it side by side
@@ -159,19 +188,13 @@ class BackgroundServer:
         import uvicorn
 
         from .app import create_app
+        from .serving import uvicorn_options
 
         check_store(config.store)
         self.config = config
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(config),
-                host=config.host,
-                port=config.port,
-                log_level="warning",
-                access_log=False,
-                lifespan="on",
-            )
-        )
+        server_config = uvicorn.Config(create_app(config), lifespan="on", **uvicorn_options(config))
+        server_config.header_timeout = config.header_timeout  # type: ignore[attr-defined]
+        self._server = uvicorn.Server(server_config)
         self._thread = threading.Thread(target=self._run, name="contextfold-gateway", daemon=True)
 
     def _run(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from .edge import redact
 
 ENV_PREFIX = "CONTEXTFOLD_GATEWAY_"
 
@@ -38,6 +39,20 @@ class GatewayConfig:
     #: When set, clients must send ``Authorization: Bearer <token>`` or ``X-Contextfold-Token``.
     auth_token: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
+    #: Messages one request may carry (more: 413 before any work is done).
+    max_messages: int = 10_000
+    #: How deep a request body's arrays and objects may nest (deeper: 400 before parsing).
+    max_depth: int = 128
+    #: Bytes of a request's line and headers (more: the connection is closed).
+    max_header_bytes: int = 64 * 1024
+    #: Seconds a client has to send a request's headers, from connecting or from the first
+    #: byte of a request on a kept-alive connection (a half-sent request is closed after it).
+    header_timeout: float = 10.0
+    #: Seconds an idle kept-alive client connection stays open.
+    idle_timeout: float = 30.0
+    #: Seconds the gateway may spend on one request before the upstream call (receiving the
+    #: body, storing it, deriving the view): past it the client gets a 408 or 503.
+    request_timeout: float = 30.0
     #: Seconds to wait for the upstream (connect and each read).
     upstream_timeout: float = 600.0
     #: Answer recall / read_offloaded inside the gateway.
@@ -65,12 +80,19 @@ class GatewayConfig:
             raise ConfigError("the gateway needs an upstream URL (--upstream URL)")
         parts = urlsplit(self.upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"upstream must be an http(s) URL, got {self.upstream!r}")
+            raise ConfigError(f"upstream must be an http(s) URL, got {redact(self.upstream)!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= 64:
             raise ConfigError(f"workers must be 1..64, got {self.workers!r}")
-        for name in ("context_window", "max_body_bytes", "max_open_sessions"):
+        for name in (
+            "context_window",
+            "max_body_bytes",
+            "max_open_sessions",
+            "max_messages",
+            "max_depth",
+            "max_header_bytes",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -81,8 +103,9 @@ class GatewayConfig:
             raise ConfigError(
                 f"summarizer must be 'extractive' or 'upstream', got {self.summarizer!r}"
             )
-        if self.upstream_timeout <= 0:
-            raise ConfigError("upstream_timeout must be > 0")
+        for name in ("upstream_timeout", "header_timeout", "idle_timeout", "request_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
         if not 0 <= self.record_delay <= 60:
             raise ConfigError(f"record_delay must be 0..60 seconds, got {self.record_delay!r}")
         if self.max_tool_rounds < 0:
@@ -94,6 +117,16 @@ class GatewayConfig:
     @property
     def upstream_base(self) -> str:
         return self.upstream.rstrip("/")
+
+    @property
+    def shown_upstream(self) -> str:
+        """The upstream URL as logs and /healthz show it (no password, no secret query)."""
+        return redact(self.upstream_base)
+
+    @property
+    def shown_store(self) -> str:
+        """The store as logs show it (a database URL without its password)."""
+        return redact(self.store)
 
 
 _FIELDS = {f.name: f for f in fields(GatewayConfig)}

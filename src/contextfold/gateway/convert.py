@@ -59,7 +59,7 @@ def _content_key(content: Content) -> list[Any]:
     other: list[Any] = []
     for block in content:
         kind = block.get("type")
-        if kind in _SKIP_BLOCKS:
+        if isinstance(kind, str) and kind in _SKIP_BLOCKS:
             continue
         if kind == "text" or (kind is None and isinstance(block.get("text"), str)):
             text.append(str(block.get("text", "")))

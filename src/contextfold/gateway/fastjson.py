@@ -21,14 +21,20 @@ def loads(data: bytes | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """UTF-8 JSON, non-ASCII kept as is."""
+    """UTF-8 JSON, non-ASCII kept as is; text UTF-8 cannot carry (a lone surrogate, which
+    the gateway refuses from clients but an upstream may send) is written as its ``\\u``
+    escape, so this never raises UnicodeEncodeError and the JSON means what it meant."""
     if _orjson is not None:
         try:
             out: bytes = _orjson.dumps(value)
             return out
         except TypeError:
             pass
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value).encode("ascii")
 
 
 def dumps_sorted(value: Any) -> bytes:

@@ -20,7 +20,6 @@ from anyio import to_thread
 from ..errors import ContextFoldError
 from ..messages import Message
 from ..overflow import is_context_overflow
-from ..paths import check_session_id
 from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
 from . import fastjson
@@ -33,8 +32,7 @@ from .sessions import (
     Session,
     SessionRegistry,
     Synced,
-    client_identity,
-    conversation_key,
+    session_key,
 )
 from .turn import (
     REQUEST_STARTED,
@@ -48,6 +46,7 @@ from .turn import (
     release_when_done,
     settle_future,
     tool_name,
+    within_budget,
 )
 from .upstream import Upstream, UpstreamError, forward_headers
 
@@ -55,7 +54,6 @@ log = logging.getLogger("contextfold.gateway")
 
 #: The gateway's own tools, answered inside the gateway.
 GATEWAY_TOOLS = ("recall", "read_offloaded")
-SESSION_HEADER = "x-contextfold-session"
 #: seconds a turn's commit waits at most for its request to be sent upstream
 SEND_GRACE = 0.05
 
@@ -92,13 +90,9 @@ class Pipeline:
 
     # ------------------------------------------------------------------ begin
     def session_key(self, conv: Conversation, headers: Mapping[str, str]) -> str:
-        explicit = headers.get(SESSION_HEADER)
-        if explicit:
-            try:
-                return check_session_id(explicit.strip())
-            except ContextFoldError as exc:
-                raise RequestError(400, f"{SESSION_HEADER}: {exc}") from None
-        return conversation_key(session_key_material(conv), client_identity(headers))
+        """The conversation's key, bound to the provider credentials the upstream will see
+        (see :func:`~.sessions.session_key`)."""
+        return session_key(session_key_material(conv), headers, self.config.auth_token)
 
     def wants_gateway_tools(
         self, sess: Session, client_names: set[str], allowed: bool
@@ -144,7 +138,7 @@ class Pipeline:
         await lock.acquire()
         t_lock = time.perf_counter()
         client_names = {tool_name(t) for t in client_tools}
-        forwarded = forward_headers(headers, drop_authorization=self._auth_was_gateway(headers))
+        forwarded = forward_headers(headers, token=self.config.auth_token)
         marks: dict[str, float] = {}
 
         def work() -> tuple[Synced, tuple[str, ...], Prepared]:
@@ -215,7 +209,9 @@ class Pipeline:
             self._threads, contextvars.copy_context().run, run
         )
         try:
-            synced, names, prepared = await ready
+            synced, names, prepared = await within_budget(
+                ready, started, self.config.request_timeout
+            )
             resumed = time.perf_counter()
         except BaseException:
             # the lock is released once the worker thread has finished
@@ -362,15 +358,9 @@ class Pipeline:
 
     # ------------------------------------------------------------------ upstream
     def upstream_headers(self, turn: Turn) -> dict[str, str]:
-        headers = forward_headers(
-            turn.headers, drop_authorization=self._auth_was_gateway(turn.headers)
-        )
+        headers = forward_headers(turn.headers, token=self.config.auth_token)
         headers["content-type"] = "application/json"
         return headers
-
-    def _auth_was_gateway(self, headers: Mapping[str, str]) -> bool:
-        token = self.config.auth_token
-        return token is not None and headers.get("authorization", "") == f"Bearer {token}"
 
     def _url(self, turn: Turn, path: str) -> str:
         url = self.upstream.url(path)

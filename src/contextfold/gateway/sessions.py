@@ -24,12 +24,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ContextFoldError, StorageError
+from ..errors import ContextFoldError, StorageError, UnsafeIdError
 from ..messages import Message
+from ..paths import MAX_NAME, check_session_id
 from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation
+from .edge import identity
 from .reconcile import Plan, at_a_cut, plan
 from .session import (
     Prepared,
@@ -52,10 +54,34 @@ log = logging.getLogger("contextfold.gateway")
 RESYNCS = 4
 
 
-def client_identity(headers: Mapping[str, str]) -> str:
-    """A hash of the client's credential (never the credential itself)."""
-    secret = headers.get("authorization") or headers.get("x-api-key") or ""
-    return hashlib.sha256(("contextfold-gateway|" + secret).encode()).hexdigest()[:16]
+def client_identity(forwarded: Mapping[str, str]) -> str:
+    """A hash of the provider credentials the upstream will see (``x-api-key``,
+    ``Authorization``, ``x-goog-api-key`` of the forwarded headers: never the gateway's own
+    token, never the credentials themselves)."""
+    return identity(forwarded)
+
+
+SESSION_HEADER = "x-contextfold-session"
+
+
+def session_key(material: str, headers: Mapping[str, str], token: str | None) -> str:
+    """A conversation's key, bound to the provider credentials the upstream will see (never
+    the gateway's own ``token``). An explicit session name is kept apart per credential
+    (``<name>-<credential hash>``): naming another tenant's session opens one's own, and no
+    answer tells whether the name is taken."""
+    from .upstream import forward_headers  # httpx: not imported before `serve` runs
+
+    ident = client_identity(forward_headers(headers, token=token))
+    explicit = headers.get(SESSION_HEADER)
+    if not explicit:
+        return conversation_key(material, ident)
+    try:
+        name = check_session_id(explicit.strip())
+    except UnsafeIdError as exc:
+        raise UnsafeIdError(f"{SESSION_HEADER}: {exc}") from None
+    if len(name) > MAX_NAME - 20:  # room for the credential's part and branch suffixes
+        raise UnsafeIdError(f"{SESSION_HEADER}: at most {MAX_NAME - 20} characters")
+    return f"{name}-{ident[:12]}"
 
 
 def conversation_key(material: str, identity: str) -> str:
@@ -464,4 +490,5 @@ __all__ = [
     "is_database_url",
     "message_uuid",
     "open_shared_store",
+    "session_key",
 ]

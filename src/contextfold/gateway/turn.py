@@ -12,11 +12,12 @@ import threading
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from .convert import Conversation, Provider
+from .edge import redact
 from .session import Prepared, Session
 
 log = logging.getLogger("contextfold.gateway")
@@ -27,7 +28,8 @@ REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_requ
 
 def log_event(event: str, **fields: Any) -> None:
     if log.isEnabledFor(logging.INFO):
-        log.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
+        line = json.dumps({"event": event, **fields}, ensure_ascii=False, default=str)
+        log.info(redact(line) if "@" in line or "=" in line else line)
 
 
 class RequestError(Exception):
@@ -38,6 +40,23 @@ class RequestError(Exception):
         self.status = status
         self.message = message
         self.kind = kind
+
+
+T = TypeVar("T")
+
+
+async def within_budget(future: asyncio.Future[T], started: float, timeout: float) -> T:
+    """``future``'s result, waited for until ``timeout`` seconds after ``started`` (the
+    request's arrival, ``time.perf_counter``): past it a 503 (the work goes on and ends as it
+    would; the client's retry finds what it stored)."""
+    left = max(0.001, started + timeout - time.perf_counter())
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), left)
+    except (TimeoutError, asyncio.TimeoutError):
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise RequestError(
+            503, f"the gateway could not prepare this request within {timeout:g} s; retry"
+        ) from None
 
 
 #: what a turn's commit gives back: the session that holds the turn if another one does now
@@ -182,4 +201,5 @@ __all__ = [
     "release_when_done",
     "settle_future",
     "tool_name",
+    "within_budget",
 ]

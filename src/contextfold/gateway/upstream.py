@@ -11,6 +11,7 @@ import httpx
 
 from . import netio
 from .convert import Provider
+from .edge import below, carries_token, confined_path
 
 #: Request headers never forwarded: hop-by-hop, recomputed, or the gateway's own.
 _DROP_REQUEST = frozenset(
@@ -50,13 +51,19 @@ _DROP_RESPONSE = frozenset(
 )
 
 
-def forward_headers(headers: Mapping[str, str], *, drop_authorization: bool) -> dict[str, str]:
-    """The client's headers for the upstream (its credentials included). ``Authorization`` is
-    dropped when it carried the gateway's own token rather than a provider key."""
+def forward_headers(
+    headers: Mapping[str, str], *, drop_authorization: bool = False, token: str | None = None
+) -> dict[str, str]:
+    """The client's headers for the upstream (its credentials included). A header carrying
+    the gateway's own ``token`` (``Authorization: Bearer <token>`` in any case of the scheme,
+    or the bare token in any header) is never forwarded; ``drop_authorization`` drops
+    ``Authorization`` whatever it holds."""
     out: dict[str, str] = {}
     for key, value in headers.items():
         k = key.lower()
         if k in _DROP_REQUEST or (drop_authorization and k == "authorization"):
+            continue
+        if carries_token(value, token):
             continue
         out[k] = value
     return out
@@ -179,6 +186,16 @@ class Upstream:
         if self.base.endswith("/v1") and path.startswith("/v1/"):
             return self.base + path[3:]
         return self.base + path
+
+    def confined_url(self, raw_path: str) -> str | None:
+        """The upstream URL of a client's passthrough path (as it came, percent-encoded), or
+        None when the path could reach outside the base (dot segments, encoded slashes or
+        dots, backslashes, empty segments)."""
+        path = confined_path(raw_path)
+        if path is None:
+            return None
+        url = self.url(path)
+        return url if below(str(httpx.URL(self.base)), str(httpx.URL(url))) else None
 
     async def aclose(self) -> None:
         for client in self.clients:

@@ -1,0 +1,97 @@
+"""The HTTP server's own limits: uvicorn's options for the gateway, and its HTTP protocol with
+a header deadline (uvicorn closes idle kept-alive connections, but a connection that never
+finishes its request headers would stay open for ever) and a limit on the header bytes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from .config import GatewayConfig
+
+#: the header deadline of servers whose uvicorn config does not say (worker processes set it
+#: from their settings)
+HEADER_TIMEOUT = GatewayConfig().header_timeout
+
+_Base: Any = AutoHTTPProtocol
+
+
+class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
+    """uvicorn's HTTP protocol, closing a connection that has not sent a whole request line
+    and headers within the header timeout (from connecting, or from the first byte of a
+    request on a kept-alive connection) or whose headers exceed the limit."""
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._header_timeout = float(getattr(config, "header_timeout", HEADER_TIMEOUT))
+        self._header_limit = int(config.h11_max_incomplete_event_size or 64 * 1024)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._seen_cycle: object = None
+        self._header_bytes = 0
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_bytes = 0
+        self._header_timer = self.loop.call_later(self._header_timeout, self._header_expired)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_expired(self) -> None:
+        self._header_timer = None
+        if not self._in_request() and not self.transport.is_closing():
+            self.transport.close()
+
+    def _closing(self) -> bool:
+        return bool(self.transport.is_closing())
+
+    def _in_request(self) -> bool:
+        cycle = getattr(self, "cycle", None)
+        return cycle is not None and not getattr(cycle, "response_complete", True)
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is None and not self._in_request():
+            self._arm()  # the first bytes of a new request: its headers are due in time
+        waiting = self._header_timer is not None
+        if waiting:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and cycle is not self._seen_cycle:
+            self._seen_cycle = cycle  # a new request's headers are in
+            self._disarm()
+        elif waiting and self._header_bytes > self._header_limit and not self._closing():
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._disarm()  # idle now: uvicorn's keep-alive timeout closes it
+
+
+def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:
+    """uvicorn's settings for the gateway (its own logging, no server header, the limits)."""
+    return {
+        "host": config.host,
+        "port": config.port,
+        "log_level": "warning",
+        "access_log": False,
+        "server_header": False,
+        "http": GuardedHTTPProtocol,
+        "timeout_keep_alive": config.idle_timeout,
+        "h11_max_incomplete_event_size": config.max_header_bytes,
+    }
+
+
+__all__ = ["HEADER_TIMEOUT", "GuardedHTTPProtocol", "uvicorn_options"]
