@@ -65,6 +65,10 @@ class TierConfig:
     #: A large window then costs like a smaller one: compaction starts earlier, the view stays
     #: small, every call re-reads less. The window itself still bounds every view.
     working_window: int = 64_000
+    #: A Warn offload (or a stale batch) that leaves the messages above the middle of
+    #: ``target_ratio`` and ``warn_threshold`` goes on to Soft in the same run: one compaction
+    #: instead of a rewrite of the view on every following turn.
+    warn_escalates: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,7 +107,8 @@ class TierConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-#: Compaction late (60/70/80/95% of the whole window, target 30%, no stale batches): larger
+#: Compaction late (60/70/80/95% of the whole window, target 30%, no stale batches, Warn
+#: never goes on to Soft): larger
 #: views, fewer compactions, a higher bill (the thresholds before the cost tuning).
 LATE_COMPACTION_TIERS = TierConfig(
     warn_threshold=0.60,
@@ -112,6 +117,7 @@ LATE_COMPACTION_TIERS = TierConfig(
     target_ratio=0.30,
     stale_after=0,
     working_window=0,
+    warn_escalates=False,
 )
 
 

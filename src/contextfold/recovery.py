@@ -28,6 +28,7 @@ from .messages import Message
 from .offload import OffloadStore
 from .offload_tool import read_offloaded_tool
 from .records import CompactionRecord, OffloadEntry, Tier
+from .scaffolding import strip_scaffolding
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
 from .tools import Tool, ToolBox
@@ -366,7 +367,8 @@ class Recovery:
     def _intent(self, msg: Message) -> Any:
         """detect_intent, once per newest user message (prepare() is called every turn)."""
         if self._intent_cache is None or self._intent_cache[0] != msg.uuid:
-            self._intent_cache = (msg.uuid, detect_intent(msg.text))
+            question = question_text(msg)
+            self._intent_cache = (msg.uuid, detect_intent(question) if question else None)
         return self._intent_cache[1]
 
     def safe_injection(self) -> str | None:
@@ -395,9 +397,10 @@ class Recovery:
             return self._injection
         text: str | None = None
         try:
-            hits = self.search.search(msg.text, k=5) or self._recent_failures(3)
+            question = question_text(msg)
+            hits = self.search.search(question, k=5) or self._recent_failures(3)
             text = build_injection(
-                msg.text,
+                question,
                 hits,
                 self.store.restore,
                 budget_tokens=int(rc.injection_budget_ratio * self.cm.window),
@@ -446,3 +449,9 @@ class Recovery:
         self._injection_key = None
         self._injection = None
         self._intent_cache = None
+
+
+def question_text(msg: Message) -> str:
+    """The user's question in ``msg``: the agent's scaffolding (Claude Code's reminders,
+    Codex's environment context, ...) cut, so it is never the evidence query."""
+    return strip_scaffolding(msg.text)

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 
 from ..messages import Message
+from ..scaffolding import is_scaffolding, task_text
 from .steps import clip
 from .transcript import render_content
 
@@ -99,11 +100,15 @@ def intent(text: str, limit: int) -> str:
 
 
 def user_requests(messages: Sequence[Message]) -> list[str]:
-    """The text of the user messages that are requests (not agent-framework noise)."""
+    """The text of the user messages that are requests: agent scaffolding (reminders, few-shot
+    examples, files blocks, format reminders) left out or cut (:mod:`contextfold.scaffolding`)."""
     out = []
     for m in messages:
         if m.role == "user":
-            t = render_content(m.content).strip()
+            raw = render_content(m.content)
+            if is_scaffolding(raw):  # few-shot example, files block, reminder, session context
+                continue
+            t = task_text(raw)
             if len(t) >= 2 and not _NOISE_USER.search(t[:3000]):
                 out.append(t)
     return out
