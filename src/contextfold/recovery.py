@@ -145,10 +145,21 @@ class Recovery:
             )
         return self._store
 
+    def visible_uuids(self) -> set[str]:
+        """Uuids of the messages the view shows as they are (not a placeholder, not folded
+        into the summary): evidence of those is never injected."""
+        return {
+            m.uuid
+            for m in self.cm.view.view_messages()
+            if not m.metadata.get("cf_replaced") and m.metadata.get("cf_kind") != "compaction"
+        }
+
     @property
     def search(self) -> EvidenceSearch:
         if self._search is None:
-            self._search = EvidenceSearch(self.store, calls=self.session_calls)
+            self._search = EvidenceSearch(
+                self.store, calls=self.session_calls, visible=self.visible_uuids
+            )
         self._search.sync()
         return self._search
 
@@ -325,7 +336,10 @@ class Recovery:
     def _recent_failures(self, k: int) -> list[Hit]:
         """When the question names nothing searchable ("what was the exact error just now?",
         often in another language than the logs), the newest failures are the best answer."""
-        failing = self.search.recent_failures(k)
+        shown = self.visible_uuids()
+        failing = [
+            p for p in self.search.recent_failures(k + len(shown)) if p.message_uuid not in shown
+        ][:k]
         return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing]
 
     def add_subagent_output(
@@ -398,7 +412,7 @@ class Recovery:
         text: str | None = None
         try:
             question = question_text(msg)
-            hits = self.search.search(question, k=5) or self._recent_failures(3)
+            hits = self.search.search(question, k=5, removed_only=True) or self._recent_failures(3)
             text = build_injection(
                 question,
                 hits,
