@@ -9,7 +9,21 @@ import random
 from contextfold import ContextManager
 
 WINDOW = 80_000
-VOCAB = ["alpha", "beta", "gamma", "delta", "error", "file", "path", "value", "config", "module", "import", "return", "class"]
+VOCAB = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "error",
+    "file",
+    "path",
+    "value",
+    "config",
+    "module",
+    "import",
+    "return",
+    "class",
+]
 
 
 def _words(rng: random.Random, n: int) -> str:
