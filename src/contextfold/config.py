@@ -27,7 +27,10 @@ def _nonneg(name: str, value: int) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TierConfig:
-    """Tiered compaction thresholds (ratios of the working window).
+    """Tiered compaction thresholds (ratios of the working window: what the context window
+    leaves after the fixed prefix, i.e. the leading system messages, the tool schemas and the
+    answer's reserve, at most ``working_window`` tokens). An agent with a big system prompt
+    and many tools therefore compacts as rarely as one without.
 
     The defaults are tuned for the bill (``contextfold bench``, README "Measured"): a view that
     grows to half the window is summarized down to the newest turns, so each call re-reads a
@@ -54,14 +57,15 @@ class TierConfig:
     #: Tool outputs older than the newest ``stale_after`` results and above
     #: ``stale_min_chars`` (and long call arguments) are offloaded in one batch once the tokens
     #: they free reach ``stale_batch_ratio`` of the view from the first of them on (and
-    #: ``stale_min_gain`` tokens), so the cache miss of the rewrite pays for itself. 0 turns it
-    #: off.
+    #: ``stale_min_gain`` tokens), so the cache miss of the rewrite pays for itself, and only
+    #: once the messages reach the Warn line (a small view is left as it is). 0 turns it off.
     stale_after: int = 5
     stale_min_chars: int = 1_000
     stale_batch_ratio: float = 0.35
     stale_min_gain: int = 2_000
     stale_preview_lines: int = 5
-    #: Compute the tiers and the target on at most this many tokens (0: the whole window).
+    #: Compute the tiers and the target on at most this many tokens of what the window leaves
+    #: after the fixed prefix (0: all of it).
     #: A large window then costs like a smaller one: compaction starts earlier, the view stays
     #: small, every call re-reads less. The window itself still bounds every view.
     working_window: int = 64_000
