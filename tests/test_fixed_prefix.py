@@ -69,8 +69,8 @@ def test_claude_code_shape_compacts_rarely_and_keeps_the_room_used() -> None:
         )
     long = [t for t in changed if t >= 10]
     assert len(long) <= 40 / 5, changed  # at most 1 turn in 5 once the conversation is long
-    # the messages sent verbatim grow to (most of) the Warn line of what the prefix leaves
-    assert peak >= 0.35 * room, (peak, room)
+    # the messages sent verbatim use at least half of what the window leaves after the prefix
+    assert peak >= 0.5 * room, (peak, room)
 
 
 def _tool_turn(t: int, rng: random.Random) -> dict[str, object]:

@@ -5,6 +5,7 @@ schemas in an 80K window, 50 turns of tool outputs of a few KB. Compaction is ra
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from tests.gateway_fake_wire import count_tokens
 from tests.gateway_fakes import Call, Reply
 from tests.gateway_helpers import running
 
@@ -95,6 +97,14 @@ def test_claude_code_shape_through_the_gateway(tmp_path: Path) -> None:
     assert [t for t in marked if t >= 10] and len([t for t in marked if t >= 10]) <= 40 / 5
     accepted = fake.accepted("/v1/chat/completions")
     assert len(accepted) == TURNS and all(r.tokens <= WINDOW for r in accepted)
-    # the messages grow well past the fixed prefix before a compaction
-    fixed = accepted[0].tokens
-    assert max(r.tokens for r in accepted) - fixed >= 0.35 * (WINDOW - fixed)
+    # the messages sent verbatim (as the client sent them: no placeholder, no summary) use at
+    # least half of what the window leaves after the fixed prefix (system prompt and tools)
+    sent = {json.dumps(m, sort_keys=True) for m in messages[1:]}
+    fixed = count_tokens({"messages": messages[:1], "tools": tools})
+    verbatim = [
+        count_tokens(
+            {"messages": [m for m in r.body["messages"] if json.dumps(m, sort_keys=True) in sent]}
+        )
+        for r in accepted
+    ]
+    assert max(verbatim) >= 0.5 * (WINDOW - fixed), (max(verbatim), WINDOW - fixed)

@@ -32,15 +32,15 @@ class TierConfig:
     answer's reserve, at most ``working_window`` tokens). An agent with a big system prompt
     and many tools therefore compacts as rarely as one without.
 
-    The defaults are tuned for the bill (``contextfold bench``, README "Measured"): a view that
-    grows to half the window is summarized down to the newest turns, so each call re-reads a
-    small cached prefix, and compactions stay rare enough that their cache misses cost less than
-    the re-reading they save. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.
+    The defaults are tuned for the bill (``contextfold bench``, README "Measured"): messages that
+    grow past 55-60% of the working window are summarized down to the newest turns, so each
+    call re-reads a small cached prefix, and compactions stay rare enough that their cache
+    misses cost less than the re-reading they save; in between the messages are sent verbatim. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.
     """
 
-    warn_threshold: float = 0.40
-    soft_threshold: float = 0.50
-    full_threshold: float = 0.70
+    warn_threshold: float = 0.55
+    soft_threshold: float = 0.60
+    full_threshold: float = 0.75
     emergency_threshold: float = 0.95
     #: Messages always kept verbatim at the end (the split never breaks a tool pair, so the
     #: tail may hold a few more).
