@@ -45,16 +45,15 @@ from .common import (
 )
 from .emergency import TIGHT_POLICY, squeeze, squeeze_one, truncate
 from .harness import kept_tail, recover_overflow, run_trigger
+from .measure import Measure
 from .pinned import apply_pinned, budget_of, reduce_pinned
 from .stale import OWN_TOOLS, offload_stale
 from .summarize import offloaded_refs, set_compaction, summarize
 
-_ORDER = (Tier.NONE, Tier.WARN, Tier.SOFT, Tier.FULL, Tier.EMERGENCY)
-
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
 
-class ProgressiveCompactor:
+class ProgressiveCompactor(Measure):
     """Seed 000's ProgressiveCompactor over an incremental view."""
 
     def __init__(
@@ -94,6 +93,8 @@ class ProgressiveCompactor:
         self.index_range = index_range
         self.active_tasks = active_tasks
         self.state = CompactorState()
+        #: Tokens of the fixed prefix at the latest run (see :meth:`measure_fixed`).
+        self.fixed = 0
         self.compaction_policy = replace(
             COMPACTION_POLICY,
             threshold=config.offload_threshold,
@@ -160,30 +161,6 @@ class ProgressiveCompactor:
             record_store=StoreRecordStore(ss) if ss is not None else None,
         )
 
-    # ------------------------------------------------------------------ measuring
-    def view_tokens(self, extra: int = 0) -> int:
-        return self.scale(self.view.view_tokens()) + extra
-
-    def tier_for(self, tokens: int) -> Tier:
-        if self.window <= 0:
-            return Tier.NONE
-        tier = determine_tier(tokens / self.window, self.cfg)
-        if self.working_window < self.window:
-            # a smaller working window compacts earlier, never down to the emergency tier
-            working = determine_tier(tokens / self.working_window, self.cfg)
-            if working is Tier.EMERGENCY:
-                working = Tier.FULL
-            if _ORDER.index(working) > _ORDER.index(tier):
-                tier = working
-        return tier
-
-    @property
-    def working_window(self) -> int:
-        """The window the tiers and the target are computed on: the context window, or the
-        configured ``working_window`` when smaller (compact earlier to pay less per call)."""
-        ww = self.cfg.working_window
-        return min(self.window, ww) if ww else self.window
-
     # ------------------------------------------------------------------ entry points
     def run(
         self, *, extra_tokens: int = 0, force: Tier | None = None, reason: str = ""
@@ -215,6 +192,7 @@ class ProgressiveCompactor:
                 f"{self.cfg.pinned_max_ratio:.0%} of the window: shortened to head and tail, "
                 f"full text in {entry.path}"
             )
+        self.measure_fixed(extra_tokens)
         stale = offload_stale(self, run) if force is None else 0
         before = self.view_tokens(extra_tokens)
         tier = force or self.tier_for(before)
@@ -232,6 +210,16 @@ class ProgressiveCompactor:
         if tier is Tier.WARN:
             if not stale_only:
                 self._warn(run)
+            if force is None and self.cfg.warn_escalates and self._warn_falls_short(extra_tokens):
+                # the view would be back at the warn line within a few turns: summarize now
+                # rather than rewrite it again and again (each rewrite is a cache miss)
+                run.notes.append(
+                    "offloading alone left the view above the middle of target and warn: Soft"
+                )
+                tier = run.tier = Tier.SOFT
+                stale_only = False
+        if tier is Tier.WARN:
+            pass
         elif tier in (Tier.SOFT, Tier.FULL):
             self._summarize_tier(run, extra_tokens)
         else:
@@ -246,7 +234,14 @@ class ProgressiveCompactor:
 
     def _reason(self, tier: Tier, tokens: int) -> str:
         ratio = tokens / self.window if self.window else 0.0
-        return f"view at {ratio:.0%} of the {self.window}-token window -> {tier.label}"
+        text = f"view at {ratio:.0%} of the {self.window}-token window"
+        if self.fixed:
+            movable = max(0, tokens - self.fixed) / self.working_window
+            text += (
+                f" (messages at {movable:.0%} of the {self.working_window} tokens left after "
+                f"the {self.fixed}-token fixed prefix)"
+            )
+        return f"{text} -> {tier.label}"
 
     # ------------------------------------------------------------------ tiers
     def _warn(self, run: _Run) -> None:
@@ -294,10 +289,6 @@ class ProgressiveCompactor:
     def pinned_budget(self) -> int:
         """Tokens an oversized pinned message keeps in the view: 10% of the window."""
         return max(64, self.window // 10)
-
-    @property
-    def target_tokens(self) -> int:
-        return int(self.cfg.target_ratio * self.working_window)
 
     def _estimated_summary_tokens(self) -> int:
         """The next compaction message: about the last one plus 200, never above its budget."""
