@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="DIR|FILE",
-        help="trace folders (*.json) or files (default: the bundled benchmarks/traces)",
+        help="trace folders (*.json) or files (default: the 45 bundled trajectories)",
     )
     p.add_argument("--limit", type=int, default=0, help="only the first N traces")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
