@@ -7,10 +7,10 @@ import argparse
 import json
 import re
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..records import CompactionRecord
-from .common import add_workspace, existing_session, positive_int
+from .common import add_workspace, existing_session, positive_int, shown, store_spec
 
 EVIDENCE_ID = re.compile(r"^ev-[0-9a-f]{6,64}$")
 
@@ -33,13 +33,14 @@ def _records_table(records: Sequence[CompactionRecord]) -> str:
 def cmd_records(args: argparse.Namespace, out: TextIO) -> int:
     from ..export import records_of
 
-    store = existing_session(args.workspace, args.session)
+    spec = store_spec(args) or ""
+    store = existing_session(spec, args.session)
     try:
         records = records_of(store, args.session)
     finally:
         store.close()
     if not records:
-        print(f"no compaction records for session {args.session!r} in {args.workspace}", file=out)
+        print(f"no compaction records for session {args.session!r} in {shown(spec)}", file=out)
         return 1
     if args.json:
         for r in records:
@@ -79,8 +80,17 @@ def _print_body(out: TextIO, command: str | None, problem: str | None, text: str
 def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     from ..manager import ContextManager
 
-    existing_session(args.workspace, args.session).close()
-    cm = ContextManager(workspace=args.workspace, session_id=args.session)
+    store = existing_session(store_spec(args) or "", args.session)
+    try:
+        info = store.session(args.session)
+        owner = info.agent_id if info is not None else "default"
+        with ContextManager(store=store, session_id=args.session, agent_id=owner) as cm:
+            return _restore(cm, args, out)
+    finally:
+        store.close()
+
+
+def _restore(cm: Any, args: argparse.Namespace, out: TextIO) -> int:
     query = args.query.strip()
     if EVIDENCE_ID.match(query):
         # an id that `contextfold blocks` (or a compaction summary) lists: that one item
@@ -119,7 +129,7 @@ def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
     from ..evidence.fields import describe
     from ..export import blocks_of
 
-    store = existing_session(args.workspace, args.session)
+    store = existing_session(store_spec(args) or "", args.session)
     try:
         blocks = blocks_of(store, args.session)
     finally:
