@@ -18,15 +18,18 @@ EVIDENCE_ID = re.compile(r"^ev-[0-9a-f]{6,64}$")
 def _records_table(records: Sequence[CompactionRecord]) -> str:
     head = (
         f"{'#':>3}  {'time':<23} {'tier':<9} {'strategy':<17} {'before':>8} {'after':>8} "
-        f"{'ratio':>6} {'summ':>5} {'offl':>5} {'tail':>5}  error"
+        f"{'ratio':>6} {'summ':>5} {'offl':>5} {'tail':>5}"
     )
     rows = [head, "-" * len(head)]
     for i, r in enumerate(records, 1):
         rows.append(
             f"{i:>3}  {r.timestamp[:23]:<23} {r.tier.label:<9} {r.strategy[:17]:<17} "
             f"{r.tokens_before:>8} {r.tokens_after:>8} {r.compression_ratio:>6.2f} "
-            f"{r.summarized:>5} {len(r.offloaded):>5} {r.preserved_tail:>5}  {r.error[:60]}"
+            f"{r.summarized:>5} {len(r.offloaded):>5} {r.preserved_tail:>5}"
         )
+        # errors and notes whole, under their row (a cause cut off helps no one)
+        rows += [f"     error: {line}" for line in r.error.splitlines() if line.strip()]
+        rows += [f"     note: {n}" for n in r.notes if n.startswith("LLM summarizer not used")]
     return "\n".join(rows)
 
 
