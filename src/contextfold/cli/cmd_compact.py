@@ -247,6 +247,14 @@ def _offload_summary(cm: Any) -> list[str]:
     return lines
 
 
+def _demo_trace(args: argparse.Namespace) -> tuple[Path, list[dict[str, Any]]]:
+    trace = Path(args.trace) if args.trace else demo_trace_path()
+    _, messages, _ = load_transcript(trace)
+    if not messages:
+        raise ConfigError(f"{trace}: no messages to replay")
+    return trace, messages
+
+
 def _demo_session(spec: str) -> tuple[str, str | None]:
     """The session a demo run replays into: ``demo``, or the first free ``demo-N`` when an
     earlier run left it (returned second, to say so), so a run never adds to another."""
@@ -273,10 +281,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from ..messages import check_view
     from ..wire import from_openai
 
-    trace = Path(args.trace) if args.trace else demo_trace_path()
-    _, messages, _ = load_transcript(trace)
-    if not messages:
-        raise ConfigError(f"{trace}: no messages to replay")
+    trace, messages = _demo_trace(args)
     workspace = store_spec(args) or tempfile.mkdtemp(prefix="contextfold-demo-")
     session_id, earlier = _demo_session(workspace)
     window: int = args.window
@@ -335,8 +340,8 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                     shortened = True
                     print(
                         f"contextfold demo: the task message does not fit the {window}-token "
-                        f'window: shown as head and tail; read_offloaded(id="msg-{task.uuid}") '
-                        "returns all of it",
+                        f"window: shown as head and tail; the whole text is kept (an agent reads it "
+                        f'with its read_offloaded tool, id "msg-{task.uuid}")',
                         file=sys.stderr,
                     )
         cm.add(msg)
