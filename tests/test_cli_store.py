@@ -119,3 +119,17 @@ def test_sessions_tail_follows_a_session_another_thread_writes(pg_store: str) ->
         "[2] assistant",
         "[3] user",
     ]
+
+
+def test_serve_takes_the_same_store_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contextfold.cli import build_parser
+    from contextfold.gateway.cli import config_from_args
+
+    monkeypatch.delenv("CONTEXTFOLD_GATEWAY_STORE", raising=False)
+    up = ["serve", "--upstream", "http://127.0.0.1:9"]
+    monkeypatch.setenv("CONTEXTFOLD_STORE", str(tmp_path / "env"))
+    assert config_from_args(build_parser().parse_args(up)).store == str(tmp_path / "env")
+    args = build_parser().parse_args([*up, "--workspace", str(tmp_path / "flag")])
+    assert config_from_args(args).store == str(tmp_path / "flag")  # the flag wins
+    monkeypatch.setenv("CONTEXTFOLD_GATEWAY_STORE", str(tmp_path / "gw"))  # the specific one
+    assert config_from_args(build_parser().parse_args(up)).store == str(tmp_path / "gw")

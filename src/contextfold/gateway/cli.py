@@ -42,8 +42,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--workspace",
         dest="store",
         metavar="STORE",
-        help="workspace folder or postgresql:// URL (default $CONTEXTFOLD_STORE, else the "
-        "config file's, else ./.contextfold); --workspace is the same option",
+        help="workspace folder or postgresql:// URL (default $CONTEXTFOLD_GATEWAY_STORE, else "
+        "$CONTEXTFOLD_STORE, else the config file's, else ./.contextfold); --workspace is the "
+        "same option",
     )
     p.add_argument("--config", help="TOML file with gateway settings")
     p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
@@ -90,7 +91,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         "log_level",
     )
     overrides = {k: getattr(args, k, None) for k in keys}
-    if overrides["store"] is None:
+    if overrides["store"] is None and not os.environ.get(ENV_PREFIX + "STORE"):
+        # the store every contextfold command uses, unless the gateway's own variable is set
         overrides["store"] = os.environ.get("CONTEXTFOLD_STORE") or None
     config = load_config(file=args.config, overrides=overrides)
     check_store(config.store)
