@@ -52,3 +52,19 @@ def test_html_bar_labels_fit_left_of_the_bars() -> None:
     assert sorted(name for _, name in labels) == sorted(ALL_STRATEGIES)
     for x, name in labels:
         assert float(x) - len(name) * 12 * 0.6 >= 0, name  # 12 px text, right-aligned at x
+
+
+def test_without_the_tokenizer_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from contextfold.bench import replay
+    from contextfold.cli import main as cli_main
+
+    monkeypatch.setitem(sys.modules, "bpe_openai", None)  # as if not installed
+    monkeypatch.setattr(replay, "_COUNTER", None)
+    argv = ["bench", "--traces", str(_smallest_trace()), "--strategies", "raw", "--no-recall"]
+    code = cli_main([*argv, "--no-html", "--no-progress", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "pip install '.[tokenizers]'" in err and "Traceback" not in err

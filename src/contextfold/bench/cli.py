@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import ContextFoldError
-from .replay import ReplayConfig, resolve_traces, run_replay
+from .replay import ReplayConfig, counter, resolve_traces, run_replay
 from .report_html import write_report
 from .strategies import ALL_STRATEGIES, CONTEXTFOLD, PEERS, SummarizerSpec
 
@@ -377,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         traces = resolve_traces(args.traces)
+        counter()  # the exact token counter: a missing tokenizer is said once, up front
     except ContextFoldError as exc:
         print(f"contextfold bench: {exc}", file=sys.stderr)
         return 2

@@ -121,15 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args_list: list[str]) -> int:
     from ..errors import ContextFoldError, StorageError
 
-    if args_list[:1] == ["bench"]:
-        from ..bench.cli import main as bench_main
-
-        return bench_main(args_list[1:])
-    args, extra = build_parser().parse_known_args(args_list)
-    if extra:
-        leaf: argparse.ArgumentParser = args._parser
-        leaf.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if args_list[:1] == ["bench"]:
+            from ..bench.cli import main as bench_main
+
+            return bench_main(args_list[1:])
+        args, extra = build_parser().parse_known_args(args_list)
+        if extra:
+            leaf: argparse.ArgumentParser = args._parser
+            leaf.error(f"unrecognized arguments: {' '.join(extra)}")
         code: int = args.fn(args, sys.stdout)
         return code
     except ContextFoldError as exc:
