@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,7 +27,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding only the wheel built from this checkout; its dependencies (the
     tokenizer the benchmark counts with) come from the running interpreter's site-packages."""
     tmp = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp), str(REPO)], tmp)
+    # built from a copy of what the wheel is made of: nothing is written into the checkout
+    # (and no stale build/ folder there can add files to it)
+    source = tmp / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md", "NOTICE"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(
+        REPO / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__")
+    )
+    shutil.copytree(REPO / "benchmarks" / "traces", source / "benchmarks" / "traces")
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp), str(source)], tmp
+    )
     wheel = next(tmp.glob("contextfold-*.whl"))
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp)
