@@ -148,6 +148,7 @@ def test_cli_reports_recall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
             small,
             "--no-progress",
             "--plain",
+            "--targets",  # on a user's traces only when asked for
             "--out",
             str(out),
         ]

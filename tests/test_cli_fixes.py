@@ -202,13 +202,13 @@ def test_sessions_list_history_search(tmp_path: Path) -> None:
     code, out, _ = run(
         "sessions", "search", "zebra quokka", "--workspace", str(ws), "--agent-id", "a"
     )
-    assert code == 0 and out.startswith("No matches")
+    assert code == 1 and out.startswith("No matches")  # 1: ran, found nothing
     code, out, _ = run("sessions", "history", "alpha", "--last", "2", "--workspace", str(ws))
     assert code == 0 and out.startswith("Session alpha (agent a): messages 10-11 of 12")
     code, _, err = run("sessions", "history", "alpha", "--workspace", str(ws), "--agent-id", "b")
-    assert code == 1 and "does not belong to agent 'b'" in err
+    assert code == 2 and "belongs to agent 'a', not 'b'" in err  # 2: bad input, as everywhere
     code, _, err = run("sessions", "history", "gamma", "--workspace", str(ws))
-    assert code == 1 and "no session 'gamma'" in err
+    assert code == 2 and "no session 'gamma'" in err
 
 
 def test_compact_exits_non_zero_when_the_view_is_over_the_window(tmp_path: Path) -> None:
@@ -263,7 +263,7 @@ def test_the_readme_mcp_snippets_parse() -> None:
     ):
         assert command == "contextfold"
         parsed = build_parser().parse_args(args)
-        assert parsed.command == "mcp" and parsed.workspace and parsed.agent_id == "default"
+        assert parsed.command == "mcp" and parsed.store and parsed.agent_id == "default"
 
 
 def test_the_cli_and_the_mcp_module_import_without_the_mcp_sdk() -> None:

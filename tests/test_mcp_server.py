@@ -256,7 +256,7 @@ def test_missing_workspace_and_unsupported_store_are_clear(tmp_path: Path) -> No
     assert done.returncode == 2 and f"no workspace at {tmp_path / 'missing'}" in done.stderr
     # a PostgreSQL URL is opened; an unreachable server is a clear error without the password
     done = run("--store", "postgresql://user:secret@127.0.0.1:1/x")
-    assert done.returncode == 2 and "contextfold:" in done.stderr, done.stderr
+    assert done.returncode == 3 and "contextfold:" in done.stderr, done.stderr  # 3: the store
     assert "secret" not in done.stderr and "Traceback" not in done.stderr
     done = run("--store", f"file://{tmp_path / 'missing'}")
     assert done.returncode == 2 and "no workspace at" in done.stderr

@@ -1,8 +1,10 @@
 """The README's two quickstarts, run as written with the real SDKs against the local fake server.
 
 The code blocks are read from README.md; only the client construction (``base_url``), the
-workspace folder and the window (small, so compactions happen) are substituted. ``my_tools`` and
-``run_my_tool`` answer with real tool outputs from the bundled trajectories.
+workspace folder and the window (small, so compactions happen) are substituted. The README's own
+``my_tools`` / ``run_my_tool`` (one bash tool) run the commands the fake model asks for: ``cat``
+of real tool outputs from the bundled trajectories. Each quickstart runs twice on one workspace,
+as a user re-running the script would: the session goes on with one system prompt.
 """
 
 from __future__ import annotations
@@ -29,27 +31,37 @@ def _block_after(marker: str) -> str:
     return match.group(1)
 
 
-def _tool_outputs() -> list[str]:
+def _tool_outputs(folder: Path) -> list[Path]:
+    """Real tool outputs, one file each, for the fake model's ``cat`` commands."""
     outs: list[str] = []
     for path in trace_files()[:3]:
         outs += [str(m["content"]) for m in load_trace(path) if m.get("role") == "tool"]
-    assert len(outs) > 20
-    return outs
+    assert len(outs) > TURNS
+    folder.mkdir()
+    files = [folder / f"out{i}.txt" for i in range(TURNS)]
+    for f, text in zip(files, outs):
+        f.write_text(text, encoding="utf-8")
+    return files
 
 
-BASH_OPENAI = {
-    "type": "function",
-    "function": {
-        "name": "bash",
-        "description": "run a shell command",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-    },
-}
-BASH_ANTHROPIC = {
-    "name": "bash",
-    "description": "run a shell command",
-    "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
-}
+def _run_twice(code: str, name: str) -> tuple[Any, Any]:
+    """The snippet run as a script twice (the first run's manager closed as its process
+    would exit); the managers of both runs."""
+    first: dict[str, Any] = {}
+    exec(compile(code, name, "exec"), first)
+    first["cm"].close()
+    second: dict[str, Any] = {}
+    exec(compile(code, name, "exec"), second)
+    return first["cm"], second["cm"]
+
+
+def _check_second_run(first: Any, second: Any, answer: str) -> None:
+    roles = [m.role for m in second.history]
+    assert roles.count("system") == 1  # not a second system prompt
+    assert [m.text for m in second.history[: len(first.history)]] == [m.text for m in first.history]
+    assert roles[len(first.history) :] == ["user", "assistant"]
+    assert second.history[-2].text.startswith("Fix the failing test")
+    assert second.history[-1].text == answer
 
 
 def _check_anthropic_request(body: dict[str, Any]) -> None:
@@ -83,7 +95,7 @@ def test_anthropic_quickstart_runs_as_written(
     )
     code = code.replace("./.contextfold", str(tmp_path / "ws"))
     code = code.replace("context_window=200_000", f"context_window={WINDOW}")
-    outputs = _tool_outputs()
+    outputs = _tool_outputs(tmp_path / "outputs")
     thinking = {"type": "thinking", "thinking": "I should look at the test.", "signature": "sig-1"}
 
     def handler(body: dict[str, Any]) -> tuple[int, Any]:
@@ -91,10 +103,11 @@ def test_anthropic_quickstart_runs_as_written(
         n = len(fake_llm_server.requests) - 1  # this request is recorded already
         content: list[dict[str, Any]]
         if n < TURNS:
+            command = {"command": f"cat {outputs[n]}"}
             content = [
                 thinking,
                 {"type": "text", "text": f"step {n}"},
-                {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": {"n": n}},
+                {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": command},
             ]
             if n == 7:  # one of contextfold's own tools, answered by handle_tool_call
                 content.append(
@@ -115,21 +128,15 @@ def test_anthropic_quickstart_runs_as_written(
         }
 
     fake_llm_server.handler = handler
-    ran: list[str] = []
+    cm, again = _run_twice(code, "README.md (Anthropic quickstart)")
 
-    def run_my_tool(block: Any) -> str:
-        ran.append(block.id)
-        return outputs[len(ran) % len(outputs)]
-
-    scope: dict[str, Any] = {"my_tools": [BASH_ANTHROPIC], "run_my_tool": run_my_tool}
-    exec(compile(code, "README.md (Anthropic quickstart)", "exec"), scope)
-    cm = scope["cm"]
-
-    assert len(fake_llm_server.requests) == TURNS + 1
-    assert len(ran) == TURNS
+    assert len(fake_llm_server.requests) == TURNS + 2  # the second run: one answer
+    _check_second_run(cm, again, "All tests pass now.")
+    ran = [m for m in cm.history if m.role == "tool" and m.tool_call_id != "toolu_r"]
+    assert [m.text for m in ran] == [f.read_text(encoding="utf-8") for f in outputs]
     assert cm.history[-1].role == "assistant" and cm.history[-1].text == "All tests pass now."
     # thinking blocks are kept exactly and sent back while they are in the view
-    last_body = fake_llm_server.requests[-1].json
+    last_body = fake_llm_server.requests[TURNS].json
     sent_back = [
         b
         for m in last_body["messages"]
@@ -140,10 +147,10 @@ def test_anthropic_quickstart_runs_as_written(
     assert sent_back and all(b == thinking for b in sent_back)
     # the recall call was answered by contextfold itself
     recall = next(m for m in cm.history if m.tool_call_id == "toolu_r")
-    assert recall.role == "tool" and "toolu_r" not in ran
+    assert recall.role == "tool" and recall.text not in {m.text for m in ran}
     # compactions happened, each printed once by on_compaction, never a no-op line
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    changed = cm.records()
+    changed = again.records()  # both runs' compactions, each printed once
     assert changed and cm.last_record is not None and cm.last_record.changed
     assert len([p for p in printed if "Context compacted" in p]) == len(changed)
     assert not any("(0% saved)" in p for p in printed)
@@ -161,7 +168,7 @@ def test_openai_quickstart_runs_as_written(
     )
     code = code.replace("./.contextfold", str(tmp_path / "ws"))
     code = code.replace("context_window=128_000", f"context_window={WINDOW}")
-    outputs = _tool_outputs()
+    outputs = _tool_outputs(tmp_path / "outputs")
 
     def handler(body: dict[str, Any]) -> tuple[int, Any]:
         n = len(fake_llm_server.requests) - 1  # this request is recorded already
@@ -174,7 +181,10 @@ def test_openai_quickstart_runs_as_written(
                     {
                         "id": f"call_{n}",
                         "type": "function",
-                        "function": {"name": "bash", "arguments": json.dumps({"n": n})},
+                        "function": {
+                            "name": "bash",
+                            "arguments": json.dumps({"command": f"cat {outputs[n]}"}),
+                        },
                     }
                 ],
             }
@@ -191,15 +201,12 @@ def test_openai_quickstart_runs_as_written(
         }
 
     fake_llm_server.handler = handler
-
-    def run_my_tool(call: dict[str, Any]) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": call["id"], "content": outputs[int(call["id"][5:])]}
-
-    scope: dict[str, Any] = {"my_tools": [BASH_OPENAI], "run_my_tool": run_my_tool}
-    exec(compile(code, "README.md (OpenAI quickstart)", "exec"), scope)
-    cm = scope["cm"]
-    assert len(fake_llm_server.requests) == TURNS + 1
+    cm, again = _run_twice(code, "README.md (OpenAI quickstart)")
+    assert len(fake_llm_server.requests) == TURNS + 2  # the second run: one answer
+    _check_second_run(cm, again, "Done.")
+    ran = [m.text for m in cm.history if m.role == "tool"]
+    assert ran == [f.read_text(encoding="utf-8") for f in outputs]
     assert cm.history[-1].text == "Done."
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert cm.records() and len(printed) >= len(cm.records())
+    assert again.records() and len(printed) >= len(again.records())
     assert not any("(0% saved)" in p for p in printed)

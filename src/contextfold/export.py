@@ -185,7 +185,9 @@ def _export_memory(store: Store, agent_id: str, out: Path) -> int:
 
 
 def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
-    store = open_cli_store(args.workspace, args.store)
+    from .cli.common import existing_session, store_spec
+
+    store = existing_session(store_spec(args) or "", args.session)
     try:
         counts = export_session(store, args.session, Path(args.output))
     finally:
@@ -220,8 +222,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("export", help="write a session's log, records, blocks and memory files")
     p.add_argument("session", help="session id")
     p.add_argument("-o", "--output", required=True, help="folder to write into")
-    p.add_argument("--workspace", help="workspace folder (default ./.contextfold)")
-    p.add_argument("--store", help="store URL instead (memory://, postgresql://...)")
+    from .cli.common import add_workspace
+
+    add_workspace(p)
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("migrate", help="move a workspace of an earlier release into its store")
     p.add_argument("workspace", help="the workspace folder written by an earlier release")

@@ -171,7 +171,8 @@ def format_notification(record: CompactionRecord) -> str:
     )
     parts: list[str] = []
     if record.tier is Tier.EMERGENCY or record.error.startswith("emergency"):
-        parts.append("⚠ emergency truncation fallback")
+        skipped = any(n.startswith("LLM summarizer not used") for n in record.notes)
+        parts.append("⚠ emergency truncation fallback" + (" (no LLM summary)" if skipped else ""))
     real_anchors = [a for a in record.anchors if not a.is_empty]
     if real_anchors:
         parts.append(f"{len(real_anchors)} anchors")
@@ -183,5 +184,7 @@ def format_notification(record: CompactionRecord) -> str:
         parts.append("no summary")
     parts.append(f"tail kept {record.preserved_tail}")
     if record.error and not record.error.startswith("emergency"):
-        parts.append(f"⚠ {record.error.splitlines()[0][:80]}")
+        lines = record.error.splitlines()  # the whole first error, its cause included
+        more = f" (+{len(lines) - 1} more in the record)" if len(lines) > 1 else ""
+        parts.append(f"⚠ {lines[0]}{more}")
     return first + "\n   " + " | ".join(parts)

@@ -7,6 +7,11 @@
 * :func:`overflow_error` - realistic context-overflow exceptions as each provider raises them
   (the real ``openai``/``anthropic`` SDK classes, built around a real HTTP response object).
 * :class:`OverflowingModel` - a fake agent model that overflows above a token limit.
+* :func:`fake_openai_server` / :func:`fake_anthropic_server` - real HTTP servers on 127.0.0.1
+  that play OpenAI (Chat Completions and Responses) and Anthropic for the official SDKs, with
+  the providers' own overflow and tool-pairing errors (context managers giving a
+  :class:`FakeProviderServer` with ``base_url``; they need the ``gateway`` extra: Starlette
+  and uvicorn).
 
 Example::
 
@@ -546,11 +551,25 @@ def _overflow_text(provider: str, limit: int, tokens: int) -> str | None:
     return None
 
 
+# the fake HTTP servers (their web framework is imported only when one starts)
+from .testing_servers import (  # noqa: E402
+    FakeProviderServer,
+    FakeReply,
+    FakeRequest,
+    fake_anthropic_server,
+    fake_openai_server,
+)
+
 __all__ = [
     "OVERFLOW_PROVIDERS",
+    "FakeProviderServer",
+    "FakeReply",
+    "FakeRequest",
     "OverflowingModel",
     "ScriptedLLM",
     "ScriptedSummarizer",
+    "fake_anthropic_server",
+    "fake_openai_server",
     "message_tokens",
     "overflow_error",
 ]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import ContextFoldError
-from .replay import ReplayConfig, resolve_traces, run_replay
+from .replay import ReplayConfig, counter, resolve_traces, run_replay
 from .report_html import write_report
 from .strategies import ALL_STRATEGIES, CONTEXTFOLD, PEERS, SummarizerSpec
 
@@ -33,6 +33,27 @@ TABLE_COLUMNS: list[tuple[str, str]] = [
     ("prepare_p95_ms", "p95 ms"),
     ("compaction_p50_ms", "comp ms"),
 ]
+
+
+#: the default table: what a user comparing strategies on their own traces reads first
+USER_COLUMNS: list[tuple[str, str]] = [
+    ("cumulative_input_tokens", "input tokens"),
+    ("input_vs_raw", "vs raw"),
+    ("cache_cost", "cache-aware cost"),
+    ("cost_vs_raw", "cost vs raw"),
+    ("peak_view_tokens", "peak view"),
+    ("overflows", "overflows"),
+    ("compactions", "compactions"),
+    ("recoverability_pct", "recoverable %"),
+    ("prepare_p50_ms", "prepare ms"),
+]
+
+COLUMN_LEGEND = (
+    "input tokens: sent over all model calls; cache-aware cost: the same, cached prefix "
+    "tokens at a tenth; vs raw: against sending the whole history; peak view: largest "
+    "request; overflows: requests over the window; recoverable %: removed tool outputs that "
+    "read back byte-exact; prepare ms: median time to build a view. --all-columns shows more."
+)
 
 
 def _ints(text: str) -> list[int]:
@@ -75,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         metavar="DIR|FILE",
-        help="trace folders (*.json) or files (default: the bundled benchmarks/traces)",
+        help="trace folders (*.json) or files (default: the 45 bundled trajectories)",
     )
     p.add_argument("--limit", type=int, default=0, help="only the first N traces")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
@@ -103,6 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
         "a user would, per tool style)",
     )
     p.add_argument("--no-html", action="store_true", help="skip the HTML report")
+    p.add_argument(
+        "--targets",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="check contextfold's own development targets (default: only on the bundled "
+        "trajectories, where they are defined)",
+    )
+    p.add_argument(
+        "--all-columns",
+        action="store_true",
+        help="every measure in the table (retention, cache, summarizer, latency percentiles)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--plain", action="store_true", help="plain-text table even if rich is installed"
@@ -195,25 +228,34 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def table_rows(per: Mapping[str, Mapping[str, Any]], strategies: Sequence[str]) -> list[list[str]]:
+def table_rows(
+    per: Mapping[str, Mapping[str, Any]],
+    strategies: Sequence[str],
+    columns: Sequence[tuple[str, str]] = TABLE_COLUMNS,
+) -> list[list[str]]:
     rows = []
     for s in strategies:
         a = per.get(s, {})
         if not a.get("available"):
-            rows.append([s, "unavailable", *([""] * (len(TABLE_COLUMNS) - 1))])
+            rows.append([s, "unavailable", *([""] * (len(columns) - 1))])
             continue
-        rows.append([s, *(_cell(a.get(k)) for k, _ in TABLE_COLUMNS)])
+        rows.append([s, *(_cell(a.get(k)) for k, _ in columns)])
     return rows
 
 
-def print_tables(results: Mapping[str, Any], stream: TextIO, plain: bool = False) -> None:
+def print_tables(
+    results: Mapping[str, Any],
+    stream: TextIO,
+    plain: bool = False,
+    columns: Sequence[tuple[str, str]] = USER_COLUMNS,
+) -> None:
     meta = results["meta"]
     strategies = meta["strategies"]
-    headers = ["strategy", *(h for _, h in TABLE_COLUMNS)]
+    headers = ["strategy", *(h for _, h in columns)]
     for w in meta["windows"]:
         per = results["aggregates"][str(w)]
         title = f"window {w:,}: {len(meta['traces'])} trajectories"
-        rows = table_rows(per, strategies)
+        rows = table_rows(per, strategies, columns)
         if not plain:
             try:
                 from rich.console import Console
@@ -226,7 +268,8 @@ def print_tables(results: Mapping[str, Any], stream: TextIO, plain: bool = False
                 table.add_column(h, justify="left" if h == "strategy" else "right")
             for row in rows:
                 table.add_row(*(row + [""] * (len(headers) - len(row))))
-            Console(file=stream, width=max(200, len(headers) * 11)).print(table)
+            wide = max(100, sum(max(len(h), 9) + 3 for h in headers) + 20)
+            Console(file=stream, width=wide).print(table)
         else:
             print(title, file=stream)
             print(format_plain(headers, rows), file=stream)
@@ -234,6 +277,8 @@ def print_tables(results: Mapping[str, Any], stream: TextIO, plain: bool = False
             a = per.get(s, {})
             if not a.get("available"):
                 print(f"  {s} unavailable: {a.get('reason', 'not run')}", file=stream)
+    if columns is USER_COLUMNS:
+        print(COLUMN_LEGEND, file=stream)
 
 
 def format_plain(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -260,6 +305,10 @@ def format_plain(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+#: seconds between progress lines when stderr is not a terminal
+PLAIN_PROGRESS_EVERY = 5.0
+
+
 class _Progress:
     """A one-line progress indicator on stderr (rich's bar when available and a terminal)."""
 
@@ -267,7 +316,7 @@ class _Progress:
         self.enabled = enabled
         self._rich: Any = None
         self._task: Any = None
-        self._t0 = time.perf_counter()
+        self._t0 = self._last = time.perf_counter()
         if enabled and sys.stderr.isatty():
             try:
                 from rich.progress import Progress
@@ -285,13 +334,26 @@ class _Progress:
                 self._task = self._rich.add_task("replay", total=total)
             self._rich.update(self._task, completed=done, description=label[:60])
             return
-        secs = time.perf_counter() - self._t0
+        now = time.perf_counter()
+        secs = now - self._t0
         if sys.stderr.isatty():
             end = "\n" if done == total else ""
             sys.stderr.write(f"\r[{done}/{total}] {secs:6.1f}s {label[:70]:<70}{end}")
-        elif done == total or done * 10 // total != (done - 1) * 10 // total:
-            sys.stderr.write(f"[{done}/{total}] {secs:.1f}s\n")  # a line per 10% in logs
+        elif (
+            done == total
+            or done * 10 // total != (done - 1) * 10 // total
+            or now - self._last >= PLAIN_PROGRESS_EVERY
+        ):
+            # in a log: a line per 10%, and at least one every few seconds
+            sys.stderr.write(f"[{done}/{total}] {secs:.1f}s {label[:70]}\n")
+            self._last = now
         sys.stderr.flush()
+
+    def start(self, text: str) -> None:
+        """One line before the work starts (the first result can take a while)."""
+        if self.enabled and self._rich is None:
+            sys.stderr.write(f"contextfold bench: {text}\n")
+            sys.stderr.flush()
 
     def close(self) -> None:
         if self._rich is not None and self._task is not None:
@@ -315,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         traces = resolve_traces(args.traces)
+        counter()  # the exact token counter: a missing tokenizer is said once, up front
     except ContextFoldError as exc:
         print(f"contextfold bench: {exc}", file=sys.stderr)
         return 2
@@ -333,12 +396,18 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     progress = _Progress(enabled=not args.no_progress)
+    runs = len(traces) * len(strategies) * len(windows)
+    progress.start(
+        f"replaying {len(traces)} trajectories x {len(strategies)} strategies x "
+        f"{len(windows)} window(s) = {runs} runs, biggest first, {config.jobs} job(s)"
+    )
     try:
         results = run_replay(config, progress=progress)
     finally:
         progress.close()
+    check = args.targets if args.targets is not None else args.traces is None
     targets: list[dict[str, Any]] = []
-    for w in windows:
+    for w in windows if check else ():
         targets += evaluate_targets(results["aggregates"], w)
     presets = [s for s in strategies if s in CONTEXTFOLD]
     if not args.no_recall and presets:
@@ -357,12 +426,18 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             progress.close()
         results["recall"] = recall["summary"]
-        targets += recall_targets(recall["summary"])
+        if check:
+            targets += recall_targets(recall["summary"])
     results["targets"] = targets
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    print_tables(results, sys.stdout, plain=args.plain)
+    print_tables(
+        results,
+        sys.stdout,
+        plain=args.plain,
+        columns=TABLE_COLUMNS if args.all_columns else USER_COLUMNS,
+    )
     if results.get("recall"):
         from .recall_report import recall_rows, recall_title
 
@@ -371,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_plain(headers, rows))
         for e in results["recall"].get("errors", []):
             print(f"error: recall {e}", file=sys.stderr)
+    if targets:
+        print("contextfold's development targets (defined on the bundled trajectories):")
     for t in targets:
         print(("  [met]    " if t["met"] else "  [MISSED] ") + t["text"])
     if config.jobs > 1:

@@ -72,7 +72,15 @@ class TokenCounter:
     """Exact o200k_base counts with a per-string cache (``bpe_openai``, offline)."""
 
     def __init__(self) -> None:
-        import bpe_openai
+        try:
+            import bpe_openai
+        except ImportError:
+            from ..errors import ConfigError
+
+            raise ConfigError(
+                "contextfold bench counts exact o200k tokens with bpe-openai: install the "
+                "tokenizers extra (pip install '.[tokenizers]' in the contextfold checkout)"
+            ) from None
 
         self._enc: Any = bpe_openai.get_encoding("o200k_base")
         self._cache: dict[str, int] = {}

@@ -52,12 +52,16 @@ def counter() -> TokenCounter:
 
 
 def default_traces_dir() -> Path:
-    """The trajectories bundled with the repository (``benchmarks/traces``), else the same
-    folder under the current directory. ``resolve_traces`` says clearly when neither exists."""
+    """The bundled trajectories: ``benchmarks/traces`` of the source checkout this module runs
+    from, else the copy an installed wheel carries (``contextfold/_bench_traces``), else the
+    same folder under the current directory. ``resolve_traces`` says clearly when none exists."""
     root = Path(__file__).resolve().parents[3]
     candidate = root / "benchmarks" / "traces"
     if candidate.is_dir():
         return candidate
+    installed = Path(__file__).resolve().parents[1] / "_bench_traces"
+    if installed.is_dir():
+        return installed
     return Path.cwd() / "benchmarks" / "traces"
 
 

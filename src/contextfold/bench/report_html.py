@@ -227,12 +227,20 @@ def per_strategy_section(
     return "".join(parts)
 
 
+def label_room(labels: Sequence[str], font_px: int = 12) -> int:
+    """Pixels left of the bars for the widest label at ``font_px`` (with a margin)."""
+    return 16 + int(max((len(x) for x in labels), default=4) * font_px * 0.6 + 0.5)
+
+
 def bars_svg(
     values: Mapping[str, float | None], title: str, strategies: Sequence[str], width: int = 560
 ) -> str:
     """Horizontal bars, one per strategy, labelled with the value and the ratio to raw."""
     rows = [s for s in strategies if values.get(s) is not None]
-    bar_h, gap, pad_l, pad_t = 22, 8, 96, 24
+    # room on the left for the longest name (about 7.2 px a character at 12 px), never cut off
+    bar_h, gap, pad_t = 22, 8, 24
+    pad_l = label_room(rows)
+    width = max(width, pad_l + 320)
     height = pad_t + len(rows) * (bar_h + gap) + 8
     vmax = max((float(values[s] or 0) for s in rows), default=1.0) or 1.0
     raw = values.get("raw")

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import ContextFoldError, ContextOverflowError, StorageError
+from ..errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
 from ..records import CompactionRecord, Tier
-from .common import add_workspace, positive_int
+from .common import (
+    add_workspace,
+    folder_of,
+    open_existing_store,
+    positive_int,
+    shown,
+    store_spec,
+)
 
 DEMO_ATTRIBUTION = (
     "Trace: deepseek-chat on SWE-bench Lite pydicom__pydicom-1413 via mini-swe-agent "
@@ -78,25 +87,84 @@ def over_window_message(tokens: int, window: int) -> str:
     )
 
 
-def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
-    from ..manager import ContextManager
-    from ..wire import from_anthropic, to_openai
+def _check_output(args: argparse.Namespace, source: Path) -> Path | None:
+    """``-o`` must not name the input (inputs are never written) nor a folder."""
+    if not args.out:
+        return None
+    target = Path(args.out)
+    if target.exists() and (target.is_dir() or target.resolve() == source.resolve()):
+        what = "the input file" if not target.is_dir() else "a folder"
+        raise ConfigError(f"-o {target}: that is {what}; the view goes to a new file")
+    return target
 
-    path = Path(args.file)
-    fmt, messages, system = load_transcript(path)
-    if fmt == "anthropic":
-        messages = [to_openai(m) for m in from_anthropic(messages, system)]
+
+def _open_session(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The manager of the new session, and the temporary folder to remove after (None when
+    the session is kept in the store the user named)."""
+    from ..manager import ContextManager
+
+    spec = store_spec(args)
+    temp = None if spec else tempfile.mkdtemp(prefix="contextfold-compact-")
+    where = spec or temp or ""
+    if spec:
+        folder = folder_of(spec)
+        if folder is None or folder.exists():
+            store = open_existing_store(spec)
+            try:
+                info = store.session(args.session)
+                if info is not None and not args.replace:
+                    raise ConfigError(
+                        f"session {args.session!r} already has {info.messages} messages in "
+                        f"{shown(spec)}; nothing was written. Add --replace to compact the "
+                        "file again in its place, or pick another --session"
+                    )
+                if info is not None:
+                    store.delete_session(args.session)
+            finally:
+                store.close()
     cm = ContextManager(
-        workspace=args.workspace,
+        store=where,
         session_id=args.session,
         context_window=args.window,
         summarizer=_make_summarizer(args),
     )
-    if cm.history:
-        raise ContextFoldError(
-            f"session {args.session!r} already has {len(cm.history)} messages in "
-            f"{args.workspace}; pick another --session or delete it first"
-        )
+    if cm.history:  # written by another process since the check: still never mixed
+        cm.close()
+        raise ConfigError(f"session {args.session!r} in {shown(where)} is not empty")
+    return cm, temp
+
+
+def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
+    from ..wire import from_anthropic, to_openai
+
+    path = Path(args.file)
+    fmt, messages, system = load_transcript(path)
+    if not messages:
+        raise ConfigError(f"{path}: no messages to compact")
+    if fmt == "anthropic":
+        messages = [to_openai(m) for m in from_anthropic(messages, system)]
+    from ..wire import messages_from_openai
+
+    messages_from_openai(messages)  # every message checked before anything is written
+    target = _check_output(args, path)
+    cm, temp = _open_session(args)
+    try:
+        return _compact(cm, args, out, fmt, messages, target, temp)
+    finally:
+        cm.close()
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def _compact(
+    cm: Any,
+    args: argparse.Namespace,
+    out: TextIO,
+    fmt: str,
+    messages: list[dict[str, Any]],
+    target: Path | None,
+    temp: str | None,
+) -> int:
     cm.add_many(messages)
     record = cm.compact(force=args.force)
     out_format: Any = args.format if args.format != "auto" else fmt
@@ -117,8 +185,7 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
             f"No compaction needed: {cm.view_tokens} tokens of a {args.window} window.", file=status
         )
     text = json.dumps(view, ensure_ascii=False, indent=1)
-    if args.out:
-        target = Path(args.out)
+    if target is not None:
         try:
             target.write_text(text + "\n", encoding="utf-8")
         except OSError as exc:
@@ -126,6 +193,14 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
         print(f"view written to {target}", file=status)
     else:
         print(text, file=out)
+    if temp is not None:
+        print(
+            "the session was not kept (no --store): add --store DIR to keep it for "
+            "`contextfold records` and `restore`",
+            file=status,
+        )
+    else:
+        print(f"session {args.session!r} kept in {shown(store_spec(args) or '')}", file=status)
     tokens = cm.view_tokens
     if tokens > args.window:
         print(f"contextfold compact: {over_window_message(tokens, args.window)}", file=status)
@@ -172,6 +247,33 @@ def _offload_summary(cm: Any) -> list[str]:
     return lines
 
 
+def _demo_trace(args: argparse.Namespace) -> tuple[Path, list[dict[str, Any]]]:
+    trace = Path(args.trace) if args.trace else demo_trace_path()
+    _, messages, _ = load_transcript(trace)
+    if not messages:
+        raise ConfigError(f"{trace}: no messages to replay")
+    return trace, messages
+
+
+def _demo_session(spec: str) -> tuple[str, str | None]:
+    """The session a demo run replays into: ``demo``, or the first free ``demo-N`` when an
+    earlier run left it (returned second, to say so), so a run never adds to another."""
+    folder = folder_of(spec)
+    if folder is not None and not folder.exists():
+        return "demo", None
+    store = open_existing_store(spec)
+    try:
+        if store.session("demo") is None:
+            return "demo", None
+        taken = {i.session_id for i in store.sessions()}
+    finally:
+        store.close()
+    n = 2
+    while f"demo-{n}" in taken:
+        n += 1
+    return f"demo-{n}", "demo" if n == 2 else f"demo-{n - 1}"
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     import tempfile
 
@@ -179,9 +281,9 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from ..messages import check_view
     from ..wire import from_openai
 
-    trace = Path(args.trace) if args.trace else demo_trace_path()
-    _, messages, _ = load_transcript(trace)
-    workspace = args.workspace or tempfile.mkdtemp(prefix="contextfold-demo-")
+    trace, messages = _demo_trace(args)
+    workspace = store_spec(args) or tempfile.mkdtemp(prefix="contextfold-demo-")
+    session_id, earlier = _demo_session(workspace)
     window: int = args.window
     print(
         f"contextfold demo: replaying {trace.name} ({len(messages)} messages) at a "
@@ -190,7 +292,14 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     )
     if not args.trace:
         print(DEMO_ATTRIBUTION, file=out)
-    print(f"workspace: {workspace}\n", file=out)
+    print(f"store: {shown(workspace)}  session: {session_id}", file=out)
+    if earlier:
+        print(
+            f"(session {earlier} is already there from an earlier run; this run starts fresh "
+            f"in {session_id} and leaves it as it is)",
+            file=out,
+        )
+    print("", file=out)
     records: list[CompactionRecord] = []
 
     def show(record: CompactionRecord) -> None:
@@ -200,7 +309,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
             print(f"   why: {record.reason}", file=out)
 
     cm = ContextManager(
-        workspace=workspace, session_id="demo", context_window=window, on_compaction=show
+        store=workspace, session_id=session_id, context_window=window, on_compaction=show
     )
     peak = calls = 0
     over: list[int] = []
@@ -231,13 +340,16 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
                     shortened = True
                     print(
                         f"contextfold demo: the task message does not fit the {window}-token "
-                        f'window: shown as head and tail; read_offloaded(id="msg-{task.uuid}") '
-                        "returns all of it",
+                        f"window: shown as head and tail; the whole text is kept (an agent reads it "
+                        f'with its read_offloaded tool, id "msg-{task.uuid}")',
                         file=sys.stderr,
                     )
         cm.add(msg)
     _print_summary(cm, out, records=records, calls=calls, peak=peak, window=window)
-    print(f"  records:               contextfold records demo --workspace {workspace}", file=out)
+    print(
+        f"  records:               contextfold records {session_id} --store {shown(workspace)}",
+        file=out,
+    )
     if cm.compactor.state.last_anchors:
         print("\nLatest anchors:", file=out)
         for a in cm.compactor.state.last_anchors:
@@ -287,7 +399,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Add a transcript (OpenAI or Anthropic messages: JSON list, JSONL, or "
         '{"system": ..., "messages": [...]}) to a new session, compact it to fit --window and '
         "print the view to stdout (status lines go to stderr). Exits 1 if the view is still "
-        "over the window.",
+        "over the window. The session is kept only in a store you name (--store or "
+        "$CONTEXTFOLD_STORE); running it again on the same session needs --replace.",
     )
     p.add_argument("file", help="the transcript file to read (never written to)")
     p.add_argument(
@@ -296,9 +409,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=128_000,
         help="context window in tokens (default 128000)",
     )
-    add_workspace(p)
+    add_workspace(p, default=None, otherwise="a temporary folder removed at the end")
     p.add_argument(
-        "--session", default="cli", help="session id to create in the workspace (default cli)"
+        "--session", default="cli", help="session id to create in the store (default cli)"
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="if the session exists, delete it and compact the file again in its place "
+        "(default: refuse, before writing anything)",
     )
     p.add_argument(
         "--summarizer",
@@ -338,5 +457,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=32_000,
         help="context window in tokens (default 32000)",
     )
-    add_workspace(p, default=None)
+    add_workspace(p, default=None, otherwise="a new temporary folder, kept")
     p.set_defaults(fn=cmd_demo)

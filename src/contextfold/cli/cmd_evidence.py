@@ -7,10 +7,10 @@ import argparse
 import json
 import re
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..records import CompactionRecord
-from .common import add_workspace, existing_session, positive_int
+from .common import add_workspace, existing_session, positive_int, shown, store_spec
 
 EVIDENCE_ID = re.compile(r"^ev-[0-9a-f]{6,64}$")
 
@@ -18,28 +18,32 @@ EVIDENCE_ID = re.compile(r"^ev-[0-9a-f]{6,64}$")
 def _records_table(records: Sequence[CompactionRecord]) -> str:
     head = (
         f"{'#':>3}  {'time':<23} {'tier':<9} {'strategy':<17} {'before':>8} {'after':>8} "
-        f"{'ratio':>6} {'summ':>5} {'offl':>5} {'tail':>5}  error"
+        f"{'ratio':>6} {'summ':>5} {'offl':>5} {'tail':>5}"
     )
     rows = [head, "-" * len(head)]
     for i, r in enumerate(records, 1):
         rows.append(
             f"{i:>3}  {r.timestamp[:23]:<23} {r.tier.label:<9} {r.strategy[:17]:<17} "
             f"{r.tokens_before:>8} {r.tokens_after:>8} {r.compression_ratio:>6.2f} "
-            f"{r.summarized:>5} {len(r.offloaded):>5} {r.preserved_tail:>5}  {r.error[:60]}"
+            f"{r.summarized:>5} {len(r.offloaded):>5} {r.preserved_tail:>5}"
         )
+        # errors and notes whole, under their row (a cause cut off helps no one)
+        rows += [f"     error: {line}" for line in r.error.splitlines() if line.strip()]
+        rows += [f"     note: {n}" for n in r.notes if n.startswith("LLM summarizer not used")]
     return "\n".join(rows)
 
 
 def cmd_records(args: argparse.Namespace, out: TextIO) -> int:
     from ..export import records_of
 
-    store = existing_session(args.workspace, args.session)
+    spec = store_spec(args) or ""
+    store = existing_session(spec, args.session)
     try:
         records = records_of(store, args.session)
     finally:
         store.close()
     if not records:
-        print(f"no compaction records for session {args.session!r} in {args.workspace}", file=out)
+        print(f"no compaction records for session {args.session!r} in {shown(spec)}", file=out)
         return 1
     if args.json:
         for r in records:
@@ -79,8 +83,17 @@ def _print_body(out: TextIO, command: str | None, problem: str | None, text: str
 def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
     from ..manager import ContextManager
 
-    existing_session(args.workspace, args.session).close()
-    cm = ContextManager(workspace=args.workspace, session_id=args.session)
+    store = existing_session(store_spec(args) or "", args.session)
+    try:
+        info = store.session(args.session)
+        owner = info.agent_id if info is not None else "default"
+        with ContextManager(store=store, session_id=args.session, agent_id=owner) as cm:
+            return _restore(cm, args, out)
+    finally:
+        store.close()
+
+
+def _restore(cm: Any, args: argparse.Namespace, out: TextIO) -> int:
     query = args.query.strip()
     if EVIDENCE_ID.match(query):
         # an id that `contextfold blocks` (or a compaction summary) lists: that one item
@@ -119,7 +132,7 @@ def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
     from ..evidence.fields import describe
     from ..export import blocks_of
 
-    store = existing_session(args.workspace, args.session)
+    store = existing_session(store_spec(args) or "", args.session)
     try:
         blocks = blocks_of(store, args.session)
     finally:

@@ -6,22 +6,19 @@ import argparse
 from typing import TextIO
 
 from ..errors import ConfigError
-from .common import DEFAULT_WORKSPACE, port_number
+from .common import DEFAULT_WORKSPACE, add_workspace, folder_of, port_number, store_spec
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO) -> int:
-    from ..mcp_server import DEFAULT_PORT, run, workspace_from_store
+    from ..mcp_server import DEFAULT_PORT, run
 
-    if args.store is not None and args.workspace is not None:
-        raise ConfigError("give --workspace or --store, not both")
     if args.port is not None and not args.http:
         raise ConfigError("--port needs --http (without it the server speaks over stdio)")
-    folder = workspace_from_store(args.store) if args.store is not None else None
-    url = args.store if args.store is not None and folder is None else None
-    workspace = None if url is not None else folder or args.workspace or DEFAULT_WORKSPACE
+    spec = store_spec(args) or DEFAULT_WORKSPACE
+    folder = folder_of(spec)
     run(
-        workspace,
-        store=url,
+        None if folder is None else str(folder),
+        store=spec if folder is None else None,
         agent_id=args.agent_id,
         allow_agents=tuple(args.allow_agent or ()),
         http=args.http,
@@ -37,19 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="An MCP server (stdio by default, or streamable HTTP on 127.0.0.1) with "
         "the tools recall, read_offloaded, session_list, session_history, session_search, "
         "memory_search and memory_get over one workspace, as seen by one agent. Needs "
-        "pip install 'contextfold[mcp]'.",
+        "the mcp extra (pip install '.[mcp]' in the checkout).",
     )
-    p.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help=f"the contextfold workspace folder (default {DEFAULT_WORKSPACE})",
-    )
-    p.add_argument(
-        "--store",
-        metavar="URL",
-        help="where sessions are stored: a workspace folder, file:///DIR, or a store URL "
-        "(postgresql://user@host/db?schema=NAME)",
-    )
+    add_workspace(p)
     p.add_argument(
         "--agent-id",
         default="default",

@@ -3,12 +3,18 @@ arguments to head and tail (each saved whole first), then shortening pinned mess
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..errors import ContextFoldError, StorageError
 from ..offload import OffloadPolicy, is_offloaded_text
 from .common import EMERGENCY_POLICY, _Run, calls_json
 from .pinned import fit_pinned
+
+_log = logging.getLogger("contextfold.compaction")
+
+#: how a record's note starts when the requested LLM summarizer was not used (emergency tier)
+LLM_SKIPPED = "LLM summarizer not used"
 
 #: An offload placeholder with the pointer and two short preview lines (emergency only).
 TIGHT_POLICY = OffloadPolicy(name="tight", threshold=0, preview_lines=2)
@@ -32,6 +38,14 @@ def truncate(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
     if b > start:
         comp._summarize(run, start, b, use_llm=False)
         run.notes.append(f"truncated {b - start} messages without an LLM")
+        if comp.summarizer is not comp.fallback_summarizer:
+            note = (
+                f"{LLM_SKIPPED}: {type(comp.summarizer).__name__} is not called in the emergency "
+                "tier (over the emergency threshold the dropped messages get an extractive "
+                "summary, with no model call)"
+            )
+            run.notes.append(note)
+            _log.warning("%s", note)
     if comp.view_tokens(extra) > budget:
         comp._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
     if comp.view_tokens(extra) > comp.cfg.emergency_threshold * comp.window:

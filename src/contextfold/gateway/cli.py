@@ -37,7 +37,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--upstream", help="provider base URL, e.g. https://api.anthropic.com")
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default 8787; 0 picks a free one)")
-    p.add_argument("--store", help="workspace folder or postgresql:// URL (default ./.contextfold)")
+    p.add_argument(
+        "--store",
+        "--workspace",
+        dest="store",
+        metavar="STORE",
+        help="workspace folder or postgresql:// URL (default $CONTEXTFOLD_GATEWAY_STORE, else "
+        "$CONTEXTFOLD_STORE, else the config file's, else ./.contextfold); --workspace is the "
+        "same option",
+    )
     p.add_argument("--config", help="TOML file with gateway settings")
     p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
     p.add_argument("--preset", help="compaction preset: progressive (default) or harness")
@@ -112,6 +120,9 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         "log_level",
     )
     overrides = {k: getattr(args, k, None) for k in keys}
+    if overrides["store"] is None and not os.environ.get(ENV_PREFIX + "STORE"):
+        # the store every contextfold command uses, unless the gateway's own variable is set
+        overrides["store"] = os.environ.get("CONTEXTFOLD_STORE") or None
     config = load_config(file=args.config, overrides=overrides)
     check_store(config.store)
     return config
