@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,8 +155,16 @@ class Stack:
 
 
 @contextmanager
-def stack(tmp_path: Path, store_kind: str, *, limit: int, extra: tuple[str, ...] = ()) -> Iterator[Stack]:
-    """The fake upstream (``limit`` tokens) and ``contextfold serve`` on the chosen store."""
+def stack(
+    tmp_path: Path,
+    store_kind: str,
+    *,
+    limit: int,
+    extra: tuple[str, ...] = (),
+    fake_setup: Callable[[FakeUpstream], FakeUpstream] | None = None,
+) -> Iterator[Stack]:
+    """The fake upstream (``limit`` tokens; ``fake_setup`` adds routes before it starts) and
+    ``contextfold serve`` on the chosen store."""
     schema: str | None = None
     pg_url = ""
     if store_kind == "postgresql":
@@ -165,7 +173,8 @@ def stack(tmp_path: Path, store_kind: str, *, limit: int, extra: tuple[str, ...]
         store = f"{pg_url}?schema={schema}"
     else:
         store = str(tmp_path / "store")
-    fake = FakeUpstream(limit=limit).start()
+    fake = FakeUpstream(limit=limit)
+    fake = (fake_setup(fake) if fake_setup else fake).start()
     log = tmp_path / "gateway.log"
     proc: subprocess.Popen[bytes] | None = None
     try:
