@@ -47,12 +47,18 @@ class Call:
 
     @property
     def messages(self) -> list[Any]:
-        return list(self.body.get("messages") or [])
+        """The request's messages (Gemini: its ``contents``)."""
+        key = "contents" if self.provider == "gemini" else "messages"
+        return list(self.body.get(key) or [])
 
     def last_tool_results(self) -> list[tuple[str, str]]:
         """(tool call id, text) of the tool results at the end of the request."""
         out: list[tuple[str, str]] = []
         msgs = self.messages
+        if self.provider == "gemini":
+            from tests.gateway_fake_gemini import last_function_responses
+
+            return last_function_responses(msgs)
         if self.provider == "openai":
             for m in reversed(msgs):
                 if m.get("role") != "tool":
@@ -68,6 +74,9 @@ class Call:
     def tool_names(self) -> list[str]:
         names = []
         for t in self.body.get("tools") or []:
+            if self.provider == "gemini":
+                names += [d.get("name") for d in t.get("functionDeclarations") or []]
+                continue
             fn = t.get("function")
             names.append(fn.get("name") if isinstance(fn, dict) else t.get("name"))
         return names

@@ -1,4 +1,4 @@
-"""A scripted OpenAI / Anthropic upstream on 127.0.0.1 for the gateway tests and benchmark.
+"""A scripted OpenAI / Anthropic / Gemini upstream on 127.0.0.1 for the gateway tests and benchmark.
 
 It behaves like the real APIs where the gateway can get things wrong:
 
@@ -36,6 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests import gateway_fake_gemini as fake_gemini
+from tests.gateway_fake_gemini import gemini_tokens
 from tests.gateway_fake_wire import (
     Call,
     Received,
@@ -92,6 +94,8 @@ class FakeUpstream:
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1beta/models/{target:path}", self._gemini, methods=["POST"]),
+                Route("/v1/models/{target:path}", self._gemini, methods=["POST"]),
             ]
         )
         self._server = uvicorn.Server(
@@ -266,6 +270,44 @@ class FakeUpstream:
             frames = [f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events]
             return await self._stream(request, frames, reply.event_delay)
         return await self._whole(request, _anthropic_message(reply, model, tokens))
+
+    async def _gemini(self, request: Request) -> Response:
+        """``/v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens``
+        (``/v1/...`` the same)."""
+        model, _, method = request.path_params["target"].rpartition(":")
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        tokens = gemini_tokens(body)
+        path = _path(request)
+        if not headers.get("x-goog-api-key") and "key" not in request.query_params:
+            self._record(Received(path, headers, body, tokens, "no api key"))
+            return JSONResponse(
+                fake_gemini.error(403, fake_gemini.NO_KEY, "PERMISSION_DENIED"), status_code=403
+            )
+        if method == "countTokens":
+            return JSONResponse({"totalTokens": tokens})
+        if method not in ("generateContent", "streamGenerateContent"):
+            return JSONResponse(
+                fake_gemini.error(404, f"Method {method} not found", "NOT_FOUND"), status_code=404
+            )
+        forced = await self._failure()
+        if forced is not None:
+            self._record(Received(path, headers, body, tokens, f"forced {forced.status_code}"))
+            return forced
+        problem = fake_gemini.gemini_problem(body, model)
+        if problem is None and tokens > self.limit:
+            self._record(Received(path, headers, body, tokens, "overflow"))
+            return JSONResponse(fake_gemini.overflow(tokens, self.limit), status_code=400)
+        self._record(Received(path, headers, body, tokens, problem))
+        if problem is not None:
+            return JSONResponse(
+                fake_gemini.error(400, problem, "INVALID_ARGUMENT"), status_code=400
+            )
+        reply = self._script(request)(Call("gemini", body, headers))
+        if method == "streamGenerateContent":
+            frames = fake_gemini.sse(fake_gemini.gemini_chunks(reply, model, tokens))
+            return await self._stream(request, frames, reply.event_delay)
+        return await self._whole(request, fake_gemini.gemini_response(reply, model, tokens))
 
 
 # ----------------------------------------------------------------------------- trace replay

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import time
@@ -17,7 +18,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
-from . import anthropic_proxy, fastjson, openai_proxy
+from . import anthropic_proxy, fastjson, gemini_proxy, openai_proxy
 from .config import GatewayConfig
 from .convert import Provider
 from .metrics import Metrics
@@ -31,6 +32,10 @@ def _provider_for(request: Request) -> Provider:
     path = request.url.path
     if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
         return "anthropic"
+    if path.startswith("/v1beta/") or ":" in path.rpartition("/")[2]:
+        return "gemini"  # /v1beta/models/..., /v1/models/{model}:generateContent
+    if "x-goog-api-key" in request.headers:
+        return "gemini"
     return "openai"
 
 
@@ -73,24 +78,39 @@ class Gateway:
     # ------------------------------------------------------------------ handlers
     def _proxied(self, handler: Handler, route: str) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            started = time.perf_counter()
-            REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
-            provider = _provider_for(request)
-            response = await self._run(request, provider, handler)
-            self.metrics.inc(
-                "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
-            )
-            log_event(
-                "request",
-                route=route,
-                status=response.status_code,
-                session=response.headers.get("x-contextfold-session"),
-                compaction=response.headers.get("x-contextfold-compaction"),
-                ms=round((time.perf_counter() - started) * 1000, 2),
-            )
-            return response
+            return await self._serve(request, handler, route)
 
         return endpoint
+
+    async def _serve(self, request: Request, handler: Handler, route: str) -> Response:
+        started = time.perf_counter()
+        REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
+        provider = _provider_for(request)
+        response = await self._run(request, provider, handler)
+        self.metrics.inc(
+            "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
+        )
+        log_event(
+            "request",
+            route=route,
+            status=response.status_code,
+            session=response.headers.get("x-contextfold-session"),
+            compaction=response.headers.get("x-contextfold-compaction"),
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        return response
+
+    async def gemini(self, request: Request) -> Response:
+        """``POST /v1beta/models/{model}:{method}`` (and ``/v1/...``): generateContent and
+        streamGenerateContent go through the gateway, countTokens and the rest pass through."""
+        version = request.url.path.split("/")[1]
+        model, _, method = str(request.path_params.get("target", "")).rpartition(":")
+        if method not in gemini_proxy.GENERATE:
+            return await self.passthrough(request)
+        handler = functools.partial(
+            gemini_proxy.handle, version=version, model=model, method=method
+        )
+        return await self._serve(request, handler, f"/{version}/models/{{model}}:{method}")
 
     async def _run(self, request: Request, provider: Provider, handler: Handler) -> Response:
         if not self._authorized(request):
@@ -214,6 +234,10 @@ class Gateway:
             Route("/v1/messages/count_tokens", self.passthrough, methods=["POST"]),
             Route("/v1/models", self.passthrough, methods=["GET"]),
             Route("/v1/models/{model:path}", self.passthrough, methods=["GET"]),
+            Route("/v1/models/{target:path}", self.gemini, methods=["POST"]),
+            Route("/v1beta/models/{target:path}", self.gemini, methods=["POST"]),
+            Route("/v1beta/models", self.passthrough, methods=["GET"]),
+            Route("/v1beta/models/{model:path}", self.passthrough, methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_endpoint, methods=["GET"]),
         ]

@@ -23,7 +23,7 @@ from ..messages import Content, Message
 from ..wire import from_anthropic, from_openai, to_anthropic, to_openai
 from .fastjson import dumps_sorted
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "gemini"]
 _SKIP_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 

@@ -26,6 +26,7 @@ from ..storage import ConcurrentWriteError
 from . import fastjson
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
+from .gemini import declaration
 from .metrics import Metrics
 from .sessions import (
     Prepared,
@@ -114,7 +115,11 @@ class Pipeline:
         schemas = sess.tool_schemas.get(provider)
         if schemas is None:
             with self.registry.store_lock:  # the first call opens the session index
-                schemas = sess.tool_schemas[provider] = sess.cm.tool_schemas(provider)
+                if provider == "gemini":  # function declarations made from the OpenAI form
+                    made = [declaration(s) for s in sess.cm.tool_schemas("openai")]
+                else:
+                    made = sess.cm.tool_schemas(provider)
+                schemas = sess.tool_schemas[provider] = made
         key = "function" if provider == "openai" else None
         out = []
         for s in schemas:
