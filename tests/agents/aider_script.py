@@ -57,5 +57,7 @@ class AiderScript:
             return Reply(text=f"Noted the result of run {note.group(1)}.")
         if "SEARCH/REPLACE" in system:
             edit = "<<<<<<< SEARCH\n    return sum(values) + 1\n=======\n    return sum(values)\n"
-            return Reply(text=f"Removing the +1.\n\napp.py\n```python\n{edit}>>>>>>> REPLACE\n```\n")
+            return Reply(
+                text=f"Removing the +1.\n\napp.py\n```python\n{edit}>>>>>>> REPLACE\n```\n"
+            )
         return Reply(text=f"Removing the +1.\n\napp.py\n```python\n{FIXED}```\n")

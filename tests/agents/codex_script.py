@@ -52,7 +52,9 @@ class CodexScript:
 
     def __call__(self, call: Call) -> Reply:
         items = _items(call)
-        users = [i for i in items if i.get("type", "message") == "message" and i.get("role") == "user"]
+        users = [
+            i for i in items if i.get("type", "message") == "message" and i.get("role") == "user"
+        ]
         last = items[-1] if items else {}
         if users and FOLLOWUP in _text(users[-1]):
             return self._answer(call, last)

@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tests.gateway_fakes import FakeUpstream
 from tests.gateway_fake_wire import Call, Received, Reply, _path
+from tests.gateway_fakes import FakeUpstream
 
 _ids = itertools.count(1)
 PATH = "/v1/responses"
@@ -56,9 +56,7 @@ def problem(items: list[Any]) -> str | None:
         elif kind == "reasoning" and item.get("encrypted_content") is not None:
             summary = "".join(str(s.get("text", "")) for s in item.get("summary") or [])
             if item["encrypted_content"] != encrypted_for(summary):
-                return (
-                    f"The encrypted content for item {item.get('id')} could not be verified."
-                )
+                return f"The encrypted content for item {item.get('id')} could not be verified."
     for cid in calls:
         if cid not in answered:
             return f"No tool output found for function call {cid}."
@@ -168,7 +166,9 @@ async def _handle(fake: FakeUpstream, request: Request) -> Response:
     used = tokens(body)
     path = _path(request)
     items = body.get("input")
-    items = [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else items
+    items = (
+        [{"type": "message", "role": "user", "content": items}] if isinstance(items, str) else items
+    )
     found = problem(items or [])
     if found is None and used > fake.limit:
         fake._record(Received(path, headers, body, used, "overflow"))

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests import pg_support
 from tests.conftest import skip_or_fail
@@ -99,10 +98,10 @@ if k % 3 == 2:
 print(f"run {k} finished: {mark}")
 '''
 
-APP_PY = '''\
+APP_PY = """\
 def total(values):
     return sum(values) + 1
-'''
+"""
 
 
 def make_project(root: Path) -> Path:

@@ -60,7 +60,9 @@ class MiniScript:
         text = json.dumps(call.body, ensure_ascii=False)
         self.followups.append(text)
         if first_error() in text:
-            return self._bash("ask", 2, SUBMIT, f"The first failing run ended with: {first_error()}")
+            return self._bash(
+                "ask", 2, SUBMIT, f"The first failing run ended with: {first_error()}"
+            )
         results = call.last_tool_results()
         asked = bool(results) and results[-1][0] == "call_ask_1"
         if "recall" in call.tool_names() and not asked:

@@ -54,7 +54,10 @@ class Plan:
             Step("shell", command="ls && echo started > progress.txt"),
             Step("read", path="app.py"),
             Step("edit", path="app.py", old="sum(values) + 1", new="sum(values)"),
-            *(Step("shell", command=f"python3 run.py {k} {self.size(k)}") for k in range(self.runs)),
+            *(
+                Step("shell", command=f"python3 run.py {k} {self.size(k)}")
+                for k in range(self.runs)
+            ),
         ]
 
     def size(self, k: int) -> int:

@@ -63,7 +63,9 @@ def test_aider_short_session(tmp_path: Path, store: str) -> None:
     with stack(tmp_path, store, limit=LIMIT) as st:
         script = aider_session(tmp_path, st, Plan(runs=8), times=1)
         figures = check_session(st, route="/v1/chat/completions")
-    print({**figures, "summaries": script.summaries, "seconds": round(time.monotonic() - started, 1)})
+    print(
+        {**figures, "summaries": script.summaries, "seconds": round(time.monotonic() - started, 1)}
+    )
 
 
 def _store_bytes(folder: Path) -> int:
@@ -96,4 +98,6 @@ def test_aider_long_session(tmp_path: Path, store: str) -> None:
     with stack(tmp_path, store, limit=LIMIT) as st:
         script = aider_session(tmp_path, st, Plan(runs=24), times=4)
         figures = check_session(st, route="/v1/chat/completions")
-    print({**figures, "summaries": script.summaries, "seconds": round(time.monotonic() - started, 1)})
+    print(
+        {**figures, "summaries": script.summaries, "seconds": round(time.monotonic() - started, 1)}
+    )

@@ -47,13 +47,14 @@ def claude_session(
                 "DISABLE_AUTOUPDATER": "1",
             }
         )
-        command = [str(claude), "-p", "--output-format", "stream-json", "--verbose"]
-        command += ["--allowedTools", "Bash,Read,Edit"]
+        # the prompt first: --allowedTools takes every word after it
+        options = ["-p", "--output-format", "stream-json", "--verbose"]
+        options += ["--allowedTools", "Bash,Read,Edit"]
         if model:
-            command += ["--model", model]
+            options += ["--model", model]
         started = time.monotonic()
-        run_agent([*command, TASK], project, env, timeout=600)
-        run_agent([*command, "--continue", FOLLOWUP], project, env, timeout=300)
+        run_agent([str(claude), TASK, *options], project, env, timeout=600)
+        run_agent([str(claude), FOLLOWUP, "--continue", *options], project, env, timeout=300)
         seconds = time.monotonic() - started
         figures = check_session(st, route="/v1/messages")
         # the agent really worked in the project
@@ -69,20 +70,22 @@ def claude_session(
 
 @pytest.mark.parametrize("store", STORES)
 def test_claude_code_short_session(tmp_path: Path, store: str) -> None:
-    figures = claude_session(tmp_path, store, Plan(runs=30), "claude-sonnet-4-6", times=2)
-    print(figures)
+    """Claude Code with its default model (it sends mid-conversation system messages)."""
+    print(claude_session(tmp_path, store, Plan(runs=30), None, times=2))
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_claude_code_sonnet_short_session(tmp_path: Path, store: str) -> None:
+    print(claude_session(tmp_path, store, Plan(runs=30), "claude-sonnet-4-6", times=2))
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("store", STORES)
 def test_claude_code_long_session(tmp_path: Path, store: str) -> None:
-    figures = claude_session(tmp_path, store, Plan(runs=90), "claude-sonnet-4-6", times=6)
-    print(figures)
+    print(claude_session(tmp_path, store, Plan(runs=90), None, times=6))
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("store", STORES)
-def test_claude_code_default_model(tmp_path: Path, store: str) -> None:
-    """Claude Code with no --model: its default model sends mid-conversation system messages."""
-    figures = claude_session(tmp_path, store, Plan(runs=30), None, times=2)
-    print(figures)
+def test_claude_code_sonnet_long_session(tmp_path: Path, store: str) -> None:
+    print(claude_session(tmp_path, store, Plan(runs=90), "claude-sonnet-4-6", times=6))

@@ -54,7 +54,12 @@ def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dic
         f"of it (recall called: {script.recalled})"
     )
     seconds = round(time.monotonic() - started, 1)
-    return {**figures, "recalled": script.recalled, "side_calls": script.side_calls, "seconds": seconds}
+    return {
+        **figures,
+        "recalled": script.recalled,
+        "side_calls": script.side_calls,
+        "seconds": seconds,
+    }
 
 
 @pytest.mark.parametrize("store", STORES)
