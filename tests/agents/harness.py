@@ -133,18 +133,25 @@ class Stack:
                 out[name] = out.get(name, 0.0) + float(value)
         return out
 
-    def gateway_statuses(self) -> dict[str, int]:
-        """Status code -> how many answers the gateway gave, from its request log."""
-        counts: dict[str, int] = {}
+    def log_events(self, name: str) -> list[dict[str, Any]]:
+        """The gateway's JSON log events called ``name``."""
+        out = []
         for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue
             event = entry.get("log") if isinstance(entry, dict) else None
-            if isinstance(event, dict) and event.get("event") == "request":
-                key = str(event.get("status"))
-                counts[key] = counts.get(key, 0) + 1
+            if isinstance(event, dict) and event.get("event") == name:
+                out.append(event)
+        return out
+
+    def gateway_statuses(self) -> dict[str, int]:
+        """Status code -> how many answers the gateway gave, from its request log."""
+        counts: dict[str, int] = {}
+        for event in self.log_events("request"):
+            key = str(event.get("status"))
+            counts[key] = counts.get(key, 0) + 1
         for name, value in self.metrics().items():
             match = re.match(r'contextfold_gateway_requests_total\{.*status="(\d+)"', name)
             if match and not match.group(1).startswith("2"):
@@ -258,5 +265,6 @@ def check_session(st: Stack, *, route: str, min_overflows_direct: int = 1) -> di
         "max_tokens": max(r.tokens for r in accepted),
         "limit": st.fake.limit,
         "statuses": statuses,
+        "compacted_answers": sum(1 for e in st.log_events("request") if e.get("compaction")),
     }
     return figures

@@ -71,12 +71,12 @@ def claude_session(
 @pytest.mark.parametrize("store", STORES)
 def test_claude_code_short_session(tmp_path: Path, store: str) -> None:
     """Claude Code with its default model (it sends mid-conversation system messages)."""
-    print(claude_session(tmp_path, store, Plan(runs=30), None, times=2))
+    print(claude_session(tmp_path, store, Plan(runs=16), None, times=1))
 
 
 @pytest.mark.parametrize("store", STORES)
 def test_claude_code_sonnet_short_session(tmp_path: Path, store: str) -> None:
-    print(claude_session(tmp_path, store, Plan(runs=30), "claude-sonnet-4-6", times=2))
+    print(claude_session(tmp_path, store, Plan(runs=16), "claude-sonnet-4-6", times=1))
 
 
 @pytest.mark.long

@@ -70,7 +70,7 @@ def codex_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict
 
 @pytest.mark.parametrize("store", STORES)
 def test_codex_short_session(tmp_path: Path, store: str) -> None:
-    print(codex_session(tmp_path, store, Plan(runs=16), times=1))
+    print(codex_session(tmp_path, store, Plan(runs=12), times=1))
 
 
 @pytest.mark.long

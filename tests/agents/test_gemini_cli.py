@@ -64,7 +64,7 @@ def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dic
 
 @pytest.mark.parametrize("store", STORES)
 def test_gemini_cli_short_session(tmp_path: Path, store: str) -> None:
-    print(gemini_session(tmp_path, store, Plan(runs=16), times=1))
+    print(gemini_session(tmp_path, store, Plan(runs=12), times=1))
 
 
 @pytest.mark.long
