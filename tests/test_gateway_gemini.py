@@ -342,3 +342,47 @@ def test_count_tokens_passes_through(tmp_path: Path) -> None:
     assert counted.total_tokens and counted.total_tokens > 0
     assert not fake.received  # counting is not a turn: nothing recorded upstream or stored
     assert not session_ids(tmp_path / "ws")
+
+
+def test_evidence_is_injected_when_the_user_asks_for_it(tmp_path: Path) -> None:
+    trace = long_trace(100)
+    with running(tmp_path, limit=12_000, context_window=8_000) as (fake, gw):
+        client = _client(gw.url)
+        system, contents = replay(fake, client, trace, stream=False, script="trace", turns=40)
+        fake.scripts["plain"] = lambda call: Reply(text="Here it is.")
+        question = "What was the exact error output of the first test run earlier?"
+        contents.append({"role": "user", "parts": [{"text": question}]})
+        ask(client, system, contents, stream=True, script="plain")
+    sent = fake.received[-1]
+    assert sent.error is None
+    # one user turn: the restored evidence, then the client's own question, last
+    texts = [p.get("text", "") for p in sent.body["contents"][-1]["parts"]]
+    assert texts[-1] == question
+    assert any("Historical evidence restored from before a context" in t for t in texts[:-1])
+
+
+def test_the_upstream_model_writes_the_summaries(tmp_path: Path) -> None:
+    trace = long_trace(100)
+
+    def script(call: Call) -> Reply:
+        if not call.body.get("tools"):
+            return Reply(text="### Task\nfix the bug\n## Summary\nThe agent read the sources.")
+        return Reply(text=f"step {len(call.messages)}: " + "y" * 600)
+
+    with running(tmp_path, limit=12_000, context_window=8_000, summarizer="upstream") as (fake, gw):
+        fake.scripts["s"] = script
+        client = _client(gw.url)
+        system = trace[0]["content"]
+        contents: list[Any] = [{"role": "user", "parts": [{"text": trace[1]["content"]}]}]
+        n = 0
+        while not [r for r in fake.received if not r.body.get("tools")] and n < 60:
+            n += 1
+            parts = ask(client, system, contents, stream=False, script="s")
+            contents.append({"role": "model", "parts": _history_parts(parts, [])})
+            contents.append({"role": "user", "parts": [{"text": f"go on {n} " + "x" * 900}]})
+    summary_calls = [r for r in fake.received if not r.body.get("tools")]
+    assert summary_calls, "a compaction asked the upstream model for a summary"
+    call = summary_calls[0]
+    assert call.path.endswith(f"/models/{MODEL}:generateContent")
+    assert call.headers["x-goog-api-key"] == KEY
+    assert call.body["contents"] and call.error is None
