@@ -386,3 +386,32 @@ def test_the_upstream_model_writes_the_summaries(tmp_path: Path) -> None:
     assert call.path.endswith(f"/models/{MODEL}:generateContent")
     assert call.headers["x-goog-api-key"] == KEY
     assert call.body["contents"] and call.error is None
+
+
+def test_a_side_call_over_the_window_teaches_the_limit_once(tmp_path: Path) -> None:
+    def loop_check(n: int) -> dict[str, Any]:
+        contents: list[Any] = [{"role": "user", "parts": [{"text": "Recent history:"}]}]
+        for k in range(8):
+            fc = {"id": f"b-{n}-{k}", "name": "bash", "args": {"k": k}}
+            fr = {"id": f"b-{n}-{k}", "name": "bash", "response": {"output": "q" * 4_000}}
+            contents.append({"role": "model", "parts": [{"functionCall": fc}]})
+            contents.append({"role": "user", "parts": [{"functionResponse": fr}]})
+        contents.append({"role": "user", "parts": [{"text": "Is the agent looping?"}]})
+        return {
+            "contents": contents,
+            "generationConfig": {
+                "responseMimeType": "application/json",
+                "responseJsonSchema": {"type": "object"},
+            },
+        }
+
+    url = "/v1beta/models/gemini-2.5-flash:generateContent"
+    headers = {"x-goog-api-key": KEY}
+    with running(tmp_path, limit=6_000, context_window=60_000) as (fake, gw):
+        fake.default = lambda call: Reply(text='{"unproductive_state_confidence": 0.1}')
+        first = httpx.post(gw.url + url, json=loop_check(1), headers=headers)
+        second = httpx.post(gw.url + url, json=loop_check(2), headers=headers)
+    assert first.status_code == 200 and second.status_code == 200
+    assert [r.error for r in fake.received] == ["overflow", None, None]
+    assert all(r.tokens <= 6_000 for r in fake.received[1:])
+    assert not session_ids(tmp_path / "ws")  # side calls are never stored

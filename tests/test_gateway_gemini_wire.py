@@ -13,15 +13,19 @@ from contextfold.errors import InvalidMessageError
 from contextfold.gateway.convert import ViewItem, fingerprint
 from contextfold.gateway.gemini import (
     PAIRING_MESSAGE,
-    declaration,
-    declarations,
     drop_repeated_responses,
-    error_body,
-    input_tokens,
-    is_side_call,
     parse_gemini,
     render_gemini,
     response_message,
+)
+from contextfold.gateway.gemini_api import (
+    declaration,
+    declarations,
+    error_body,
+    estimate_tokens,
+    fit_side_call,
+    input_tokens,
+    is_side_call,
     with_declarations,
 )
 from contextfold.gateway.gemini_stream import GeminiAssembler, merge_parts, without_calls
@@ -289,3 +293,42 @@ def test_errors_and_the_overflow_message() -> None:
     assert limit is not None and (limit.limit, limit.prompt_tokens) == (8192, 9000)
     pairing = UpstreamError(400, json.dumps(error_body(400, PAIRING_MESSAGE)).encode(), {})
     assert overflow_kind(pairing) is None
+
+
+def _loop_check(outputs: int, size: int) -> dict[str, Any]:
+    """A loop-detection side request: recent turns with big tool outputs, then the question."""
+    contents: list[Any] = []
+    for k in range(outputs):
+        contents.append({"role": "model", "parts": [_call("bash", {"n": k}, f"b-{k}")]})
+        contents.append({"role": "user", "parts": [_resp("bash", f"{k}:" + "z" * size, f"b-{k}")]})
+    contents.insert(0, {"role": "user", "parts": [{"text": "Recent history:"}]})
+    contents.append({"role": "user", "parts": [{"text": "Is the agent in a loop? " * 5}]})
+    return {
+        "contents": contents,
+        "systemInstruction": {"parts": [{"text": "You are a loop detector."}]},
+        "generationConfig": {"responseMimeType": "application/json"},
+    }
+
+
+def test_a_side_call_is_fit_into_the_window() -> None:
+    body = _loop_check(6, 8_000)
+    assert estimate_tokens(body) > 10_000
+    same, cut = fit_side_call(body, 100_000)
+    assert same is body and cut == 0
+    fitted, cut = fit_side_call(body, 10_000)
+    assert cut > 0 and estimate_tokens(fitted) <= 8_500
+    assert fitted["contents"][-1] == body["contents"][-1]  # the question stays whole
+    assert body["contents"][2]["parts"][0]["functionResponse"]["response"]["output"].endswith("z")
+    outputs = [
+        p["functionResponse"]["response"]["output"]
+        for c in fitted["contents"]
+        for p in c["parts"]
+        if "functionResponse" in p
+    ]
+    assert any("characters left out by contextfold" in o for o in outputs)
+    assert all(o.split(":")[0].isdigit() for o in outputs)  # heads kept
+    # many small turns: the oldest are dropped, and it never starts with the model's turn
+    small, cut = fit_side_call(_loop_check(200, 300), 3_000)
+    assert estimate_tokens(small) <= 3_000 * 0.85 and cut > 0
+    first = small["contents"][0]
+    assert first["role"] == "user" and "functionResponse" not in first["parts"][0]

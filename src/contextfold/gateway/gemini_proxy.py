@@ -15,25 +15,25 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
+from anyio import to_thread
 from starlette.responses import Response
 
 from ..errors import InvalidMessageError
+from ..limits import stated_limit
+from ..overflow import is_context_overflow
 from . import fastjson, relay
-from .gemini import (
+from .gemini import drop_repeated_responses, field, parse_gemini, render_gemini, response_message
+from .gemini_api import (
     declarations,
-    drop_repeated_responses,
-    field,
+    fit_side_call,
     input_tokens,
     is_side_call,
-    parse_gemini,
-    render_gemini,
-    response_message,
     with_declarations,
 )
 from .gemini_stream import GeminiAssembler, has_calls, merge_parts, without_calls
 from .pipeline import Pipeline, RequestError, Turn, log_event
 from .sse import SSEEvent, encode
-from .upstream import forward_headers, response_headers
+from .upstream import UpstreamError, forward_headers, response_headers
 
 GENERATE = ("generateContent", "streamGenerateContent")
 
@@ -233,25 +233,49 @@ def _answer(resp: httpx.Response) -> tuple[dict[str, Any], dict[str, Any]]:
     return data, content
 
 
-async def side_call(
-    pipe: Pipeline, path: str, body: dict[str, Any], headers: dict[str, str], query: str
-) -> Response:
-    """A JSON-mode request relayed as it is (nothing stored, nothing compacted)."""
-    up = pipe.upstream
-    url = up.url(path) + (f"?{query}" if query else "")
-    token = pipe.config.auth_token
-    gateway_auth = token is not None and headers.get("authorization", "") == f"Bearer {token}"
-    forwarded = forward_headers(headers, drop_authorization=gateway_auth)
-    forwarded["content-type"] = "application/json"
+async def _relay(
+    pipe: Pipeline, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[httpx.Response, bytes]:
     try:
-        resp = await up.send("gemini-side-calls", url, fastjson.dumps(body), forwarded)
+        resp = await pipe.upstream.send("gemini-side-calls", url, fastjson.dumps(body), headers)
         try:
             raw = await resp.aread()
         finally:
             await resp.aclose()
     except httpx.HTTPError as exc:
         raise relay.upstream_failure(exc) from None
-    log_event("side_call", path=path, status=resp.status_code)
+    return resp, raw
+
+
+async def side_call(
+    pipe: Pipeline,
+    path: str,
+    model: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    query: str,
+) -> Response:
+    """A JSON-mode request relayed, never stored: as it is when it fits the model's window,
+    else with the middles of its longest outputs cut (the conversation itself keeps them);
+    after a context overflow the stated limit is learned and it is sent once more, fitted."""
+    url = pipe.upstream.url(path) + (f"?{query}" if query else "")
+    token = pipe.config.auth_token
+    gateway_auth = token is not None and headers.get("authorization", "") == f"Bearer {token}"
+    forwarded = forward_headers(headers, drop_authorization=gateway_auth)
+    forwarded["content-type"] = "application/json"
+    sent, cut = fit_side_call(body, pipe.registry.window_for(model))
+    resp, raw = await _relay(pipe, url, sent, forwarded)
+    if resp.status_code >= 400:
+        err = UpstreamError(resp.status_code, raw, resp.headers)
+        stated = stated_limit(err) if is_context_overflow(err) else None
+        if stated is not None:
+            window = stated.prompt_window()
+            await to_thread.run_sync(pipe.registry.learn, model, window)
+            log_event("learned_limit", model=model, window=window, side_call=True)
+            sent, cut = fit_side_call(body, window)
+            resp, raw = await _relay(pipe, url, sent, forwarded)
+            pipe.note_retry(resp.status_code < 400)
+    log_event("side_call", path=path, status=resp.status_code, chars_left_out=cut)
     return Response(raw, resp.status_code, headers=response_headers(resp.headers))
 
 
@@ -270,7 +294,7 @@ async def handle(
     if not model:
         raise RequestError(400, "the model name is missing from the path")
     if is_side_call(body):
-        return await side_call(pipe, path, body, headers, query)
+        return await side_call(pipe, path, model, body, headers, query)
     stream = method == "streamGenerateContent"
     if stream and "alt=sse" not in query.split("&"):
         raise RequestError(

@@ -26,7 +26,7 @@ from ..storage import ConcurrentWriteError
 from . import fastjson
 from .config import GatewayConfig
 from .convert import Conversation, Provider, session_key_material
-from .gemini import declaration
+from .gemini_api import declaration
 from .metrics import Metrics
 from .sessions import (
     Prepared,

@@ -11,7 +11,7 @@ import httpx
 
 from . import netio
 from .convert import Provider
-from .gemini import error_body as gemini_error_body
+from .gemini_api import error_body as gemini_error_body
 
 #: Request headers never forwarded: hop-by-hop, recomputed, or the gateway's own.
 _DROP_REQUEST = frozenset(
