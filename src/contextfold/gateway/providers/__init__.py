@@ -39,11 +39,10 @@ def adapter_for(
 
 
 def _load_builtin() -> None:
-    from . import anthropic, openai_chat, responses
+    from . import anthropic, openai_chat
 
     register(anthropic.AnthropicAdapter)
     register(openai_chat.ChatCompletionsAdapter)
-    register(responses.ResponsesAdapter)
 
 
 __all__ = [

@@ -62,11 +62,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...messages import Message
 from ..sse import SSEEvent, encode
+from ..turn import RequestError
 from ..upstream import error_body
 
 if TYPE_CHECKING:
     from ..convert import Conversation
     from ..turn import Turn
+#: tool calls of an answer, in the format's shape
+Calls = Sequence[dict[str, Any]]
 
 #: a JSON object as the client or the upstream sent it
 JSONDict = dict[str, Any]
@@ -182,6 +185,27 @@ class ProviderAdapter(ABC):
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:
         """The gateway's tools in this format, from their OpenAI function schemas."""
 
+    def parsed(
+        self, request: ClientRequest, conv: Conversation, upstream_path: str, tools_allowed: bool
+    ) -> ParsedRequest:
+        """A :class:`ParsedRequest` for a body that holds ``model``, ``stream`` and ``tools``
+        (a list of objects) at its top level, as most formats do."""
+        body = request.body
+        tools = body.get("tools") or []
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise RequestError(400, "tools: Input should be a valid list of tool objects")
+        model = body.get("model")
+        return ParsedRequest(
+            conversation=conv,
+            model=model if isinstance(model, str) else "",
+            stream=body.get("stream") is True,
+            client_tools=tools,
+            client_tool_names=frozenset(self.tool_name(t) for t in tools),
+            tools_allowed=tools_allowed,
+            upstream_path=upstream_path,
+            body=body,
+        )
+
     def tool_name(self, tool: Mapping[str, Any]) -> str:
         """A tool definition's name."""
         fn = tool.get("function")
@@ -215,11 +239,7 @@ class ProviderAdapter(ABC):
 
     @abstractmethod
     def continue_payload(
-        self,
-        payload: JSONDict,
-        answer: JSONDict,
-        mine: Sequence[JSONDict],
-        results: Sequence[str],
+        self, payload: JSONDict, answer: JSONDict, mine: Calls, results: Sequence[str]
     ) -> None:
         """Append the answer and the gateway's tool results to ``payload`` (in place)."""
 
@@ -274,6 +294,7 @@ def gateway_tools_for(turn: Turn, adapter: ProviderAdapter) -> list[JSONDict]:
 
 
 __all__ = [
+    "Calls",
     "ClientRequest",
     "HeldEvent",
     "JSONDict",
