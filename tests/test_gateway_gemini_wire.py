@@ -26,6 +26,7 @@ from contextfold.gateway.gemini_api import (
     fit_side_call,
     input_tokens,
     is_side_call,
+    pair_side_call,
     with_declarations,
 )
 from contextfold.gateway.gemini_stream import GeminiAssembler, merge_parts, without_calls
@@ -332,3 +333,27 @@ def test_a_side_call_is_fit_into_the_window() -> None:
     assert estimate_tokens(small) <= 3_000 * 0.85 and cut > 0
     first = small["contents"][0]
     assert first["role"] == "user" and "functionResponse" not in first["parts"][0]
+
+
+def test_a_side_call_loses_its_unpaired_calls_and_responses() -> None:
+    call = {"functionCall": {"name": "bash", "args": {}}}
+    body = {
+        "contents": [
+            {"role": "user", "parts": [_resp("bash", "orphan")]},
+            {"role": "user", "parts": [{"text": "history:"}]},
+            {"role": "model", "parts": [call]},
+            {"role": "user", "parts": [_resp("bash", "ok")]},
+            {"role": "model", "parts": [{"text": "Next."}, call]},  # Gemini CLI's loop check
+            {"role": "user", "parts": [{"text": "Is it looping?"}]},
+        ]
+    }
+    fixed, changed = pair_side_call(body)
+    assert changed == 2
+    assert fixed["contents"] == [
+        body["contents"][1],
+        body["contents"][2],
+        body["contents"][3],
+        {"role": "model", "parts": [{"text": "Next."}]},
+        body["contents"][5],
+    ]
+    assert pair_side_call(fixed) == (fixed, 0)

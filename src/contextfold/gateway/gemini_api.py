@@ -157,6 +157,54 @@ def fit_side_call(body: dict[str, Any], window: int) -> tuple[dict[str, Any], in
     return out, max(0, cut)
 
 
+def _has(content: Any, kind: str) -> bool:
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    return any(isinstance(p, Mapping) and field(p, kind) is not None for p in parts or [])
+
+
+def _drop_parts(content: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    parts = [
+        p
+        for p in content.get("parts") or []
+        if not (isinstance(p, Mapping) and field(p, kind) is not None)
+    ]
+    return {**content, "parts": parts} if parts else None
+
+
+def pair_side_call(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A side request without function calls that no response follows, and responses that
+    follow no call: Gemini refuses both, and Gemini CLI's loop check sends a model turn that
+    holds text and a call without its response (it trims only turns made of calls alone).
+    Returns the request (a copy when changed) and how many turns were changed."""
+    contents = field(body, "contents")
+    if not isinstance(contents, list):
+        return body, 0
+    out: list[Any] = []
+    changed = 0
+    for i, content in enumerate(contents):
+        if not isinstance(content, Mapping):
+            out.append(content)
+            continue
+        fixed: dict[str, Any] | None = dict(content)
+        nxt = contents[i + 1] if i + 1 < len(contents) else None
+        if content.get("role") == "model" and _has(content, "functionCall"):
+            if not _has(nxt, "functionResponse"):
+                fixed = _drop_parts(content, "functionCall")
+        elif _has(content, "functionResponse"):
+            prev = out[-1] if out else None
+            if not (
+                isinstance(prev, Mapping)
+                and prev.get("role") == "model"
+                and _has(prev, "functionCall")
+            ):
+                fixed = _drop_parts(content, "functionResponse")
+        if fixed != content:
+            changed += 1
+        if fixed is not None:
+            out.append(fixed)
+    return ({**body, "contents": out}, changed) if changed else (body, 0)
+
+
 def _starts_badly(content: Any) -> bool:
     """A first turn Gemini refuses: the model's, or answers to calls no longer there."""
     if not isinstance(content, Mapping) or content.get("role") == "model":
@@ -173,5 +221,6 @@ __all__ = [
     "fit_side_call",
     "input_tokens",
     "is_side_call",
+    "pair_side_call",
     "with_declarations",
 ]

@@ -39,6 +39,7 @@ from ..gemini_api import (
     fit_side_call,
     input_tokens,
     is_side_call,
+    pair_side_call,
     with_declarations,
 )
 from ..gemini_stream import GeminiAssembler, has_calls, merge_parts, without_calls
@@ -314,14 +315,17 @@ async def side_call(
     headers: dict[str, str],
     query: str,
 ) -> Response:
-    """A JSON-mode request relayed, never stored: as it is when it fits the model's window,
-    else with the middles of its longest outputs cut (the conversation itself keeps them);
-    after a context overflow the stated limit is learned and it is sent once more, fitted."""
+    """A JSON-mode request relayed, never stored: as it is when it fits the model's window and
+    its calls and responses pair up; else with unpaired calls and responses taken out (see
+    :func:`~contextfold.gateway.gemini_api.pair_side_call`) and the middles of its longest
+    outputs cut (the conversation itself keeps them). After a context overflow the stated
+    limit is learned and it is sent once more, fitted."""
     url = pipe.upstream.url(path) + (f"?{query}" if query else "")
     token = pipe.config.auth_token
     gateway_auth = token is not None and headers.get("authorization", "") == f"Bearer {token}"
     forwarded = forward_headers(headers, drop_authorization=gateway_auth)
     forwarded["content-type"] = "application/json"
+    body, unpaired = pair_side_call(body)
     sent, cut = fit_side_call(body, pipe.registry.window_for(model))
     resp, raw = await _relay(pipe, url, sent, forwarded)
     if resp.status_code >= 400:
@@ -334,7 +338,13 @@ async def side_call(
             sent, cut = fit_side_call(body, window)
             resp, raw = await _relay(pipe, url, sent, forwarded)
             pipe.note_retry(resp.status_code < 400)
-    log_event("side_call", path=path, status=resp.status_code, chars_left_out=cut)
+    log_event(
+        "side_call",
+        path=path,
+        status=resp.status_code,
+        chars_left_out=cut,
+        unpaired_turns_fixed=unpaired,
+    )
     return Response(raw, resp.status_code, headers=response_headers(resp.headers))
 
 
