@@ -272,10 +272,10 @@ def _resumed(twice: bool) -> dict[str, Any]:
                 }
             ],
         },
-        {"role": "user", "parts": [response]},
+        # as Gemini CLI 0.61's --resume sends it: each result twice in its turn
+        {"role": "user", "parts": [response, response] if twice else [response]},
+        {"role": "model", "parts": [{"text": "One file."}]},
     ]
-    if twice:
-        contents.append({"role": "user", "parts": [response]})
     contents.append({"role": "user", "parts": [{"text": "and now?"}]})
     return {"contents": contents, "tools": TOOLS}
 
@@ -302,6 +302,20 @@ def test_resume_repeating_every_tool_result_is_repaired(tmp_path: Path) -> None:
     sent = fake.received[1].body["contents"]
     answers = [p for c in sent for p in c["parts"] if "functionResponse" in p]
     assert len(answers) == 1
+
+
+def test_resume_repeats_in_side_calls_are_repaired_too(tmp_path: Path) -> None:
+    url = "/v1beta/models/gemini-2.5-flash-lite:generateContent"
+    body = _resumed(True)
+    del body["tools"]
+    body["generationConfig"] = {"responseMimeType": "application/json"}  # the model router
+    headers = {"x-goog-api-key": KEY}
+    with running(tmp_path) as (fake, gw):
+        fake.default = lambda call: Reply(text='{"complexity_score": 10}')
+        direct = httpx.post(fake.url + url, json=body, headers=headers)
+        through = httpx.post(gw.url + url, json=body, headers=headers)
+    assert direct.status_code == 400 and through.status_code == 200, through.text
+    assert [r.error for r in fake.received] == [PAIRING, None]
 
 
 def test_errors_are_shaped_as_google_returns_them(tmp_path: Path) -> None:

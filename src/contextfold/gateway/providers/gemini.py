@@ -325,6 +325,12 @@ async def side_call(
     gateway_auth = token is not None and headers.get("authorization", "") == f"Bearer {token}"
     forwarded = forward_headers(headers, drop_authorization=gateway_auth)
     forwarded["content-type"] = "application/json"
+    repeats = 0
+    contents = body.get("contents")
+    if isinstance(contents, list):  # --resume repeats the tool results in side requests too
+        contents, repeats = drop_repeated_responses(contents)
+        if repeats:
+            body = {**body, "contents": contents}
     body, unpaired = pair_side_call(body)
     sent, cut = fit_side_call(body, pipe.registry.window_for(model))
     resp, raw = await _relay(pipe, url, sent, forwarded)
@@ -344,6 +350,7 @@ async def side_call(
         status=resp.status_code,
         chars_left_out=cut,
         unpaired_turns_fixed=unpaired,
+        repeated_function_responses=repeats,
     )
     return Response(raw, resp.status_code, headers=response_headers(resp.headers))
 
