@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -18,29 +16,20 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
-from . import anthropic_proxy, fastjson, gemini_proxy, openai_proxy
+from . import fastjson, providers
 from .config import GatewayConfig
-from .convert import Provider
 from .metrics import Metrics
 from .pipeline import REQUEST_STARTED, Pipeline, RequestError, log, log_event
-from .upstream import error_body, forward_headers, response_headers
+from .providers import ClientRequest, ProviderAdapter, rounds
+from .upstream import forward_headers, response_headers
 
-Handler = Callable[[Pipeline, dict[str, Any], dict[str, str], str], Awaitable[Response]]
-
-
-def _provider_for(request: Request) -> Provider:
-    path = request.url.path
-    if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
-        return "anthropic"
-    if path.startswith("/v1beta/") or ":" in path.rpartition("/")[2]:
-        return "gemini"  # /v1beta/models/..., /v1/models/{model}:generateContent
-    if "x-goog-api-key" in request.headers:
-        return "gemini"
-    return "openai"
+Provider = ProviderAdapter
+#: distinct unknown paths counted by their own label in the metrics (then "(other)")
+_UNKNOWN_ROUTES_MAX = 64
 
 
 def _error(provider: Provider, status: int, message: str, kind: str | None = None) -> Response:
-    return JSONResponse(error_body(provider, status, message, kind), status_code=status)
+    return JSONResponse(provider.error_body(status, message, kind), status_code=status)
 
 
 class Gateway:
@@ -48,6 +37,11 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.pipeline = Pipeline(config, self.metrics)
+        self.adapters = providers.adapters()
+        self._unknown_routes: set[str] = set()
+
+    def _provider_for(self, request: Request) -> Provider:
+        return providers.adapter_for(self.adapters, request.url.path, request.headers)
 
     # ------------------------------------------------------------------ checks
     def _authorized(self, request: Request) -> bool:
@@ -76,43 +70,29 @@ class Gateway:
         return b"".join(chunks)
 
     # ------------------------------------------------------------------ handlers
-    def _proxied(self, handler: Handler, route: str) -> Callable[[Request], Awaitable[Response]]:
+    def _proxied(
+        self, adapter: ProviderAdapter, route: str
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            return await self._serve(request, handler, route)
+            started = time.perf_counter()
+            REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
+            response = await self._run(request, adapter)
+            self.metrics.inc(
+                "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
+            )
+            log_event(
+                "request",
+                route=route,
+                status=response.status_code,
+                session=response.headers.get("x-contextfold-session"),
+                compaction=response.headers.get("x-contextfold-compaction"),
+                ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+            return response
 
         return endpoint
 
-    async def _serve(self, request: Request, handler: Handler, route: str) -> Response:
-        started = time.perf_counter()
-        REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
-        provider = _provider_for(request)
-        response = await self._run(request, provider, handler)
-        self.metrics.inc(
-            "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
-        )
-        log_event(
-            "request",
-            route=route,
-            status=response.status_code,
-            session=response.headers.get("x-contextfold-session"),
-            compaction=response.headers.get("x-contextfold-compaction"),
-            ms=round((time.perf_counter() - started) * 1000, 2),
-        )
-        return response
-
-    async def gemini(self, request: Request) -> Response:
-        """``POST /v1beta/models/{model}:{method}`` (and ``/v1/...``): generateContent and
-        streamGenerateContent go through the gateway, countTokens and the rest pass through."""
-        version = request.url.path.split("/")[1]
-        model, _, method = str(request.path_params.get("target", "")).rpartition(":")
-        if method not in gemini_proxy.GENERATE:
-            return await self.passthrough(request)
-        handler = functools.partial(
-            gemini_proxy.handle, version=version, model=model, method=method
-        )
-        return await self._serve(request, handler, f"/{version}/models/{{model}}:{method}")
-
-    async def _run(self, request: Request, provider: Provider, handler: Handler) -> Response:
+    async def _run(self, request: Request, provider: Provider) -> Response:
         if not self._authorized(request):
             return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
         try:
@@ -128,8 +108,18 @@ class Gateway:
         if not isinstance(body, dict):
             return _error(provider, 400, "the request body must be a JSON object")
         headers = {k.lower(): v for k, v in request.headers.items()}
+        client = ClientRequest(
+            path=request.url.path,
+            query=request.url.query,
+            headers=headers,
+            body=body,
+            path_params={k: str(v) for k, v in request.path_params.items()},
+        )
         try:
-            return await handler(self.pipeline, body, headers, request.url.query)
+            if not provider.wants_turn(client):  # an action of this route that is not a turn
+                side = await provider.side_request(self.pipeline, client)
+                return side if side is not None else await self._forward(request, provider, raw)
+            return await rounds.handle(self.pipeline, provider, client)
         except RequestError as exc:
             return _error(provider, exc.status, exc.message, exc.kind)
         except (InvalidMessageError, UnsafeIdError) as exc:
@@ -146,7 +136,7 @@ class Gateway:
 
     async def passthrough(self, request: Request) -> Response:
         """count_tokens and models: forwarded unchanged (nothing stored)."""
-        provider = _provider_for(request)
+        provider = self._provider_for(request)
         if not self._authorized(request):
             return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
         raw = await self._body(request, provider)
@@ -157,6 +147,16 @@ class Gateway:
                 json.loads(raw)
             except ValueError as exc:
                 return _error(provider, 400, f"the request body is not valid JSON ({exc})")
+        response = await self._forward(request, provider, raw)
+        self.metrics.inc(
+            "contextfold_gateway_requests_total",
+            route=request.url.path,
+            status=str(response.status_code),
+        )
+        return response
+
+    async def _forward(self, request: Request, provider: Provider, raw: bytes) -> Response:
+        """The request sent upstream unchanged, its answer passed back (nothing stored)."""
         token = self.config.auth_token
         headers = forward_headers(
             request.headers,
@@ -178,10 +178,6 @@ class Gateway:
             return _error(
                 provider, 502, f"the upstream could not be reached ({type(exc).__name__})"
             )
-        route = request.url.path
-        self.metrics.inc(
-            "contextfold_gateway_requests_total", route=route, status=str(resp.status_code)
-        )
         return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
 
     async def healthz(self, request: Request) -> Response:
@@ -194,23 +190,42 @@ class Gateway:
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        provider = _provider_for(request)
+        provider = self._provider_for(request)
+        path = request.url.path
         if status == 405:
-            return _error(
-                provider, 405, f"method {request.method} not allowed on {request.url.path}"
-            )
-        if status == 404:
-            return _error(
+            response = _error(provider, 405, f"method {request.method} not allowed on {path}")
+        elif status == 404:
+            response = _error(
                 provider,
                 404,
-                f"no route {request.url.path}",
-                "not_found_error" if provider == "anthropic" else None,
+                f"contextfold gateway: no route {request.method} {path} "
+                f"(served: {', '.join(self._served())})",
+                "not_found_error" if provider.name == "anthropic" else None,
             )
-        return _error(provider, status, "request failed")
+        else:
+            response = _error(provider, status, "request failed")
+        route = self._unknown_label(path)
+        self.metrics.inc("contextfold_gateway_requests_total", route=route, status=str(status))
+        log_event("request", route=route, path=path[:200], method=request.method, status=status)
+        return response
+
+    def _served(self) -> list[str]:
+        return [r.path for a in self.adapters for r in a.routes if r.turn]
+
+    def _unknown_label(self, path: str) -> str:
+        """The metrics label of an unknown path: the path itself for the first few distinct
+        ones (a scanner cannot grow the metrics without end), then "(other)"."""
+        label = path[:120]
+        if label in self._unknown_routes:
+            return label
+        if len(self._unknown_routes) < _UNKNOWN_ROUTES_MAX:
+            self._unknown_routes.add(label)
+            return label
+        return "(other)"
 
     async def server_error(self, request: Request, exc: Exception) -> Response:
         log.error("unexpected gateway error: %s", type(exc).__name__)
-        return _error(_provider_for(request), 500, "internal gateway error")
+        return _error(self._provider_for(request), 500, "internal gateway error")
 
     # ------------------------------------------------------------------ app
     def app(self) -> Starlette:
@@ -222,22 +237,14 @@ class Gateway:
 
         routes = [
             Route(
-                "/v1/chat/completions",
-                self._proxied(openai_proxy.handle, "/v1/chat/completions"),
-                methods=["POST"],
-            ),
-            Route(
-                "/v1/messages",
-                self._proxied(anthropic_proxy.handle, "/v1/messages"),
-                methods=["POST"],
-            ),
-            Route("/v1/messages/count_tokens", self.passthrough, methods=["POST"]),
-            Route("/v1/models", self.passthrough, methods=["GET"]),
-            Route("/v1/models/{model:path}", self.passthrough, methods=["GET"]),
-            Route("/v1/models/{target:path}", self.gemini, methods=["POST"]),
-            Route("/v1beta/models/{target:path}", self.gemini, methods=["POST"]),
-            Route("/v1beta/models", self.passthrough, methods=["GET"]),
-            Route("/v1beta/models/{model:path}", self.passthrough, methods=["GET"]),
+                spec.path,
+                self._proxied(adapter, spec.path) if spec.turn else self.passthrough,
+                methods=list(spec.methods),
+            )
+            for adapter in self.adapters
+            for spec in adapter.routes
+        ]
+        routes += [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_endpoint, methods=["GET"]),
         ]

@@ -443,105 +443,15 @@ def _merge(pieces: list[tuple[Any, bool]]) -> list[Any]:
     return out
 
 
-# ----------------------------------------------------------------------------- the rest
-
-
-def declarations(tools: Any) -> list[dict[str, Any]]:
-    """The function declarations of a request's ``tools`` (each Tool's list, flattened)."""
-    if tools is None:
-        return []
-    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
-        raise InvalidMessageError("tools must be a list of Tool objects")
-    out: list[dict[str, Any]] = []
-    for k, tool in enumerate(tools):
-        decls = field(tool, "functionDeclarations") or []
-        if not isinstance(decls, list) or not all(isinstance(d, Mapping) for d in decls):
-            raise InvalidMessageError(f"tools[{k}].functionDeclarations must be a list of objects")
-        out.extend(dict(d) for d in decls)
-    return out
-
-
-def declaration(openai_tool: Mapping[str, Any]) -> dict[str, Any]:
-    """One of the gateway's tools (OpenAI function schema) as a Gemini function declaration."""
-    fn = openai_tool.get("function") or {}
-    out: dict[str, Any] = {"name": fn.get("name", ""), "description": fn.get("description", "")}
-    if fn.get("parameters") is not None:
-        out["parametersJsonSchema"] = fn["parameters"]
-    return out
-
-
-def with_declarations(tools: Any, extra: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """The client's ``tools`` with ``extra`` declarations added to its first list of them."""
-    out = [dict(t) for t in tools or []]
-    for t in out:
-        for key in ("functionDeclarations", "function_declarations"):
-            if isinstance(t.get(key), list):
-                t[key] = [*t[key], *extra]
-                return out
-    out.append({"functionDeclarations": list(extra)})
-    return out
-
-
-def is_side_call(body: Mapping[str, Any]) -> bool:
-    """A JSON-mode request (``responseMimeType: application/json`` or a response schema):
-    an agent's side question about the conversation (Gemini CLI's model router, loop and
-    next-speaker checks), not a turn of it. Relayed as it is, never stored."""
-    config = field(body, "generationConfig")
-    if not isinstance(config, Mapping):
-        return False
-    mime = field(config, "responseMimeType")
-    if isinstance(mime, str) and mime.split(";")[0].strip().lower() == "application/json":
-        return True
-    return (
-        field(config, "responseSchema") is not None
-        or field(config, "responseJsonSchema") is not None
-    )
-
-
-def input_tokens(usage: Any) -> int | None:
-    """``usageMetadata.promptTokenCount`` (the prompt as the model read it)."""
-    if not isinstance(usage, Mapping):
-        return None
-    value = field(usage, "promptTokenCount")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-_STATUS = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    405: "INVALID_ARGUMENT",
-    413: "INVALID_ARGUMENT",
-    429: "RESOURCE_EXHAUSTED",
-    499: "CANCELLED",
-    500: "INTERNAL",
-    502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
-
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """An error as Google's APIs return it: ``{"error": {"code", "message", "status"}}``."""
-    return {"error": {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}}
-
-
 __all__ = [
     "PAIRING_MESSAGE",
     "PROVIDER",
     "CallIds",
-    "declaration",
-    "declarations",
     "drop_repeated_responses",
-    "error_body",
     "field",
-    "input_tokens",
-    "is_side_call",
     "parse_gemini",
     "render_gemini",
     "response_message",
     "response_text",
     "to_contents",
-    "with_declarations",
 ]

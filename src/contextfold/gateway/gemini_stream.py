@@ -123,8 +123,8 @@ def without_calls(obj: Any, ours: tuple[str, ...]) -> Any:
                 continue
             cand["content"] = {**content, "parts": parts}
         cands.append(cand)
-    if not cands and obj.get("candidates") and not field(obj, "usageMetadata"):
-        return None
+    if not cands and obj.get("candidates"):
+        return None  # its usage comes again on the last chunk
     out["candidates"] = cands
     return out
 

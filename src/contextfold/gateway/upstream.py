@@ -11,7 +11,6 @@ import httpx
 
 from . import netio
 from .convert import Provider
-from .gemini import error_body as gemini_error_body
 
 #: Request headers never forwarded: hop-by-hop, recomputed, or the gateway's own.
 _DROP_REQUEST = frozenset(
@@ -69,8 +68,6 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
 
 def error_body(provider: Provider, status: int, message: str, kind: str | None = None) -> Any:
     """An error body shaped like the provider's, so SDK clients raise their usual errors."""
-    if provider == "gemini":
-        return gemini_error_body(status, message)
     if provider == "anthropic":
         default = {
             400: "invalid_request_error",
