@@ -259,6 +259,7 @@ def check_session(st: Stack, *, route: str, min_overflows_direct: int = 1) -> di
     assert not bad, f"the gateway answered errors {bad}; log tail: {st.log.read_text()[-3000:]}"
     accepted = [r for r in on_route if r.error is None]
     assert accepted, f"no request reached the upstream on {route}"
+    _check_left_view(accepted)
     figures = {
         "requests": len(on_route),
         "overflows": len(overflows),
@@ -268,3 +269,17 @@ def check_session(st: Stack, *, route: str, min_overflows_direct: int = 1) -> di
         "compacted_answers": sum(1 for e in st.log_events("request") if e.get("compaction")),
     }
     return figures
+
+
+def _check_left_view(accepted: list[Received]) -> None:
+    """The first failing run's error had left the view before the follow-up was asked (else
+    the follow-up proves nothing about injection or recall)."""
+    from tests.agents.plan import FOLLOWUP, first_error
+
+    texts = [request_text(r) for r in accepted]
+    asked = next((i for i, t in enumerate(texts) if FOLLOWUP in t), None)
+    assert asked is not None, "the follow-up question never reached the upstream"
+    assert asked > 0 and first_error() not in texts[asked - 1], (
+        "the first failing run's error was still in the view before the follow-up: "
+        "the session is too short to test its recall"
+    )
