@@ -51,7 +51,9 @@ def codex_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict
         env = base_env(tmp_path / "home")
         codex_home = tmp_path / "home" / ".codex"
         codex_home.mkdir(parents=True)
-        (codex_home / "config.toml").write_text(codex_config(st.url))
+        # no update check and no analytics: the tests talk to 127.0.0.1 only
+        config = "check_for_update_on_startup = false\n" + codex_config(st.url)
+        (codex_home / "config.toml").write_text(config + "\n[analytics]\nenabled = false\n")
         env.update({"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "sk-contextfold-test"})
         command = [str(codex), "exec", "--skip-git-repo-check"]
         command += ["--dangerously-bypass-approvals-and-sandbox"]

@@ -39,7 +39,12 @@ def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dic
         home = tmp_path / "home"
         env = base_env(home)
         (home / ".gemini").mkdir(parents=True)
-        settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+        settings = {
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+            # no usage statistics and no telemetry: the tests talk to 127.0.0.1 only
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False},
+        }
         (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
         env.update({"GEMINI_API_KEY": "contextfold-test-key", "GOOGLE_GEMINI_BASE_URL": st.url})
         command = [str(gemini), "--yolo", "--skip-trust", "--output-format", "stream-json"]
