@@ -25,8 +25,10 @@ def schema_value(schema: Any) -> Any:
         return {k: schema_value(v) for k, v in props.items()}
     if kind == "ARRAY":
         return []
-    if kind in ("INTEGER", "NUMBER"):
-        return 10
+    if kind == "INTEGER":
+        return 10  # the router's complexity score (1 to 100): a simple request
+    if kind == "NUMBER":
+        return 0.0  # loop detection's confidence (0 to 1): no loop
     if kind == "BOOLEAN":
         return False
     return "simple"

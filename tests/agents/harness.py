@@ -133,6 +133,18 @@ class Stack:
                 out[name] = out.get(name, 0.0) + float(value)
         return out
 
+    def diagnosis(self) -> str:
+        """What the upstream rejected and what the gateway answered, for a failure message."""
+        rejected = [(r.path, r.tokens, r.error) for r in self.fake.received if r.error]
+        statuses = self.gateway_statuses()
+        errors = [
+            line for line in self.log.read_text(errors="replace").splitlines() if "ERROR" in line
+        ]
+        return (
+            f"upstream rejected {len(rejected)}: {rejected[:5]}; gateway statuses {statuses}; "
+            f"gateway errors: {errors[-5:]}"
+        )
+
     def log_events(self, name: str) -> list[dict[str, Any]]:
         """The gateway's JSON log events called ``name``."""
         out = []
@@ -199,7 +211,13 @@ def stack(
 
 
 def run_agent(
-    command: list[str], cwd: Path, env: dict[str, str], *, timeout: float, stdin: str | None = None
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    *,
+    timeout: float,
+    stdin: str | None = None,
+    st: Stack | None = None,
 ) -> subprocess.CompletedProcess[str]:
     started = time.monotonic()
     proc = subprocess.run(
@@ -216,7 +234,8 @@ def run_agent(
     if proc.returncode != 0:
         raise AssertionError(
             f"{command[0]} exited {proc.returncode} after {time.monotonic() - started:.0f} s\n"
-            f"stdout: {proc.stdout[-4000:]}\nstderr: {proc.stderr[-4000:]}"
+            f"stdout: {proc.stdout[-4000:]}\nstderr: {proc.stderr[-4000:]}\n"
+            + (st.diagnosis() if st is not None else "")
         )
     return proc
 

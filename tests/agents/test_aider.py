@@ -47,7 +47,7 @@ def aider_session(tmp_path: Path, st: Stack, plan: Plan, *, times: int) -> Aider
     command = [str(aider), "--openai-api-base", st.url + "/v1", "--openai-api-key", "sk-test"]
     command += ["--model", "openai/gpt-fake", "--yes-always", "--no-git", "--no-check-update"]
     command += ["--analytics-disable", "--no-show-model-warnings", "--no-pretty", "app.py"]
-    run_agent(command, project, env, timeout=800, stdin=aider_lines(plan))
+    run_agent(command, project, env, timeout=800, st=st, stdin=aider_lines(plan))
     assert (project / "app.py").read_text() == FIXED
     assert len(script.notes) == plan.runs, "aider did not send one request per noted run"
     assert script.followups, "the follow-up question never reached the upstream"
@@ -96,7 +96,7 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
 def test_aider_long_session(tmp_path: Path, store: str) -> None:
     started = time.monotonic()
     with stack(tmp_path, store, limit=LIMIT) as st:
-        script = aider_session(tmp_path, st, Plan(runs=24), times=4)
+        script = aider_session(tmp_path, st, Plan(runs=24), times=3)
         figures = check_session(st, route="/v1/chat/completions")
     print(
         {**figures, "summaries": script.summaries, "seconds": round(time.monotonic() - started, 1)}

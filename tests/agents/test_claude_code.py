@@ -53,8 +53,8 @@ def claude_session(
         if model:
             options += ["--model", model]
         started = time.monotonic()
-        run_agent([str(claude), TASK, *options], project, env, timeout=600)
-        run_agent([str(claude), FOLLOWUP, "--continue", *options], project, env, timeout=300)
+        run_agent([str(claude), TASK, *options], project, env, timeout=600, st=st)
+        run_agent([str(claude), FOLLOWUP, "--continue", *options], project, env, timeout=300, st=st)
         seconds = time.monotonic() - started
         figures = check_session(st, route="/v1/messages")
         # the agent really worked in the project

@@ -57,8 +57,8 @@ def codex_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict
         env.update({"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "sk-contextfold-test"})
         command = [str(codex), "exec", "--skip-git-repo-check"]
         command += ["--dangerously-bypass-approvals-and-sandbox"]
-        run_agent([*command, TASK], project, env, timeout=800)
-        run_agent([*command, "resume", "--last", FOLLOWUP], project, env, timeout=300)
+        run_agent([*command, TASK], project, env, timeout=800, st=st)
+        run_agent([*command, "resume", "--last", FOLLOWUP], project, env, timeout=300, st=st)
         figures = check_session(st, route="/v1/responses")
     assert "sum(values)\n" in (project / "app.py").read_text()
     assert (project / "progress.txt").read_text().strip() == "started"

@@ -48,8 +48,10 @@ def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dic
         (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
         env.update({"GEMINI_API_KEY": "contextfold-test-key", "GOOGLE_GEMINI_BASE_URL": st.url})
         command = [str(gemini), "--yolo", "--skip-trust", "--output-format", "stream-json"]
-        run_agent([*command, "-p", TASK], project, env, timeout=800)
-        run_agent([*command, "--resume", "latest", "-p", FOLLOWUP], project, env, timeout=300)
+        run_agent([*command, "-p", TASK], project, env, timeout=800, st=st)
+        run_agent(
+            [*command, "--resume", "latest", "-p", FOLLOWUP], project, env, timeout=300, st=st
+        )
         figures = check_session(st, route="/v1beta/models")
     assert "sum(values)\n" in (project / "app.py").read_text()
     assert (project / "progress.txt").read_text().strip() == "started"

@@ -48,7 +48,7 @@ def mini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict[
         command = [str(mini), "--yolo", "-m", MODEL, "-t", "Fix app.py and run the build steps."]
         command += ["-o", str(tmp_path / "trajectory.json")]
         # when the agent wants to finish it asks for a new task: the follow-up, then Enter
-        run_agent(command, project, env, timeout=800, stdin=f"{FOLLOWUP}\n\n")
+        run_agent(command, project, env, timeout=800, st=st, stdin=f"{FOLLOWUP}\n\n")
         figures = check_session(st, route="/v1/chat/completions")
     assert "sum(values)\n" in (project / "app.py").read_text()
     assert (project / "progress.txt").read_text().strip() == "started"
