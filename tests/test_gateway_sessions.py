@@ -44,7 +44,9 @@ def _chat(client: openai.OpenAI, messages: list[Any], **kw: Any) -> dict[str, An
     return resp.choices[0].message.model_dump(exclude_none=True)
 
 
-def test_a_rewritten_history_starts_a_branch_and_keeps_the_original(tmp_path: Path) -> None:
+def test_a_clients_own_compaction_continues_the_session_and_an_edited_past_branches(
+    tmp_path: Path,
+) -> None:
     with running(tmp_path) as (fake, gw):
         fake.default = _echo
         client = _client(gw.url)
@@ -58,21 +60,35 @@ def test_a_rewritten_history_starts_a_branch_and_keeps_the_original(tmp_path: Pa
         rewritten = [SYSTEM, original[1], {"role": "user", "content": "Summary: steps 0-4 done."}]
         rewritten.append(_chat(client, rewritten))
         rewritten.append({"role": "user", "content": "continue"})
-        rewritten.append(_chat(client, rewritten))  # continues the branch, no new one
-        # an edited message in the original conversation: another branch
+        rewritten.append(_chat(client, rewritten))  # a plain append again
+        # the original conversation continued from an old message: the other line, a branch
         edited = [*original[:4], {"role": "user", "content": "next step 0, but edited"}]
         edited.append(_chat(client, edited))
         metrics = httpx.get(gw.url + "/metrics").text
-    assert "contextfold_gateway_branches_total 2" in metrics
+        upstream = [c.body["messages"] for c in fake.accepted()]
+    assert "contextfold_gateway_branches_total 1" in metrics
+    assert "contextfold_gateway_client_rewrites_total 1" in metrics
+    # every upstream request was the client's conversation as it sent it
+    assert [m["content"] for m in upstream[-2]] == [m["content"] for m in rewritten[:-1]]
     stored = _sessions(tmp_path)
     base = min(stored, key=len)
-    assert sorted(stored) == [base, f"{base}.b1", f"{base}.b2"]
-    assert len(stored[base]) == len(original)  # the original session was not touched
-    assert [m.text for m in stored[f"{base}.b1"]] == [str(m.get("content")) for m in rewritten]
-    note = stored[f"{base}.b1"][0].metadata["cf_gateway"]
+    assert sorted(stored) == [base, f"{base}.b1"]
+    # nothing was destroyed: the original conversation, then what the rewrite added
+    assert [m.text for m in stored[base][: len(original)]] == [
+        str(m.get("content")) for m in original
+    ]
+    assert len(stored[base]) == len(original) + 4
+    cm = ContextManager(tmp_path / "ws", session_id=base)
+    assert [m.text for m in cm.view_messages] == [str(m.get("content")) for m in rewritten]
+    (event,) = cm.store.read(base, kinds=["rewrite"])
+    note = event.data["note"]
+    assert note["by"] == "client" and note["replaced"] == list(range(2, len(original)))
+    assert note["with"] == [len(original), len(original) + 1] and note["kept"] == 2
+    cm.close()
+    branch = stored[f"{base}.b1"]
+    assert [m.text for m in branch] == [str(m.get("content")) for m in edited]
+    note = branch[0].metadata["cf_gateway"]
     assert note["branch_of"] == base and note["diverged_at"] == 2
-    assert "rewrote" in note["reason"]
-    assert stored[f"{base}.b2"][0].metadata["cf_gateway"]["diverged_at"] == 4
 
 
 def test_conversations_sharing_a_system_prompt_stay_apart(tmp_path: Path) -> None:

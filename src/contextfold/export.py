@@ -105,6 +105,10 @@ def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
             }
         )
     _write(out / "log.jsonl", _jsonl(log))
+    # the caller's own rewrites: which logged messages left its conversation, when and why
+    rewrites = [dict(ev.data) for ev in store.read(session_id, kinds=["rewrite"])]
+    if rewrites:
+        _write(out / "rewrites.jsonl", _jsonl(rewrites))
     records = records_of(store, session_id)
     _write(out / "records.jsonl", _jsonl(r.to_dict() for r in records))
     blocks = blocks_of(store, session_id)
@@ -142,6 +146,7 @@ def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
     facts = _export_memory(store, info.agent_id, out / "memory")
     return {
         "messages": len(log),
+        "rewrites": len(rewrites),
         "records": len(records),
         "blocks": len(blocks),
         "files": files,

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import calling, reopen
+from . import calling, client_rewrite, reopen
 from .aio import run_off_loop
 from .compactors.pinned import pinned_indices
 from .compactors.progressive import ProgressiveCompactor
@@ -373,6 +373,21 @@ class ContextManager:
                     if msg.role == "tool":
                         self._ingest(start + i)
             return parsed
+
+    def rewrite(
+        self,
+        retract: Sequence[int],
+        messages: Iterable[Mapping[str, Any] | Message] = (),
+        *,
+        note: Mapping[str, Any] | None = None,
+    ) -> list[Message]:
+        """The caller rewrote its own conversation (summarized old turns, moved or refreshed
+        messages, dropped what it no longer needs): the history messages at ``retract``
+        leave the view for good and ``messages`` are appended, all or nothing, in one unit.
+        Nothing is deleted: the retracted messages stay in the history (``history``,
+        search, export) and a ``rewrite`` event records which were taken out, when, and
+        ``note`` (a JSON object: why, what replaced them). Returns the messages added."""
+        return client_rewrite.rewrite(self, retract, messages, note or {})
 
     def add_response(self, response: Any, *, choice: int = 0) -> Message:
         """Record the assistant turn of a model's response: an OpenAI ``ChatCompletion`` (its

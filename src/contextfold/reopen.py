@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .anchors import Anchor, AnchorType
+from .client_rewrite import REWRITE, stored_retracts
 from .compactors.pinned import budget_of
 from .compactors.progressive import CompactorState
 from .errors import InvalidMessageError, StorageError
@@ -125,20 +126,23 @@ def _boundary(heads: Sequence[Head], state: Mapping[str, Any] | None) -> int:
     return b if heads[b][1] != "tool" else 0
 
 
-def _needed(heads: Sequence[Head], boundary: int) -> set[int]:
+def _needed(heads: Sequence[Head], boundary: int, gone: set[int]) -> set[int]:
     """Positions before the boundary the view can show: the leading instructions, the first
-    and newest user request and the newest later instructions."""
+    and newest user request and the newest later instructions (``gone``: retracted ones,
+    never shown)."""
     out: set[int] = set()
     i = 0
     while i < len(heads) and heads[i][1] in ("system", "developer"):
         out.add(i)
         i += 1
-    users = [j for j, h in enumerate(heads) if h[1] == "user"]
+    users = [j for j, h in enumerate(heads) if h[1] == "user" and j not in gone]
     if users:
         out.update((users[0], users[-1]))
-    later = [j for j in range(i, len(heads)) if heads[j][1] in ("system", "developer")]
+    later = [
+        j for j in range(i, len(heads)) if heads[j][1] in ("system", "developer") and j not in gone
+    ]
     out.update(later[-5:])
-    return {j for j in out if j < boundary}
+    return {j for j in out if j < boundary and j not in gone}
 
 
 def load_lazily(cm: ContextManager) -> list[Any] | None:
@@ -149,9 +153,11 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
     if parsed is None:
         return None
     heads, seqs, calls = parsed
+    retracts = stored_retracts(session.read(kinds=[REWRITE]))
+    gone = {p for ps in retracts.values() for p in ps}
     last = session.read_last(1, ["state"])
     boundary = _boundary(heads, last[0].data if last else None)
-    wanted = sorted(_needed(heads, boundary))
+    wanted = sorted(_needed(heads, boundary, gone))
     store, sid = session.store, session.session_id
     entries: list[LogEntry] = [
         entry_of(e)
@@ -184,7 +190,7 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
         return out
 
     try:
-        cm.view.adopt(heads, loaded, load_some, lambda: reapply_deferred(cm))
+        cm.view.adopt(heads, loaded, load_some, lambda: reapply_deferred(cm), retracts)
     except InvalidMessageError:
         return None  # the view is left untouched
     cm.recovery.stored_calls = {}
@@ -229,22 +235,31 @@ def load_all(cm: ContextManager) -> list[Any]:
     offloads = []
     entries: list[LogEntry] = []
     stored_calls = cm.recovery.stored_calls
-    for event in cm.session.read(kinds=["message", "offload"]):
+    rewrites: list[Any] = []
+    for event in cm.session.read(kinds=["message", "offload", REWRITE]):
         if event.kind == "offload":
             offloads.append(event)
+            continue
+        if event.kind == REWRITE:
+            rewrites.append(event)
             continue
         raw_calls = event.data.get("calls")
         if raw_calls is not None:
             stored_calls[len(entries)] = raw_calls  # read when recall first needs them
         entries.append(entry_of(event))
     answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
+    retracts = stored_retracts(rewrites)
     for entry in entries:
+        if len(cm.view) in retracts:
+            cm.view.retract([p for p in retracts.pop(len(cm.view)) if p < len(cm.view)])
         msg = entry.message
         if entry.tokens is not None:
             cm._cache.seed(msg, entry.tokens)
         if msg.tool_calls:
             cm.view.expect_answers(len(cm.view), {c.id for c in msg.tool_calls if c.id in answered})
         cm.view.append(msg, entry.seq, checked=True)  # entry_of validated it
+    if len(cm.view) in retracts:
+        cm.view.retract([p for p in retracts.pop(len(cm.view)) if p < len(cm.view)])
     return offloads
 
 

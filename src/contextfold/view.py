@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import replace
 from typing import Any
@@ -102,6 +102,12 @@ class HistoryView:
         self._loader: Callable[[list[int]], dict[int, Message]] | None = None
         self._after_fill: Callable[[], None] | None = None
         self._lazy_tokens: dict[int, int] = {}
+        #: the role of each history message, by position
+        self.roles: list[str] = []
+        #: positions the caller's own rewrite took out of its conversation (a client that
+        #: summarized, moved or refreshed messages, see :meth:`retract`): kept in the history,
+        #: never in the view
+        self.retracted: set[int] = set()
 
     def fresh(self) -> HistoryView:
         """An empty view with the same token counter."""
@@ -165,6 +171,7 @@ class HistoryView:
             self._open_calls = {call.id: n for call in msg.tool_calls}
         # commit
         self.history.append(msg)
+        self.roles.append(msg.role)
         self.uuids[msg.uuid] = n
         self.tool_ids.append(msg.tool_call_id if msg.role == "tool" else None)
         if msg.role == "tool":
@@ -243,7 +250,7 @@ class HistoryView:
         """Replace the view form of one history message (the history itself never changes)."""
         self.forms[index] = form
         old = self._tokens[index]
-        new = self._count(form)
+        new = 0 if index in self.retracted else self._count(form)
         self._tokens[index] = new
         self._dicts[index] = None
         delta = new - old
@@ -253,6 +260,62 @@ class HistoryView:
             cum = self._cum
             for j in range(index + 1, len(cum)):
                 cum[j] += delta
+
+    # ------------------------------------------------------------------ rewrites
+    def check_retract(self, positions: Sequence[int]) -> list[int]:
+        """The positions of ``positions`` not retracted yet, sorted; InvalidMessageError for
+        one that is not a history position (nothing is changed)."""
+        n = len(self.history)
+        out: set[int] = set()
+        for p in positions:
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n:
+                raise InvalidMessageError(f"cannot retract {p!r}: not a history position")
+            if p not in self.retracted:
+                out.add(p)
+        return sorted(out)
+
+    def retract(self, positions: Sequence[int]) -> None:
+        """Take history messages out of the view for good: the caller's conversation no
+        longer has them (it dropped, summarized or replaced them itself). They stay in the
+        history (recoverable, searchable); they count no tokens, are never shown or pinned,
+        and their tool call ids may be used again by later messages."""
+        todo = self.check_retract(positions)
+        if not todo:
+            return
+        for i in todo:
+            self.retracted.add(i)
+            if not self._tokens[i]:
+                continue
+            if self.is_loaded(i):
+                self.set_form(i, self.forms[i])
+            else:
+                self._zero(i)
+        gone = set(todo)
+        for cid in [c for c, i in self._call_index.items() if i in gone]:
+            del self._call_index[cid]
+        for cid in [c for c, i in self._results.items() if i in gone]:
+            del self._results[cid]
+        self._open_calls = {c: i for c, i in self._open_calls.items() if i not in gone}
+        self.later_system = [i for i in self.later_system if i not in gone]
+        self._pick_users()
+
+    def _zero(self, index: int) -> None:
+        """Count a not yet loaded (retracted) message as 0 tokens."""
+        delta = -self._tokens[index]
+        self._tokens[index] = 0
+        cum = self._cum
+        for j in range(index + 1, len(cum)):
+            cum[j] += delta
+
+    def _pick_users(self) -> None:
+        users = [i for i, r in enumerate(self.roles) if r == "user" and i not in self.retracted]
+        self.first_user = users[0] if users else None
+        self.newest_user = users[-1] if users else None
+
+    def visible(self, start: int, end: int) -> list[int]:
+        """Positions in [start, end) that are not retracted."""
+        r = self.retracted
+        return [i for i in range(start, end) if i not in r]
 
     def tokens_of(self, index: int) -> int:
         return self._tokens[index]
@@ -323,12 +386,15 @@ class HistoryView:
         loaded: dict[int, Message],
         loader: Callable[[list[int]], dict[int, Message]],
         after_fill: Callable[[], None],
+        retracts: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
         """Rebuild an empty view from stored message heads ``(uuid, role, tool_call_id,
         call ids, tokens)``: the messages in ``loaded`` are decoded, the others are loaded by
         ``loader(positions)`` the first time one is needed (then ``after_fill()`` runs). Tool
         pairing was checked when the messages were written; a head that breaks it raises
-        InvalidMessageError (the caller then reads every message instead)."""
+        InvalidMessageError (the caller then reads every message instead). ``retracts``: the
+        stored rewrites, as message count when it was made -> the positions it retracted
+        (applied in order, see :meth:`retract`)."""
         assert not self.history
         n = len(heads)
         items: list[Message | None] = [None] * n
@@ -341,7 +407,11 @@ class HistoryView:
         call_index: dict[str, int] = {}
         later_system: list[int] = []
         prefix_len, first_user, newest_user = 0, None, None
+        gone: set[int] = set()
         for i, (uuid, role, call_id, call_ids, count) in enumerate(heads):
+            if retracts and i in retracts:
+                self._retract_heads(retracts[i], i, gone, open_calls, results, call_index)
+                later_system = [j for j in later_system if j not in gone]
             if uuid in uuids:
                 raise InvalidMessageError(f"message uuid {uuid!r} twice in stored heads", index=i)
             uuids[uuid] = i
@@ -377,11 +447,20 @@ class HistoryView:
         self.prefix_len = self.boundary = prefix_len
         self.first_user, self.newest_user = first_user, newest_user
         self._open_calls = open_calls
+        self.roles = [h[1] for h in heads]
+        if retracts and n in retracts:  # a rewrite that only retracted, at the end
+            self._retract_heads(retracts[n], n, gone, open_calls, results, call_index)
+            self.later_system = [j for j in later_system if j not in gone]
+        self.retracted = gone
+        if gone:
+            self._pick_users()
         forms: list[Message | None] = [None] * n
         for i, msg in loaded.items():
             form = self._assistant_form(msg, i) if msg.tool_calls else msg
             forms[i] = form
-            tokens[i] = self._count(form)
+            tokens[i] = 0 if i in gone else self._count(form)
+        for i in gone:
+            tokens[i] = 0
         self._tokens = tokens
         self._cum = [0, *itertools.accumulate(tokens)]
         self._dicts = [None] * n
@@ -390,6 +469,24 @@ class HistoryView:
         self.history = LazySlots(items, lo, hi, self._fill)  # type: ignore[assignment]
         self.forms = LazySlots(forms, lo, hi, self._fill)  # type: ignore[assignment]
         self._loader, self._after_fill = loader, after_fill
+
+    @staticmethod
+    def _retract_heads(
+        positions: Sequence[int],
+        at: int,
+        gone: set[int],
+        open_calls: dict[str, int],
+        results: dict[str, int],
+        call_index: dict[str, int],
+    ) -> None:
+        """Apply one stored rewrite while :meth:`adopt` reads the heads (at message ``at``)."""
+        new = {p for p in positions if isinstance(p, int) and 0 <= p < at}
+        if not new:
+            return
+        gone |= new
+        for table in (open_calls, results, call_index):
+            for cid in [c for c, j in table.items() if j in new]:
+                del table[cid]
 
     def _fill(self) -> None:
         """Load every message a lazy reopen left out (the rare paths that need old ones)."""
@@ -411,7 +508,7 @@ class HistoryView:
             history.items[i] = msg
             form = self._assistant_form(msg, i) if msg.tool_calls else msg
             forms.items[i] = form
-            self._tokens[i] = self._count(form)
+            self._tokens[i] = 0 if i in self.retracted else self._count(form)
         history.filled()
         forms.filled()
         self._cum[1:] = list(itertools.accumulate(self._tokens))
@@ -461,6 +558,8 @@ class HistoryView:
         return total
 
     def view_messages(self) -> list[Message]:
+        if self.retracted:
+            return self._visible_view(self.forms.__getitem__, self.compaction)
         b = self.boundary
         out = self.forms[: self.prefix_len]
         pinned = self.pinned_before(b)
@@ -485,6 +584,9 @@ class HistoryView:
         (building the list is O(view) pointer copies); pass ``copy=True`` for private copies."""
         b = self.boundary
         get = self._dict
+        if self.retracted:
+            out = self._visible_view(get, self._compaction_dict)
+            return deepcopy(out) if copy else out
         out = [get(i) for i in range(self.prefix_len)]
         pinned = self.pinned_before(b)
         if self.first_user is not None and self.first_user in pinned:
@@ -499,6 +601,23 @@ class HistoryView:
             return deepcopy(out)
         return out
 
+    def _visible_view(self, get: Callable[[int], Any], compaction: Any) -> list[Any]:
+        """The view (see :meth:`view_messages`) without the retracted messages."""
+        b = self.boundary
+        r = self.retracted
+        out = [get(i) for i in range(self.prefix_len) if i not in r]
+        pinned = [i for i in self.pinned_before(b) if i not in r]
+        if self.first_user is not None and self.first_user in pinned:
+            out.append(get(self.first_user))
+        if compaction is not None and b > self.prefix_len:
+            out.append(compaction)
+        out.extend(get(i) for i in pinned if i != self.first_user)
+        out.extend(get(i) for i in range(b, len(self.history)) if i not in r)
+        return out
+
     def messages_between(self, start: int, end: int) -> Sequence[Message]:
-        """View forms of history[start:end] (what a summarizer should see)."""
+        """View forms of history[start:end] (what a summarizer should see), retracted
+        messages left out."""
+        if self.retracted:
+            return [self.forms[i] for i in self.visible(start, end)]
         return self.forms[start:end]

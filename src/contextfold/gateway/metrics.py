@@ -69,8 +69,10 @@ class Metrics:
         "inside the gateway.",
         "contextfold_gateway_overflow_retries_total": "Upstream context-overflow errors retried "
         "after hard compaction, by outcome.",
-        "contextfold_gateway_branches_total": "Sessions branched because a client rewrote its "
-        "history.",
+        "contextfold_gateway_branches_total": "Branch sessions started because a client "
+        "continued a stored conversation another way (a regenerated answer, a second client).",
+        "contextfold_gateway_client_rewrites_total": "Requests in which a client rewrote its "
+        "own history (summarized, moved or refreshed messages); the session continued.",
         "contextfold_gateway_upstream_errors_total": "Upstream failures passed back, by kind.",
         "contextfold_gateway_upstream_latency_seconds": "Upstream time to the first byte.",
         "contextfold_gateway_added_latency_seconds": "Latency the gateway adds before the first "

@@ -28,6 +28,7 @@ from .config import GatewayConfig
 from .convert import Conversation, session_key_material
 from .metrics import Metrics
 from .sessions import (
+    RESYNCS,
     Prepared,
     Session,
     SessionRegistry,
@@ -150,12 +151,13 @@ class Pipeline:
             """Append what is new (staged: applied in memory, not committed yet), then
             derive the view; once more from the store when another replica wrote to the
             session since this one read it (a compaction found it out)."""
-            try:
-                return attempt()
-            except ConcurrentWriteError as exc:
-                log_event("resync", conversation=key, why=str(exc))
-                self.registry.forget(key)
-                return attempt()
+            for n in range(RESYNCS):
+                try:
+                    return attempt()
+                except ConcurrentWriteError as exc:
+                    log_event("resync", conversation=key, why=str(exc), attempt=n + 1)
+                    self.registry.forget(key)
+            return attempt()
 
         def attempt() -> tuple[Synced, tuple[str, ...], Prepared]:
             t0 = time.perf_counter()
@@ -226,6 +228,14 @@ class Pipeline:
                 "branch",
                 session=sess.session_id,
                 branch_of=synced.branched_from,
+                messages=synced.added,
+            )
+        if synced.retracted:
+            self.metrics.inc("contextfold_gateway_client_rewrites_total")
+            log_event(
+                "client_rewrite",
+                session=sess.session_id,
+                retracted=synced.retracted,
                 messages=synced.added,
             )
         timings = {
@@ -449,10 +459,11 @@ class Pipeline:
                 # another replica appended first, from the client's next request, which
                 # carries this answer: nothing is lost
                 log_event("answer_written_elsewhere", session=sess.session_id)
-                self.registry.drop(sess.session_id)
+                self.registry.failed(sess)
             except ContextFoldError as exc:
+                # the client resends it; it is stored with its next request
                 log_event("record_failed", session=sess.session_id, error=str(exc))
-                sess.pending = None  # the client resends it; it is stored with its next request
+                self.registry.failed(sess)
             self.registry.written(sess)
 
     async def _writer_loop(self) -> None:

@@ -1,18 +1,19 @@
 """One stored session as the gateway holds it in memory: the manager, the fingerprints of its
-messages, the answer not written yet, and the undo of a staged append (see
-``ContextManager.staged``). ContextManager is synchronous: the methods here run in worker
+messages (derived from the manager), the answer not written yet, and the check of a staged
+append (see ``ContextManager.staged``). ContextManager is synchronous: the methods here run in worker
 threads."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ContextFoldError
+from ..errors import ContextFoldError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
 from ..records import CompactionRecord
@@ -31,46 +32,48 @@ def message_uuid(session_id: str, position: int) -> str:
     return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{session_id}:{position}"))
 
 
-def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], int] | None:
-    """The fingerprints and total tokens of a stored session's messages, read from their
+def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], list[int]] | None:
+    """The fingerprints and tokens of a stored session's messages, read from their
     heads without the messages (None: some message has none, e.g. written by an older
     release or not through the gateway)."""
     n = len(cm.view)
     if not n:
-        return [], 0
+        return [], []
     if cm.view.complete:
         return None  # read entirely anyway: fingerprinting the messages costs no extra read
     heads = cm.store.read_heads(cm.session_id, stop=cm.session.head, kinds=["message"])
     if len(heads) != n:
         return None
     fps: list[str] = []
-    tokens = 0
+    tokens: list[int] = []
     for row in heads:
         h = row.head
         if type(h) is not list or len(h) < 7 or type(h[6]) is not str or type(h[3]) is not int:
             return None
         fps.append(h[6])
-        tokens += h[3]
+        tokens.append(h[3])
     return fps, tokens
 
 
 class Session:
-    """One stored session and what the gateway keeps about it in memory."""
+    """One stored session and what the gateway keeps about it in memory.
+
+    Everything about the stored messages is derived from the manager (its view is the truth):
+    their fingerprints (kept in each message's head, see ``HEAD_KEY``) and token total are a
+    cache tied to the manager's current view object and length, rebuilt when the manager
+    reloaded (after a failed write, or another writer). So a failed commit leaves nothing to
+    undo here: what the gateway believes is stored is what the manager holds. The one thing
+    of its own is the answer the client got that is not written yet (``pending``)."""
 
     def __init__(self, session_id: str, cm: ContextManager) -> None:
-        from .convert import fingerprint
-
         self.session_id = session_id
         self.cm = cm
-        stored = _stored_fingerprints(cm)
-        if stored is not None:  # from the heads: the history before the boundary stays unread
-            self.fps, self.history_tokens = stored
-            self.index_of = dict(cm.view.uuids)
-        else:  # written before the gateway kept its fingerprints in the heads: derive them
-            history = cm.history
-            self.fps = [fingerprint(m) for m in history]
-            self.index_of = {m.uuid: i for i, m in enumerate(history)}
-            self.history_tokens = sum(count_message(cm.counter, m) for m in history)
+        #: the manager's view the caches below were derived from, and the caches
+        self._view: object = None
+        self._fps: list[str] = []
+        self._tokens: list[int] = []
+        self._total = 0
+        self._derive()
         #: the window the gateway opened it with (the manager may use a smaller, learned one)
         self.window = cm.configured_window
         #: something left the view (offloaded or compacted): the gateway's tools can help
@@ -89,52 +92,153 @@ class Session:
         #: the conversation (lock key) this session serves
         self.key = ""
 
+    # ------------------------------------------------------------------ derived state
+    def _derive(self) -> list[str]:
+        """The fingerprints of the manager's history (see the class docstring)."""
+        from .convert import fingerprint
+
+        cm = self.cm
+        view = cm.view
+        if view is not self._view or len(self._fps) > len(view):
+            stored = _stored_fingerprints(cm)
+            if stored is not None:  # from the heads: the history before the boundary stays unread
+                self._fps, self._tokens = stored
+            else:  # read entirely, or written before the heads held the fingerprints
+                history = cm.history
+                self._fps = [_fingerprint_of(m, fingerprint) for m in history]
+                self._tokens = [count_message(cm.counter, m) for m in history]
+            self._view = view
+            self._total = sum(self._tokens)
+        n = len(view)
+        if len(self._fps) < n:  # appended since: those messages are loaded
+            history = view.history
+            for i in range(len(self._fps), n):
+                m = history[i]
+                self._fps.append(_fingerprint_of(m, fingerprint))
+                t = count_message(cm.counter, m)
+                self._tokens.append(t)
+                self._total += t
+        return self._fps
+
+    @property
+    def fps(self) -> list[str]:
+        """Fingerprints of the stored history (read-only; derived from the manager)."""
+        return self._derive()
+
+    @property
+    def history_tokens(self) -> int:
+        """Tokens of the conversation as the client has it (what it retracted left out)."""
+        self._derive()
+        tokens = self._tokens
+        gone = self.cm.view.retracted
+        return self._total - sum(tokens[i] for i in gone if i < len(tokens))
+
     @property
     def known_fps(self) -> list[str]:
-        """Fingerprints of the stored history plus the answer not written yet."""
-        return [*self.fps, self.pending[1]] if self.pending is not None else self.fps
+        """Fingerprints of the conversation as the client last had it: the stored history
+        without the messages it retracted itself, plus the answer not written yet."""
+        return self.conversation()[1]
 
-    def append(self, msgs: Sequence[Message], fps: Sequence[str], *, staged: bool = False) -> None:
+    def conversation(self) -> tuple[list[int], list[str]]:
+        """The history positions and fingerprints of the conversation as the client last had
+        it (see :attr:`known_fps`); the answer not written yet has position -1."""
+        fps = self._derive()
+        gone = self.cm.view.retracted
+        if gone:
+            positions = [i for i in range(len(fps)) if i not in gone]
+            out = [fps[i] for i in positions]
+        else:
+            positions, out = list(range(len(fps))), list(fps)
+        if self.pending is not None:
+            positions.append(-1)
+            out.append(self.pending[1])
+        return positions, out
+
+    def newest_user(self, positions: Sequence[int]) -> int:
+        """The index in ``positions`` (see :meth:`conversation`) of the newest user message."""
+        at = self.cm.view.newest_user
+        if at is None:
+            return -1
+        i = bisect.bisect_left(positions, at, hi=len(positions) - (self.pending is not None))
+        return i if i < len(positions) and positions[i] == at else -1
+
+    def retracted_fps(self) -> set[str]:
+        """Fingerprints of the messages the client's rewrites took out."""
+        fps = self._derive()
+        return {fps[i] for i in self.cm.view.retracted if i < len(fps)}
+
+    def rewrite(
+        self,
+        retract: Sequence[int],
+        msgs: Sequence[Message],
+        fps: Sequence[str],
+        *,
+        pending: Literal["keep", "drop", "retract"],
+        note: dict[str, Any],
+        staged: bool = False,
+    ) -> Staged | None:
+        """The client's own rewrite: retract the history positions ``retract`` and append
+        ``msgs``, in one unit (see ``ContextManager.rewrite``). The answer not written yet is
+        kept (written first), dropped (the client resent it among ``msgs``) or written and
+        retracted with the others (the client dropped it)."""
+        if staged:
+            with self.cm.staged():
+                self._rewrite(retract, msgs, fps, pending, note)
+            return Staged(view=self.cm.view, messages=len(self.cm.view))
+        self._rewrite(retract, msgs, fps, pending, note)
+        return None
+
+    def _rewrite(
+        self,
+        retract: Sequence[int],
+        msgs: Sequence[Message],
+        fps: Sequence[str],
+        pending: str,
+        note: dict[str, Any],
+    ) -> None:
+        held = self.pending
+        retract = list(retract)
+        if held is not None and pending == "drop":
+            held = None
+        elif held is not None and pending == "retract":
+            self._append([], [])  # the answer is the client's history too: stored, retracted
+            retract.append(len(self.cm.view) - 1)
+            held = None
+        if held is not None:
+            msgs, fps = [held[0], *msgs], [held[1], *fps]
+        start = len(self.cm.view)
+        note = {**note, "replaced": retract, "with": [start, start + len(msgs)]}
+        self.cm.rewrite(retract, self._stamped(msgs, fps, start), note=note)
+        self.pending = None
+        if held is not None and held[2] is not None and held[2] > 0:
+            self._report_usage(held[2])
+
+    def append(
+        self, msgs: Sequence[Message], fps: Sequence[str], *, staged: bool = False
+    ) -> Staged | None:
         """Write ``msgs`` (after the pending answer, if any) in one store append. ``staged``:
-        applied in memory now, stored by :meth:`settle` (see ``ContextManager.staged``)."""
+        applied in memory now, stored by :meth:`settle` (see ``ContextManager.staged``);
+        returns what :meth:`settle` checks."""
         if staged:
             with self.cm.staged():
                 self._append(msgs, fps)
-        else:
-            self._append(msgs, fps)
+            return Staged(view=self.cm.view, messages=len(self.cm.view))
+        self._append(msgs, fps)
+        return None
 
-    def snapshot(self) -> Snapshot:
-        """What :meth:`restore` needs to undo a staged append."""
-        return Snapshot(
-            messages=len(self.fps),
-            head=self.cm.session.head,
-            pending=self.pending,
-            history_tokens=self.history_tokens,
-            since_usage=self.since_usage,
-        )
-
-    def settle(self, before: Snapshot) -> None:
-        """Commit what a staged append applied (and anything staged with it); on a storage
-        failure (or when a failed write already dropped it) the session is put back exactly as
-        it was at ``before`` - the pending answer included - and the error is raised."""
+    def settle(self, staged: Staged) -> None:
+        """Commit what a staged append applied (and anything staged with it). A storage
+        failure is raised; so is a failed write that took the staged append along (the
+        manager reloaded what is stored without it). The caller then forgets this session
+        (reopened from the store): nothing here needs undoing."""
         cm = self.cm
         if cm.has_staged:
-            try:
-                cm.commit_staged()
-            except BaseException:
-                self.restore(before)
-                raise
-        elif cm.session.head == before.head and len(self.fps) != before.messages:
-            self.restore(before)  # a failed write took the staged one along (manager reloaded)
-
-    def restore(self, before: Snapshot) -> None:
-        """Forget the messages appended since ``before`` (the manager has reloaded them)."""
-        for pos in range(before.messages, len(self.fps)):
-            self.index_of.pop(message_uuid(self.session_id, pos), None)
-        del self.fps[before.messages :]
-        self.pending = before.pending
-        self.history_tokens = before.history_tokens
-        self.since_usage = before.since_usage
+            cm.commit_staged()
+        elif cm.view is not staged.view or len(cm.view) < staged.messages:
+            raise StorageError(
+                f"session {self.session_id}: a failed write dropped this turn's messages "
+                "before they were stored; send the request again"
+            )
 
     def _append(self, msgs: Sequence[Message], fps: Sequence[str]) -> None:
         pending = self.pending
@@ -143,8 +247,14 @@ class Session:
             fps = [pending[1], *fps]
         if not msgs:
             return
-        start = len(self.fps)
-        stamped = [  # the fingerprint is kept in the message's head (read back on reopen)
+        self.cm.add_many(self._stamped(msgs, fps, len(self.cm.view)))
+        self.pending = None
+        if pending is not None and pending[2] is not None and pending[2] > 0:
+            self._report_usage(pending[2])
+
+    def _stamped(self, msgs: Sequence[Message], fps: Sequence[str], start: int) -> list[Message]:
+        """``msgs`` with their uuids and their fingerprint in their head (read on reopen)."""
+        return [
             replace(
                 m,
                 uuid=message_uuid(self.session_id, start + j),
@@ -152,14 +262,6 @@ class Session:
             )
             for j, m in enumerate(msgs)
         ]
-        added = self.cm.add_many(stamped)
-        self.pending = None
-        for j, m in enumerate(added):
-            self.index_of[m.uuid] = start + j
-            self.history_tokens += count_message(self.cm.counter, m)
-        self.fps.extend(fps)
-        if pending is not None and pending[2] is not None and pending[2] > 0:
-            self._report_usage(pending[2])
 
     def flush(self) -> None:
         """Write the pending answer, if any."""
@@ -171,11 +273,18 @@ class Session:
         # so after the first ones feed it every 8th turn, and after any compaction
         record = self.cm.last_record
         compacted = record is not None and record.changed
-        if self.since_usage < 0 or self.since_usage >= 7 or compacted or len(self.fps) < 12:
+        if self.since_usage < 0 or self.since_usage >= 7 or compacted or len(self.cm.view) < 12:
             self.cm.report_usage(input_tokens)
             self.since_usage = 0
         else:
             self.since_usage += 1
+
+
+def _fingerprint_of(m: Message, fingerprint: Any) -> str:
+    """The fingerprint the gateway stamped on ``m`` (or computed from it, for a message
+    written otherwise)."""
+    fp = m.metadata.get(HEAD_KEY)
+    return fp if isinstance(fp, str) else str(fingerprint(m))
 
 
 def close_session(sess: Session) -> None:
@@ -195,14 +304,12 @@ def recall_marker(m: Message) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A session's in-memory state before a staged append (see :meth:`Session.restore`)."""
+class Staged:
+    """What a staged append left in memory: the manager's view and its length (see
+    :meth:`Session.settle`)."""
 
+    view: object
     messages: int
-    head: int
-    pending: tuple[Message, str, int | None] | None
-    history_tokens: int
-    since_usage: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,14 +326,16 @@ class Synced:
     session: Session
     added: int
     branched_from: str | None
-    #: the session before a staged append (None: the append is stored already)
-    staged: Snapshot | None = None
+    #: the staged append to commit (None: the append is stored already)
+    staged: Staged | None = None
+    #: stored messages the client's own rewrite took out of the conversation this turn
+    retracted: int = 0
 
 
 __all__ = [
     "Prepared",
     "Session",
-    "Snapshot",
+    "Staged",
     "Synced",
     "close_session",
     "message_uuid",

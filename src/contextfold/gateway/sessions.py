@@ -13,6 +13,7 @@ ContextManager is synchronous: every method here that touches it runs in a worke
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import json
@@ -22,18 +23,19 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ContextFoldError, InvalidMessageError, StorageError
+from ..errors import ContextFoldError
 from ..messages import Message
 from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation, ViewItem
+from .reconcile import Plan, plan
 from .session import (
     Prepared,
     Session,
-    Snapshot,
+    Staged,
     Synced,
     close_session,
     message_uuid,
@@ -45,6 +47,10 @@ if TYPE_CHECKING:
     from .summarize import RequestContext
 
 log = logging.getLogger("contextfold.gateway")
+
+#: how many times a request is reconciled again with the store when another writer (a
+#: second gateway replica) moved its conversation on meanwhile
+RESYNCS = 4
 
 
 def client_identity(headers: Mapping[str, str]) -> str:
@@ -220,82 +226,168 @@ class SessionRegistry:
         """Find or create the session for ``conv`` and append what it does not have yet.
         ``stage``: an append to a session already stored is only applied in memory; the
         caller commits it with :meth:`settle` (``Synced.staged``) before anything of the turn
-        reaches the client, holding the conversation's lock until then."""
-        try:
-            return self._sync(base, conv, model, stage)
-        except StorageError as exc:
-            # another writer (a second gateway replica) moved the session on: reopen, retry once
-            log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
-            self.forget(base)
-            return self._sync(base, conv, model, stage)
+        reaches the client, holding the conversation's lock until then.
+
+        Another writer (a second gateway replica) may have moved the conversation on since
+        this one read it: the conversation is reopened from the store and synced again, up to
+        :data:`RESYNCS` times. On any other storage failure the conversation's open sessions
+        are forgotten (reopened from the store when next needed: exactly what is stored) and
+        the error is raised."""
+        for attempt in range(RESYNCS + 1):
+            try:
+                return self._sync(base, conv, model, stage)
+            except ConcurrentWriteError as exc:
+                self._resynced(base, exc, attempt)
+            except BaseException:
+                self.forget(base)
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover - _resynced raises at the end
+
+    def _resynced(self, base: str, exc: ConcurrentWriteError, attempt: int) -> None:
+        log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
+        self.forget(base)
+        if attempt >= RESYNCS:
+            raise exc
 
     def settle(
-        self, sess: Session, before: Snapshot, base: str, conv: Conversation, model: str
+        self, sess: Session, staged: Staged, base: str, conv: Conversation, model: str
     ) -> Session | None:
         """Commit a staged append (see :meth:`sync`). When another replica wrote to the
         session since this one read it, the conversation is reopened from the store and what
         the store lacks is appended there: returns that session (None: ``sess`` holds the
-        turn). On any other failure the session is as before the append, its pending answer
-        included, and the error is raised."""
+        turn). On any other failure the conversation's sessions are forgotten (reopened from
+        the store when next needed) and the error is raised: the client's next request, which
+        carries everything again, is reconciled with exactly what is stored."""
         try:
-            sess.settle(before)
+            sess.settle(staged)
         except ConcurrentWriteError as exc:
-            log.info(json.dumps({"event": "resync", "conversation": base, "why": str(exc)}))
-            self.forget(base)
-            return self._sync(base, conv, model, False).session
+            self._resynced(base, exc, 0)
+            return self.sync(base, conv, model).session
         except BaseException:
-            if sess.pending is not None:
-                with self._mutex:
-                    self._pending[sess.session_id] = sess
+            self.forget(base)
             raise
         return None
 
     def forget(self, base: str) -> None:
         """Drop the open sessions of a conversation (reopened from the store when next
         needed)."""
-        for sid in self._families.pop(base, []):
+        family = self._families.pop(base, [])
+        with self._mutex:
+            family += [sid for sid, s in self._open.items() if s.key == base and sid not in family]
+        for sid in family:
             self.drop(sid)
 
     def _sync(self, base: str, conv: Conversation, model: str, stage: bool) -> Synced:
+        """Reconcile ``conv`` with the conversation's sessions by content (see
+        :mod:`.reconcile`): append to the session it continues, or record the client's own
+        rewrite in the session it rewrote, or - a real fork only - start a branch."""
         family = self._family(base, model)
         fps = conv.fingerprints
-        best: Session | None = None
-        best_common = -1
-        parent: Session | None = None
         sessions = [self.get(sid, model) for sid in reversed(family)]
-        best_known = 0
+        best: tuple[tuple[int, int], Session, Plan, list[int]] | None = None
+        fork: tuple[int, Session] | None = None
         for sess in sessions:
-            known = sess.known_fps
-            m = len(known)
-            if m <= len(fps) and known == fps[:m]:
-                if best is None or m > best_known:
-                    best, best_known = sess, m
+            sess.key = base
+            positions, known = sess.conversation()
+            p = plan(
+                known,
+                fps,
+                newest_user=sess.newest_user(positions),
+                retracted=sess.retracted_fps() if sess.cm.view.retracted else frozenset(),
+            )
+            if p.kind == "fork":
+                if fork is None or p.common > fork[0]:
+                    fork = (p.common, sess)
                 continue
-            common = _common_prefix(known, fps)
-            if common > best_common:
-                parent, best_common = sess, common
+            # an append beats a rewrite; an empty (new) session is the last resort
+            rank = 2 if p.kind == "append" and p.kept else 1 if p.kind == "rewrite" else 0
+            if rank == 0 and fork is not None:
+                continue
+            score = (rank, p.kept)
+            if best is None or score > best[0]:
+                best = (score, sess, p, positions)
+        if best is not None and best[0][0] == 0 and fork is not None:
+            best = None
+        chosen = best[1] if best is not None else None
         for sess in sessions:  # answers given on another branch are written now
-            if sess is not best and sess.pending is not None:
+            if sess is not chosen and sess.pending is not None:
                 sess.flush()
                 self.written(sess)
-        if best is not None and (best_known or parent is None):
-            new = conv.neutral[best_known:]
-            before = best.snapshot() if stage else None
-            with self.store_lock if not best.fps else contextlib.nullcontext():
-                best.append(new, fps[best_known:], staged=stage)
-            self.written(best)
-            return Synced(session=best, added=len(new), branched_from=None, staged=before)
-        assert parent is not None
-        sid = family[0] if best is not None else f"{base}.b{len(family)}"
-        sess = self.get(sid, model)
+        if best is not None:
+            _, sess, p, positions = best
+            if p.kind == "append":
+                return self._append(sess, conv, p.kept, stage)
+            return self._rewrite(sess, conv, p, positions, stage)
+        assert fork is not None
+        return self._branch(base, family, conv, fork[1], fork[0], model)
+
+    def _append(self, sess: Session, conv: Conversation, kept: int, stage: bool) -> Synced:
+        new = conv.neutral[kept:]
+        with self.store_lock if not sess.fps else contextlib.nullcontext():
+            staged = sess.append(new, conv.fingerprints[kept:], staged=stage)
+        self.written(sess)
+        return Synced(session=sess, added=len(new), branched_from=None, staged=staged)
+
+    def _rewrite(
+        self, sess: Session, conv: Conversation, p: Plan, positions: list[int], stage: bool
+    ) -> Synced:
+        """The client rewrote its conversation itself: the session continues, the messages
+        it dropped or replaced are retracted (kept in the history) and the rest appended."""
+        fps = conv.fingerprints
+        p = _at_a_cut(p, conv)
+        retract = [positions[i] for i in p.dropped if positions[i] >= 0]
+        mode: Literal["keep", "drop", "retract"] = "keep"
+        if sess.pending is not None:
+            last = len(positions) - 1
+            if last in p.matched:
+                mode = "keep"
+            elif sess.pending[1] in set(fps[p.kept :]):
+                mode = "drop"  # resent after rewritten messages: stored with them
+            else:
+                mode = "retract"
+        note: dict[str, Any] = {
+            "by": "client",
+            "reason": "the client rewrote its conversation (dropped, summarized, moved or "
+            "refreshed messages)",
+            "replaced": retract,
+            "kept": p.kept,
+        }
+        new = conv.neutral[p.kept :]
+        staged = sess.rewrite(retract, new, fps[p.kept :], pending=mode, note=note, staged=stage)
+        self.written(sess)
+        return Synced(
+            session=sess,
+            added=len(new),
+            branched_from=None,
+            staged=staged,
+            retracted=len(retract),
+        )
+
+    def _branch(
+        self,
+        base: str,
+        family: list[str],
+        conv: Conversation,
+        parent: Session,
+        common: int,
+        model: str,
+    ) -> Synced:
+        """A real fork: the same past continued another way starts a branch session."""
+        first_sess = self.get(family[0], model)
+        empty = not first_sess.fps and first_sess.pending is None
+        sid = family[0] if empty else f"{base}.b{len(family)}"
+        sess = first_sess if empty else self.get(sid, model)
+        sess.key = base
         if sess.fps:
-            raise InvalidMessageError(f"internal: branch session {sid} is not empty")
+            # another replica created this branch since the family was read: read it again
+            raise ConcurrentWriteError(sid, 0, len(sess.fps))
+        fps = conv.fingerprints
         note = {
             "branch_of": parent.session_id,
-            "diverged_at": best_common,
+            "diverged_at": common,
             "reason": (
-                f"the client rewrote its history from message {best_common} on"
-                if best_common < len(parent.fps)
+                f"the client continued the conversation differently from message {common} on"
+                if common < len(parent.fps)
                 else "the client resent a shorter history"
             ),
         }
@@ -318,10 +410,16 @@ class SessionRegistry:
         record = cm.last_record
         view = cm.view_messages
         history = cm.view.history  # not cm.history: no copy of the whole history per request
+        positions = cm.view.uuids
+        # the client's conversation is the history without what its rewrites retracted:
+        # history position -> index in the client's request
+        gone = sorted(cm.view.retracted) if cm.view.retracted else None
         items: list[ViewItem] = []
         for m in view:
-            i = sess.index_of.get(m.uuid)
+            i = positions.get(m.uuid)
             same = i is not None and history[i] is m
+            if same and gone is not None and i is not None:
+                i -= bisect.bisect_left(gone, i)
             items.append(ViewItem(m, i if same else None))
             if not same and not sess.recall_ready and recall_marker(m):
                 sess.recall_ready = True
@@ -354,17 +452,35 @@ class SessionRegistry:
         :meth:`flush_due`); call with the conversation's lock held."""
         from .convert import fingerprint
 
-        sess.flush()  # never two pending answers (a previous write failed)
+        try:
+            sess.flush()  # never two pending answers (a previous write failed)
+        except ContextFoldError:
+            self.failed(sess)  # that answer is resent by the client, stored with it then
         sess.pending = (message, fingerprint(message), input_tokens)
         sess.pending_since = time.monotonic()
         with self._mutex:
             self._pending[sess.session_id] = sess
 
     def record(self, sess: Session, message: Message, input_tokens: int | None) -> None:
-        """Write the answer now."""
+        """Write the answer now (on a failure the session is forgotten: reopened from the
+        store when next needed, and the client's next request resends the answer)."""
         self.hold(sess, message, input_tokens)
-        sess.flush()
+        try:
+            sess.flush()
+        except BaseException:
+            self.failed(sess)
+            raise
         self.written(sess)
+
+    def failed(self, sess: Session) -> None:
+        """After a failed write: forget the session and the rest of its conversation (the
+        manager may hold what the store does not); the next request reopens them from the
+        store, exactly as stored."""
+        sess.pending = None
+        if sess.key:
+            self.forget(sess.key)
+        else:
+            self.drop(sess.session_id)
 
     def written(self, sess: Session) -> None:
         if sess.pending is None:
@@ -382,12 +498,19 @@ class SessionRegistry:
             ]
 
 
-def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+def _at_a_cut(p: Plan, conv: Conversation) -> Plan:
+    """``p`` with its kept part ending where the history may continue: a tool result the
+    client changed (an old output it cleared or shortened) is appended with the assistant
+    message that made the call, the stored ones retracted (a result follows its call)."""
+    kept = p.kept
+    while kept > 0 and kept < len(conv.neutral) and conv.neutral[kept].role == "tool":
+        kept -= 1
+    if kept == p.kept:
+        return p
+    matched = p.matched[:kept]
+    taken = set(matched)
+    dropped = sorted({*p.dropped, *(i for i in p.matched[kept:] if i not in taken)})
+    return replace(p, kept=kept, matched=matched, dropped=dropped)
 
 
 __all__ = [
