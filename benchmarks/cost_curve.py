@@ -38,9 +38,16 @@ CURVES: dict[int, list[tuple[str, TierConfig]]] = {
                 target_ratio=0.15,
             ),
         ),
-        ("soft 50%, target 15%", replace(DEFAULT, target_ratio=0.15)),
-        ("default: soft 50%, target 10%", DEFAULT),
-        ("soft 45%, target 10%", replace(DEFAULT, warn_threshold=0.35, soft_threshold=0.45)),
+        ("soft 60%, target 15%", replace(DEFAULT, target_ratio=0.15)),
+        ("default: warn 55%, soft 60%, full 75%, target 10%", DEFAULT),
+        (
+            "warn 40%, soft 50%, full 70%, target 10%",
+            replace(DEFAULT, warn_threshold=0.40, soft_threshold=0.50, full_threshold=0.70),
+        ),
+        (
+            "soft 45%, target 10%",
+            replace(DEFAULT, warn_threshold=0.35, soft_threshold=0.45, full_threshold=0.70),
+        ),
     ],
     128_000: [
         ("whole window (working_window=0)", replace(DEFAULT, working_window=0)),

@@ -111,7 +111,7 @@ def test_thresholds_validated() -> None:
         cfg.emergency_threshold,
         cfg.min_tail_messages,
         cfg.offload_threshold,
-    ) == (0.40, 0.50, 0.70, 0.95, 6, 4_000)
+    ) == (0.55, 0.60, 0.75, 0.95, 6, 4_000)
     late = LATE_COMPACTION_TIERS
     assert (late.warn_threshold, late.soft_threshold, late.full_threshold) == (0.6, 0.7, 0.8)
     assert (late.target_ratio, late.stale_after, late.working_window) == (0.30, 0, 0)

@@ -121,7 +121,9 @@ def test_the_next_prepare_continues_from_the_recovered_view(tmp_path: Path) -> N
 
 
 def test_newest_tool_result_is_kept_verbatim(tmp_path: Path) -> None:
-    cm = ContextManager(workspace=tmp_path, session_id="o", context_window=128_000)
+    # late tiers: nothing is compacted before the call, so the model overflows and recovery runs
+    late = progressive().with_(tiers=LATE_COMPACTION_TIERS)
+    cm = ContextManager(workspace=tmp_path, session_id="o", context_window=128_000, config=late)
     group = turns(30)
     cm.add_many([SYSTEM, TASK, *group])
     model = OverflowingModel(limit=8_000)

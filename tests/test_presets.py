@@ -12,6 +12,7 @@ import pytest
 
 from contextfold import ContextManager
 from contextfold.config import (
+    LATE_COMPACTION_TIERS,
     ContextConfig,
     EvictionConfig,
     SummaryTriggerConfig,
@@ -78,12 +79,13 @@ def test_progressive_is_the_default_preset(tmp_path: Path) -> None:
 def test_progressive_tier_defaults() -> None:
     t = TierConfig()
     assert (t.warn_threshold, t.soft_threshold, t.full_threshold, t.emergency_threshold) == (
-        0.40,
-        0.50,
-        0.70,
+        0.55,
+        0.60,
+        0.75,
         0.95,
     )
     assert (t.target_ratio, t.stale_after, t.working_window) == (0.10, 5, 64_000)
+    assert t.warn_escalates and not LATE_COMPACTION_TIERS.warn_escalates
     assert t.min_tail_messages == 6
     assert t.offload_threshold == 4_000
     assert t.preview_lines == 10

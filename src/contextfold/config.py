@@ -27,17 +27,20 @@ def _nonneg(name: str, value: int) -> None:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TierConfig:
-    """Tiered compaction thresholds (ratios of the working window).
+    """Tiered compaction thresholds (ratios of the working window: what the context window
+    leaves after the fixed prefix, i.e. the leading system messages, the tool schemas and the
+    answer's reserve, at most ``working_window`` tokens). An agent with a big system prompt
+    and many tools therefore compacts as rarely as one without.
 
-    The defaults are tuned for the bill (``contextfold bench``, README "Measured"): a view that
-    grows to half the window is summarized down to the newest turns, so each call re-reads a
-    small cached prefix, and compactions stay rare enough that their cache misses cost less than
-    the re-reading they save. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.
+    The defaults are tuned for the bill (``contextfold bench``, README "Measured"): messages that
+    grow past 55-60% of the working window are summarized down to the newest turns, so each
+    call re-reads a small cached prefix, and compactions stay rare enough that their cache
+    misses cost less than the re-reading they save; in between the messages are sent verbatim. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.
     """
 
-    warn_threshold: float = 0.40
-    soft_threshold: float = 0.50
-    full_threshold: float = 0.70
+    warn_threshold: float = 0.55
+    soft_threshold: float = 0.60
+    full_threshold: float = 0.75
     emergency_threshold: float = 0.95
     #: Messages always kept verbatim at the end (the split never breaks a tool pair, so the
     #: tail may hold a few more).
@@ -54,17 +57,22 @@ class TierConfig:
     #: Tool outputs older than the newest ``stale_after`` results and above
     #: ``stale_min_chars`` (and long call arguments) are offloaded in one batch once the tokens
     #: they free reach ``stale_batch_ratio`` of the view from the first of them on (and
-    #: ``stale_min_gain`` tokens), so the cache miss of the rewrite pays for itself. 0 turns it
-    #: off.
+    #: ``stale_min_gain`` tokens), so the cache miss of the rewrite pays for itself, and only
+    #: once the messages reach the Warn line (a small view is left as it is). 0 turns it off.
     stale_after: int = 5
     stale_min_chars: int = 1_000
     stale_batch_ratio: float = 0.35
     stale_min_gain: int = 2_000
     stale_preview_lines: int = 5
-    #: Compute the tiers and the target on at most this many tokens (0: the whole window).
+    #: Compute the tiers and the target on at most this many tokens of what the window leaves
+    #: after the fixed prefix (0: all of it).
     #: A large window then costs like a smaller one: compaction starts earlier, the view stays
     #: small, every call re-reads less. The window itself still bounds every view.
     working_window: int = 64_000
+    #: A Warn offload (or a stale batch) that leaves the messages above the middle of
+    #: ``target_ratio`` and ``warn_threshold`` goes on to Soft in the same run: one compaction
+    #: instead of a rewrite of the view on every following turn.
+    warn_escalates: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -103,7 +111,8 @@ class TierConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
-#: Compaction late (60/70/80/95% of the whole window, target 30%, no stale batches): larger
+#: Compaction late (60/70/80/95% of the whole window, target 30%, no stale batches, Warn
+#: never goes on to Soft): larger
 #: views, fewer compactions, a higher bill (the thresholds before the cost tuning).
 LATE_COMPACTION_TIERS = TierConfig(
     warn_threshold=0.60,
@@ -112,6 +121,7 @@ LATE_COMPACTION_TIERS = TierConfig(
     target_ratio=0.30,
     stale_after=0,
     working_window=0,
+    warn_escalates=False,
 )
 
 

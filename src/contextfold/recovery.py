@@ -28,6 +28,7 @@ from .messages import Message
 from .offload import OffloadStore
 from .offload_tool import read_offloaded_tool
 from .records import CompactionRecord, OffloadEntry, Tier
+from .scaffolding import strip_scaffolding
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
 from .tools import Tool, ToolBox
@@ -144,10 +145,21 @@ class Recovery:
             )
         return self._store
 
+    def visible_uuids(self) -> set[str]:
+        """Uuids of the messages the view shows as they are (not a placeholder, not folded
+        into the summary): evidence of those is never injected."""
+        return {
+            m.uuid
+            for m in self.cm.view.view_messages()
+            if not m.metadata.get("cf_replaced") and m.metadata.get("cf_kind") != "compaction"
+        }
+
     @property
     def search(self) -> EvidenceSearch:
         if self._search is None:
-            self._search = EvidenceSearch(self.store, calls=self.session_calls)
+            self._search = EvidenceSearch(
+                self.store, calls=self.session_calls, visible=self.visible_uuids
+            )
         self._search.sync()
         return self._search
 
@@ -324,7 +336,10 @@ class Recovery:
     def _recent_failures(self, k: int) -> list[Hit]:
         """When the question names nothing searchable ("what was the exact error just now?",
         often in another language than the logs), the newest failures are the best answer."""
-        failing = self.search.recent_failures(k)
+        shown = self.visible_uuids()
+        failing = [
+            p for p in self.search.recent_failures(k + len(shown)) if p.message_uuid not in shown
+        ][:k]
         return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing]
 
     def add_subagent_output(
@@ -366,7 +381,8 @@ class Recovery:
     def _intent(self, msg: Message) -> Any:
         """detect_intent, once per newest user message (prepare() is called every turn)."""
         if self._intent_cache is None or self._intent_cache[0] != msg.uuid:
-            self._intent_cache = (msg.uuid, detect_intent(msg.text))
+            question = question_text(msg)
+            self._intent_cache = (msg.uuid, detect_intent(question) if question else None)
         return self._intent_cache[1]
 
     def safe_injection(self) -> str | None:
@@ -395,9 +411,10 @@ class Recovery:
             return self._injection
         text: str | None = None
         try:
-            hits = self.search.search(msg.text, k=5) or self._recent_failures(3)
+            question = question_text(msg)
+            hits = self.search.search(question, k=5, removed_only=True) or self._recent_failures(3)
             text = build_injection(
-                msg.text,
+                question,
                 hits,
                 self.store.restore,
                 budget_tokens=int(rc.injection_budget_ratio * self.cm.window),
@@ -446,3 +463,9 @@ class Recovery:
         self._injection_key = None
         self._injection = None
         self._intent_cache = None
+
+
+def question_text(msg: Message) -> str:
+    """The user's question in ``msg``: the agent's scaffolding (Claude Code's reminders,
+    Codex's environment context, ...) cut, so it is never the evidence query."""
+    return strip_scaffolding(msg.text)

@@ -23,6 +23,7 @@ def run_trigger(
 ) -> CompactionRecord | None:
     """Seed 002 2.1: summarize everything but the kept tail once a trigger fires."""
     v = comp.view
+    comp.measure_fixed(extra_tokens)
     count = len(v.view_messages())
     tokens = comp.view_tokens(extra_tokens)
     trigger_tokens = effective_trigger_tokens(trig, comp.window)
@@ -75,6 +76,7 @@ def recover_overflow(
     """Seed 002 2.4: keep only the newest message group verbatim (plus the pinned system
     prompt and user messages) and one compact summary of everything else."""
     v = comp.view
+    comp.measure_fixed(extra_tokens)
     before = comp.view_tokens(extra_tokens)
     run = _Run(
         tier=Tier.EMERGENCY,
@@ -94,7 +96,7 @@ def recover_overflow(
         comp._summarize(run, v.boundary, last, use_llm=True)
     # the newest group stays verbatim unless the view is still large: the bar is 30% of the
     # working window (not the tiers' low target, which is about the bill, not about fitting)
-    bar = max(comp.target_tokens, int(RECOVERY_RATIO * comp.working_window))
+    bar = max(comp.target_tokens, comp.fixed + int(RECOVERY_RATIO * comp.working_window))
     if comp.view_tokens(extra_tokens) > bar:
         comp._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
     if comp.view_tokens(extra_tokens) > bar:

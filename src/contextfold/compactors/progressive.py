@@ -94,6 +94,8 @@ class ProgressiveCompactor:
         self.index_range = index_range
         self.active_tasks = active_tasks
         self.state = CompactorState()
+        #: Tokens of the fixed prefix at the latest run (see :meth:`measure_fixed`).
+        self.fixed = 0
         self.compaction_policy = replace(
             COMPACTION_POLICY,
             threshold=config.offload_threshold,
@@ -164,25 +166,49 @@ class ProgressiveCompactor:
     def view_tokens(self, extra: int = 0) -> int:
         return self.scale(self.view.view_tokens()) + extra
 
+    def fixed_tokens(self, extra: int = 0) -> int:
+        """The fixed prefix no compaction can shorten: the leading system messages (as shown)
+        plus ``extra`` (tool schemas, the answer's reserve)."""
+        v = self.view
+        return self.scale(v.range_tokens(0, v.prefix_len)) + extra
+
+    def measure_fixed(self, extra: int = 0) -> None:
+        """Remember the fixed prefix of this run: the tiers, the working window and the target
+        are computed on what the window leaves after it (:attr:`room`)."""
+        self.fixed = self.fixed_tokens(extra)
+
+    @property
+    def room(self) -> int:
+        """The part of the window compaction can change: the window minus the fixed prefix
+        (system prompt, tool schemas, reserve), at least a tenth of the window."""
+        return max(self.window // 10, self.window - self.fixed, 1)
+
     def tier_for(self, tokens: int) -> Tier:
+        """The tier of a view of ``tokens`` (fixed prefix included): the ratios are of the
+        part of the window compaction can change, so a large system prompt and many tool
+        schemas do not make every turn compact."""
         if self.window <= 0:
             return Tier.NONE
-        tier = determine_tier(tokens / self.window, self.cfg)
-        if self.working_window < self.window:
+        movable = max(0, tokens - self.fixed)
+        tier = determine_tier(movable / self.room, self.cfg)
+        if self.working_window < self.room:
             # a smaller working window compacts earlier, never down to the emergency tier
-            working = determine_tier(tokens / self.working_window, self.cfg)
+            working = determine_tier(movable / self.working_window, self.cfg)
             if working is Tier.EMERGENCY:
                 working = Tier.FULL
             if _ORDER.index(working) > _ORDER.index(tier):
                 tier = working
+        if tokens > self.cfg.emergency_threshold * self.window:
+            tier = Tier.EMERGENCY  # the window itself bounds every view
         return tier
 
     @property
     def working_window(self) -> int:
-        """The window the tiers and the target are computed on: the context window, or the
-        configured ``working_window`` when smaller (compact earlier to pay less per call)."""
+        """The tokens the tiers and the target are computed on: the part of the window
+        compaction can change (:attr:`room`), or the configured ``working_window`` when
+        smaller (compact earlier to pay less per call)."""
         ww = self.cfg.working_window
-        return min(self.window, ww) if ww else self.window
+        return min(self.room, ww) if ww else self.room
 
     # ------------------------------------------------------------------ entry points
     def run(
@@ -215,6 +241,7 @@ class ProgressiveCompactor:
                 f"{self.cfg.pinned_max_ratio:.0%} of the window: shortened to head and tail, "
                 f"full text in {entry.path}"
             )
+        self.measure_fixed(extra_tokens)
         stale = offload_stale(self, run) if force is None else 0
         before = self.view_tokens(extra_tokens)
         tier = force or self.tier_for(before)
@@ -232,6 +259,16 @@ class ProgressiveCompactor:
         if tier is Tier.WARN:
             if not stale_only:
                 self._warn(run)
+            if force is None and self.cfg.warn_escalates and self._warn_falls_short(extra_tokens):
+                # the view would be back at the warn line within a few turns: summarize now
+                # rather than rewrite it again and again (each rewrite is a cache miss)
+                run.notes.append(
+                    "offloading alone left the view above the middle of target and warn: Soft"
+                )
+                tier = run.tier = Tier.SOFT
+                stale_only = False
+        if tier is Tier.WARN:
+            pass
         elif tier in (Tier.SOFT, Tier.FULL):
             self._summarize_tier(run, extra_tokens)
         else:
@@ -246,9 +283,23 @@ class ProgressiveCompactor:
 
     def _reason(self, tier: Tier, tokens: int) -> str:
         ratio = tokens / self.window if self.window else 0.0
-        return f"view at {ratio:.0%} of the {self.window}-token window -> {tier.label}"
+        text = f"view at {ratio:.0%} of the {self.window}-token window"
+        if self.fixed:
+            movable = max(0, tokens - self.fixed) / self.working_window
+            text += (
+                f" (messages at {movable:.0%} of the {self.working_window} tokens left after "
+                f"the {self.fixed}-token fixed prefix)"
+            )
+        return f"{text} -> {tier.label}"
 
     # ------------------------------------------------------------------ tiers
+    def _warn_falls_short(self, extra: int) -> bool:
+        """True when the Warn offload left the messages above the middle of the target and
+        the warn line: it bought too few turns for its cache miss."""
+        movable = self.view_tokens(extra) - self.fixed
+        middle = (self.cfg.target_ratio + self.cfg.warn_threshold) / 2
+        return movable > middle * self.working_window
+
     def _warn(self, run: _Run) -> None:
         v = self.view
         tail = v.tail_start(self.cfg.min_tail_messages)
@@ -297,7 +348,9 @@ class ProgressiveCompactor:
 
     @property
     def target_tokens(self) -> int:
-        return int(self.cfg.target_ratio * self.working_window)
+        """The view after a Soft/Full/Emergency compaction: the fixed prefix plus
+        ``target_ratio`` of the working window."""
+        return self.fixed + int(self.cfg.target_ratio * self.working_window)
 
     def _estimated_summary_tokens(self) -> int:
         """The next compaction message: about the last one plus 200, never above its budget."""

@@ -99,11 +99,20 @@ _EN_DETAIL = [
 # asking for one run among several, or for a file as it was read (issue 11)
 _EN_ORDINAL = (
     r"(?:the )?(?:first|second|third|fourth|fifth|\d+(?:st|nd|rd|th)|last|latest|previous|prior|"
-    r"earlier|original|initial|penultimate)\s+(?:run|time|attempt|try|execution|output|result|"
-    r"one|read)s?\b|\b(?:the )?(?:run|time|one) before (?:the )?last\b|"
+    r"earlier|original|initial|penultimate)\s+(?:(?:failing|failed|broken|crashing|test|pytest)\s+)?"
+    r"(?:run|time|attempt|try|execution|output|result|one|read)s?\b|\b(?:the )?(?:run|time|one) before (?:the )?last\b|"
     r"\bbefore (?:the |my |your |our )?(?:fix|fixing|change|patch|edit)\b"
 )
 _EN_DETAIL += [
+    # what was the error of the first failing run / the traceback of the run before the fix
+    re.compile(
+        r"\bwhat (?:exactly )?(?:was|were|did)\b[^?\n]{0,60}?\b"
+        + _EN_NOUN
+        + r"\b[^?\n]{0,40}?(?:"
+        + _EN_ORDINAL
+        + ")",
+        _I,
+    ),
     re.compile(
         r"\b(?:show|print|paste|post|give|display|send|let me see|can i see|restore|recover|"
         r"bring back)\b(?:[^.?!\n]|\.(?=\S)){0,80}?\b(?:" + _EN_ORDINAL + ")",

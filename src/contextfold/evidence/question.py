@@ -248,10 +248,13 @@ class Question:
         prefixes2: list[str] = []
         if bulk:
             prefixes2.append("out:1" if spec.wants_failing else "out:")
+            if spec.wants_error:  # errors shown in messages too (observations sent as user text)
+                prefixes2.append("err:")
             keys2 += [f"tool:{t}" for t in spec.tools]
         anchor_hits: dict[str, int] = {}
         outputs: dict[str, tuple[int, bool, str]] = {}  # doc -> (ord, failed, call id)
         tool_docs: set[str] = set()
+        err_docs: set[str] = set()
         for key, d in self.src.lookup([k for k in keys2 if fits(k)], prefixes2):
             if key.startswith("cmd:"):
                 partial.add(d)
@@ -262,6 +265,8 @@ class Question:
                 outputs[d] = (int(place), key[4] == "1", call)
             elif key.startswith("tool:"):
                 tool_docs.add(d)
+            elif key.startswith("err:"):
+                err_docs.add(d)
         partial -= exact
 
         # ------------------------------------------------------ round 3: the candidates
@@ -271,7 +276,7 @@ class Question:
             key=lambda d: scores[d] * self._pref(d) * (1.0 + 0.1 * self._created(d) / self.top),
         )
         strong = exact | partial | path_docs | url_docs | pattern_docs | exc_docs
-        wanted = set(best) | strong | set(anchor_hits)
+        wanted = set(best) | strong | set(anchor_hits) | (err_docs - outputs.keys())
         self._fetch(wanted)
         wanted &= self.docs.keys()
         for d, (at, fail, call) in outputs.items():

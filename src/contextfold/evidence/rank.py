@@ -342,7 +342,11 @@ def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Can
         tools = [c for c in group if c.pointer.role == "tool"]
         if group:
             return tools or group
-    tools = [c for c in pool if c.pointer.role == "tool"]
+    # the outputs: tool results, or for an agent that sends them as user messages
+    # (mini-swe-agent's "<returncode>..." observations) the user messages
+    tools = [c for c in pool if c.pointer.role == "tool"] or [
+        c for c in pool if c.pointer.role == "user"
+    ]
     if q.wants_failing:
         return [c for c in tools if c.failed]
     return tools

@@ -17,7 +17,7 @@ contextfold's own tool results (recall, read_offloaded, session_*, memory_*) are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageError
@@ -30,17 +30,27 @@ from .rank import CallLog
 from .store import NAMESPACE, EvidenceStore
 from .text import tokenize
 
+#: Hits fetched beyond ``k`` to make up for those still in view.
+VISIBLE_EXTRA = 20
+
 
 class EvidenceSearch:
     """Evidence search of one session: the store's BM25 plus its exact lookups by what a
     question names."""
 
     def __init__(
-        self, store: EvidenceStore, *, calls: Callable[[], CallLog | None] | None = None
+        self,
+        store: EvidenceStore,
+        *,
+        calls: Callable[[], CallLog | None] | None = None,
+        visible: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         #: The session's calls in order (ordinals count them); None: the indexed ones only.
         self.calls = calls
+        #: Uuids of the messages the view still shows as they are (None: not known): their
+        #: evidence is never a hit when evidence that left the view matches.
+        self.visible = visible
         self._source: KeySource | None = None
         self._internal: tuple[int, CallLog] | None = None
 
@@ -162,15 +172,32 @@ class EvidenceSearch:
 
     # ----------------------------------------------------------------- querying
 
-    def search(self, query: str, k: int = 5) -> list[Hit]:
-        """The ``k`` best pieces of evidence for ``query``, best first."""
+    def search(self, query: str, k: int = 5, *, removed_only: bool = False) -> list[Hit]:
+        """The ``k`` best pieces of evidence for ``query``, best first. Evidence of a message
+        the view still shows comes only when nothing that left the view matches, and never
+        with ``removed_only`` (what automatic injection uses). The ``recall`` tool and the
+        injection both rank here, so they agree."""
         if k <= 0:
             return []
         src = self._keys()
         state = self.store.state() if not isinstance(src, MemoryKeys) else src.state
         if not state.pointers:
             return []
-        return Question(self, src, query, max(1, state.max_created)).answer(k)
+        shown = set(self.visible()) if self.visible is not None else set()
+        want = k + min(len(shown), VISIBLE_EXTRA) if shown else k
+        hits = Question(self, src, query, max(1, state.max_created)).answer(want)
+        if not shown:
+            return hits[:k]
+        gone = [h for h in hits if not _in_view(h.pointer, shown)]
+        if gone or removed_only:
+            return gone[:k]
+        return hits[:k]
 
 
-__all__ = ["EvidenceSearch", "Hit", "tokenize"]
+def _in_view(pointer: EvidencePointer, shown: set[str]) -> bool:
+    """True when the message the evidence comes from is still shown as it is."""
+    uuid = pointer.message_uuid or pointer.parent_message_uuid
+    return pointer.source_scope != "sub_agent" and uuid is not None and uuid in shown
+
+
+__all__ = ["VISIBLE_EXTRA", "EvidenceSearch", "Hit", "tokenize"]

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -172,12 +173,14 @@ class Pipeline:
                     sess.context.headers = forwarded
                 names = self.wants_gateway_tools(sess, client_names, tools_allowed)
                 tools = client_tools + self.tool_schemas(sess, names, adapter)
+                earlier = sess.cm.last_record
                 prepared = self.registry.prepare(sess, tools)
                 if not names and sess.recall_ready:
                     names = self.wants_gateway_tools(sess, client_names, tools_allowed)
                     if names:  # the first compaction just happened: budget the tools too
                         tools = client_tools + self.tool_schemas(sess, names, adapter)
                         prepared = self.registry.prepare(sess, tools)
+                prepared = this_turn(prepared, sess.cm.last_record, earlier)
             except BaseException as exc:
                 if synced.staged is not None and not isinstance(exc, ConcurrentWriteError):
                     with contextlib.suppress(ContextFoldError):  # stored; the error stands
@@ -318,8 +321,12 @@ class Pipeline:
         before = sess.cm.window
 
         def hard() -> Prepared:
+            earlier = sess.cm.last_record
             sess.cm.recover_from_overflow(error, tools=turn.prepared.tools or None)
-            return self.registry.prepare(sess, turn.prepared.tools)
+            prepared = self.registry.prepare(sess, turn.prepared.tools)
+            if sess.cm.last_record is earlier:  # nothing new: this turn's compaction stands
+                return replace(prepared, record=turn.prepared.record)
+            return this_turn(prepared, sess.cm.last_record, earlier)
 
         turn.prepared = await to_thread.run_sync(hard)
         if sess.cm.window < before:
@@ -510,4 +517,21 @@ class Pipeline:
         await self.upstream.aclose()
 
 
-__all__ = ["GATEWAY_TOOLS", "REQUEST_STARTED", "Pipeline", "RequestError", "Turn", "log_event"]
+def this_turn(
+    prepared: Prepared, latest: CompactionRecord | None, earlier: CompactionRecord | None
+) -> Prepared:
+    """``prepared`` with the compaction of this turn only (None when the view was derived
+    without one), so the response header and the log describe this turn, not the
+    session's latest compaction."""
+    return replace(prepared, record=latest if latest is not earlier else None)
+
+
+__all__ = [
+    "GATEWAY_TOOLS",
+    "REQUEST_STARTED",
+    "Pipeline",
+    "RequestError",
+    "Turn",
+    "log_event",
+    "this_turn",
+]

@@ -22,6 +22,7 @@ from ..anchors import (
     union_items,
 )
 from ..messages import Message
+from ..scaffolding import detect_agent
 from .base import SummaryRequest
 from .mining import NEXT_RE, decision_score, intent, sentences, user_requests
 from .steps import Step, clip, read_steps
@@ -197,7 +198,8 @@ class ExtractiveSummarizer:
             (a for a in prev_anchors if a.type == AnchorType.USER_INTENT and not a.is_empty), None
         )
 
-        requests = user_requests(msgs)
+        agent = detect_agent(m.text for m in request.messages[:3] if m.role == "system")
+        requests = user_requests(msgs, agent)
         intent_lines: list[str] = []
         if prev_intent is not None:
             intent_lines = [ln for ln in prev_intent.content.splitlines() if ln.strip()]

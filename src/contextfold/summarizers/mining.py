@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 
 from ..messages import Message
+from ..scaffolding import is_scaffolding, task_text
 from .steps import clip
 from .transcript import render_content
 
@@ -98,12 +99,17 @@ def intent(text: str, limit: int) -> str:
     return cut[: dot + 1] if dot > limit // 2 else clip(joined, limit)
 
 
-def user_requests(messages: Sequence[Message]) -> list[str]:
-    """The text of the user messages that are requests (not agent-framework noise)."""
+def user_requests(messages: Sequence[Message], agent: str | None = None) -> list[str]:
+    """The text of the user messages that are requests: agent scaffolding (reminders, few-shot
+    examples, files blocks, format reminders) left out or cut (:mod:`contextfold.scaffolding`;
+    ``agent``: that agent's rules only, else every agent's)."""
     out = []
     for m in messages:
         if m.role == "user":
-            t = render_content(m.content).strip()
+            raw = render_content(m.content)
+            if is_scaffolding(raw, agent):  # few-shot example, files block, reminder, context
+                continue
+            t = task_text(raw, agent)
             if len(t) >= 2 and not _NOISE_USER.search(t[:3000]):
                 out.append(t)
     return out

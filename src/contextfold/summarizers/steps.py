@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..messages import Message
+from ..scaffolding import strip_scaffolding
 from ..shell import Segment, ShellReader, exit_code, parse_arguments
 from .transcript import render_content
 
@@ -120,7 +121,7 @@ def read_steps(messages: Sequence[Message]) -> list[Step]:
                 order.append(step)
         elif msg.role == "tool" and msg.tool_call_id in steps:
             step, cmd = steps[msg.tool_call_id]
-            text = render_content(msg.content)
+            text = strip_scaffolding(render_content(msg.content))
             judge(step, text)
             shell.observe_output(text)
     return order
