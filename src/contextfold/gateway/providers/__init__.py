@@ -39,10 +39,11 @@ def adapter_for(
 
 
 def _load_builtin() -> None:
-    from . import anthropic, openai_chat
+    from . import anthropic, openai_chat, responses
 
     register(anthropic.AnthropicAdapter)
     register(openai_chat.ChatCompletionsAdapter)
+    register(responses.ResponsesAdapter)
 
 
 __all__ = [
