@@ -69,6 +69,9 @@ __all__ = [
 
 #: the beta under which the Messages API accepts ``{"role": "system"}`` inside ``messages``
 MID_SYSTEM_BETA = "mid-conversation-system-2026-04-07"
+#: the betas under which ``{"role": "system"}`` may stand inside ``messages``: Claude Code 2.1.332
+#: sends its default model's mid-conversation system messages under ``per-turn-control``
+MID_SYSTEM_BETAS = (MID_SYSTEM_BETA, "per-turn-control-2026-07-01")
 #: request header: the simulated generation time of this answer, milliseconds
 LATENCY_HEADER = "x-fake-latency-ms"
 #: the part of the generation time before a streamed answer's first event
@@ -259,7 +262,8 @@ class FakeUpstream:
             )
             return forced
         problem = anthropic_problem(
-            body.get("messages") or [], MID_SYSTEM_BETA in headers.get("anthropic-beta", "")
+            body.get("messages") or [],
+            any(b in headers.get("anthropic-beta", "") for b in MID_SYSTEM_BETAS),
         )
         if problem is None and tokens > self.limit:
             problem = f"prompt is too long: {tokens} tokens > {self.limit} maximum"

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,10 +179,8 @@ def stack(
     *,
     limit: int,
     extra: tuple[str, ...] = (),
-    fake_setup: Callable[[FakeUpstream], FakeUpstream] | None = None,
 ) -> Iterator[Stack]:
-    """The fake upstream (``limit`` tokens; ``fake_setup`` adds routes before it starts) and
-    ``contextfold serve`` on the chosen store."""
+    """The fake upstream (``limit`` tokens) and ``contextfold serve`` on the chosen store."""
     schema: str | None = None
     pg_url = ""
     if store_kind == "postgresql":
@@ -191,8 +189,7 @@ def stack(
         store = f"{pg_url}?schema={schema}"
     else:
         store = str(tmp_path / "store")
-    fake = FakeUpstream(limit=limit)
-    fake = (fake_setup(fake) if fake_setup else fake).start()
+    fake = FakeUpstream(limit=limit).start()
     log = tmp_path / "gateway.log"
     proc: subprocess.Popen[bytes] | None = None
     try:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.agents.codex_script import CodexScript
-from tests.agents.fake_responses import serve_responses
 from tests.agents.harness import (
     STORES,
     agent_program,
@@ -45,7 +44,7 @@ def codex_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict
     assert plan.output_chars // 4 > times * LIMIT, "the plan must outgrow the limit"
     project = make_project(tmp_path / "project")
     started = time.monotonic()
-    with stack(tmp_path, store, limit=LIMIT, fake_setup=serve_responses) as st:
+    with stack(tmp_path, store, limit=LIMIT) as st:
         script = CodexScript(plan)
         st.fake.default = script
         env = base_env(tmp_path / "home")
