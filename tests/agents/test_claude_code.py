@@ -74,6 +74,7 @@ def test_claude_code_short_session(tmp_path: Path, store: str) -> None:
     print(claude_session(tmp_path, store, Plan(runs=16), None, times=1))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("store", STORES)
 def test_claude_code_sonnet_short_session(tmp_path: Path, store: str) -> None:
     print(claude_session(tmp_path, store, Plan(runs=16), "claude-sonnet-4-6", times=1))
