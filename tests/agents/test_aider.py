@@ -5,6 +5,7 @@ moving files block; then a question about the first failing run."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -75,20 +76,28 @@ def _store_bytes(folder: Path) -> int:
 @pytest.mark.parametrize("store", ["embedded"])
 def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     """aider rewrites its history every turn (summaries, the files block moving): the gateway
-    records that as the client's own rewrite, not as a fork, stores what is new only, and every
-    request still holds the files block and the output the user asked about in that turn."""
+    records that as the client's own rewrite, not as a fork, stores what is new only (less than
+    twice the bytes of the distinct messages, measured once the gateway has closed the store),
+    and every request still holds the files block and the output the user asked about in that
+    turn."""
     with stack(tmp_path, store, limit=LIMIT) as st:
         script = aider_session(tmp_path, st, Plan(runs=12), times=1)
         check_session(st, route="/v1/chat/completions")
         branches = sum(v for k, v in st.metrics().items() if "branches_total" in k)
-        stored = _store_bytes(Path(st.store))
+        # every message aider sent reached the upstream verbatim at least once (when it was new)
+        seen = {
+            json.dumps(m, sort_keys=True)
+            for r in st.fake.received
+            for m in (r.body or {}).get("messages", [])
+        }
+    stored = _store_bytes(Path(st.store))
+    distinct = sum(len(m.encode()) for m in seen)
     assert branches == 0, f"the gateway opened {branches} branches for one aider session"
     for text in script.main_requests:
         assert "def total(values):" in text, "a request lost aider's files block"
     for k, text in script.notes:
         assert marker(k) in text, f"the request about run {k} lacks run {k}'s output"
-    distinct = (tmp_path / "project" / ".aider.chat.history.md").stat().st_size
-    assert stored < 2 * distinct, f"the store holds {stored} bytes for {distinct} of history"
+    assert stored < 2 * distinct, f"the store holds {stored} bytes for {distinct} of messages"
 
 
 @pytest.mark.long
