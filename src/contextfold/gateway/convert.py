@@ -224,14 +224,22 @@ def _mid_system(raw: Mapping[str, Any]) -> list[Message]:
     """A mid-conversation system message (the ``mid-conversation-system`` beta): text or
     blocks (``tool_addition`` ...) and its other fields (``clear_at``, ``output_config``) kept."""
     content = raw.get("content")
+    # worded so that a client's fallback for servers without mid-conversation system
+    # messages (it looks for "not supported" and "role 'system'") still runs
     if isinstance(content, list):
         if not all(isinstance(b, Mapping) for b in content):
-            raise InvalidMessageError("content: every block must be an object")
+            raise InvalidMessageError(
+                "content: role 'system' message content is not supported: every block must "
+                "be an object"
+            )
         value: Content = tuple(dict(b) for b in content)
     elif isinstance(content, str) or content is None:
         value = content
     else:
-        raise InvalidMessageError("content: Input should be a valid string or list")
+        raise InvalidMessageError(
+            "content: role 'system' message content is not supported: it must be a string "
+            "or a list of blocks"
+        )
     extra = {k: v for k, v in raw.items() if k not in ("role", "content")}
     return [Message(role="system", content=value, extra=extra, metadata={MID_SYSTEM: True})]
 

@@ -193,6 +193,20 @@ class ResponsesAdapter(ProviderAdapter):
             return _Round(prior, previous.first_id, previous.next_seq)
         return _Round(prior, None, None)
 
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+        message = (
+            "Your input exceeds the context window of this model. Please adjust your input "
+            f"and try again. (contextfold: {detail})"
+        )
+        return {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": "context_length_exceeded",
+            }
+        }
+
 
 def _without_id(item: Any) -> Any:
     if isinstance(item, dict) and "id" in item:
