@@ -306,6 +306,13 @@ def _static_prefix(pattern: str) -> str:
     return pattern.split("{", 1)[0]
 
 
+def usage_tokens(answer: Mapping[str, Any] | None, key: str) -> int | None:
+    """``answer["usage"][key]`` when it is an int."""
+    usage = answer.get("usage") if answer is not None else None
+    value = usage.get(key) if isinstance(usage, Mapping) else None
+    return value if isinstance(value, int) else None
+
+
 def gateway_tools_for(turn: Turn, adapter: ProviderAdapter) -> list[JSONDict]:
     """The gateway's tool definitions the turn adds (in the adapter's shape)."""
     if not turn.gateway_tools:
@@ -323,4 +330,5 @@ __all__ = [
     "RouteSpec",
     "StreamRound",
     "gateway_tools_for",
+    "usage_tokens",
 ]
