@@ -94,6 +94,11 @@ class FakeUpstream:
         #: forced answers, used before any script: (status, body, delay seconds)
         self.failures: deque[tuple[int, Any, float]] = deque()
         self._lock = threading.Lock()
+        #: whether ``{"role": "system"}`` inside Anthropic ``messages`` needs the
+        #: mid-conversation-system beta header. Claude Code 2.1.3xx treats that beta as
+        #: generally available and no longer sends the header, so it is not needed by default;
+        #: True is the API as earlier Claude Code 2.1 releases met it (beta header required)
+        self.mid_system_needs_beta = False
         #: stored responses (``store`` not false): id -> the input items and the output
         self.stored: dict[str, list[Any]] = {}
         self.app = Starlette(
@@ -261,10 +266,9 @@ class FakeUpstream:
                 Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
             )
             return forced
-        problem = anthropic_problem(
-            body.get("messages") or [],
-            any(b in headers.get("anthropic-beta", "") for b in MID_SYSTEM_BETAS),
-        )
+        beta = headers.get("anthropic-beta", "")
+        mid_system = not self.mid_system_needs_beta or any(b in beta for b in MID_SYSTEM_BETAS)
+        problem = anthropic_problem(body.get("messages") or [], mid_system)
         if problem is None and tokens > self.limit:
             problem = f"prompt is too long: {tokens} tokens > {self.limit} maximum"
             self._record(Received(_path(request), headers, body, tokens, "overflow"))

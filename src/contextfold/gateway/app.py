@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -15,7 +16,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
+from ..errors import (
+    ContextFoldError,
+    ContextOverflowError,
+    InvalidMessageError,
+    StorageError,
+    UnsafeIdError,
+)
 from . import fastjson, providers
 from .config import GatewayConfig
 from .metrics import Metrics
@@ -26,6 +33,15 @@ from .upstream import forward_headers, response_headers
 Provider = ProviderAdapter
 #: distinct unknown paths counted by their own label in the metrics (then "(other)")
 _UNKNOWN_ROUTES_MAX = 64
+
+
+_VIEW_SIZE = re.compile(r"(\d+) tokens, over the (\d+)-token window")
+
+
+def _overflow_numbers(detail: str) -> tuple[int | None, int | None]:
+    """The view's tokens and the window from a ContextOverflowError's message."""
+    found = _VIEW_SIZE.search(detail)
+    return (int(found.group(1)), int(found.group(2))) if found else (None, None)
 
 
 def _error(provider: Provider, status: int, message: str, kind: str | None = None) -> Response:
@@ -124,6 +140,10 @@ class Gateway:
             return _error(provider, exc.status, exc.message, exc.kind)
         except (InvalidMessageError, UnsafeIdError) as exc:
             return _error(provider, 400, str(exc))
+        except ContextOverflowError as exc:  # worded so the client's own compaction runs
+            log_event("view_too_large", error=str(exc))
+            need, window = _overflow_numbers(str(exc))
+            return JSONResponse(provider.overflow_body(need, window, str(exc)), status_code=400)
         except StorageError as exc:
             log_event("storage_error", error=str(exc))
             return _error(provider, 503, f"the session store failed: {exc}", None)

@@ -224,14 +224,22 @@ def _mid_system(raw: Mapping[str, Any]) -> list[Message]:
     """A mid-conversation system message (the ``mid-conversation-system`` beta): text or
     blocks (``tool_addition`` ...) and its other fields (``clear_at``, ``output_config``) kept."""
     content = raw.get("content")
+    # worded so that a client's fallback for servers without mid-conversation system
+    # messages (it looks for "not supported" and "role 'system'") still runs
     if isinstance(content, list):
         if not all(isinstance(b, Mapping) for b in content):
-            raise InvalidMessageError("content: every block must be an object")
+            raise InvalidMessageError(
+                "content: role 'system' message content is not supported: every block must "
+                "be an object"
+            )
         value: Content = tuple(dict(b) for b in content)
     elif isinstance(content, str) or content is None:
         value = content
     else:
-        raise InvalidMessageError("content: Input should be a valid string or list")
+        raise InvalidMessageError(
+            "content: role 'system' message content is not supported: it must be a string "
+            "or a list of blocks"
+        )
     extra = {k: v for k, v in raw.items() if k not in ("role", "content")}
     return [Message(role="system", content=value, extra=extra, metadata={MID_SYSTEM: True})]
 
@@ -290,6 +298,25 @@ class ViewItem:
     index: int | None
 
 
+def owner_of(item: ViewItem, conv: Conversation) -> int:
+    """The client object a view message is the unchanged form of (-1: none, or the system
+    prompt the format keeps apart)."""
+    if item.index is not None and item.index < len(conv.owner):
+        return conv.owner[item.index]
+    return -1
+
+
+def unchanged_object(items: Sequence[ViewItem], i: int, conv: Conversation) -> int | None:
+    """``k`` when the view messages from ``i`` on start with all of client object ``k``'s
+    messages, unchanged and in order (it can then be sent as the client's own JSON)."""
+    k = owner_of(items[i], conv)
+    if k < 0:
+        return None
+    want = conv.parts[k]
+    got = [it.index for it in items[i : i + len(want)]]
+    return k if got == want else None
+
+
 def render_openai(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
     out: list[Any] = []
     for item in items:
@@ -317,19 +344,12 @@ def render_anthropic(items: Sequence[ViewItem], conv: Conversation) -> list[Any]
         if item.message.role in _SYSTEM_ROLES and not item.message.metadata.get(MID_SYSTEM):
             i += 1  # the system prompt goes apart (the client's own ``system``)
             continue
-        k = (
-            conv.owner[item.index]
-            if item.index is not None and item.index < len(conv.owner)
-            else -1
-        )
-        if k >= 0:
-            want = conv.parts[k]
-            got = [it.index for it in items[i : i + len(want)]]
-            if got == want:
-                flush()
-                pieces.append((conv.raw[k], True))
-                i += len(want)
-                continue
+        k = unchanged_object(items, i, conv)
+        if k is not None:
+            flush()
+            pieces.append((conv.raw[k], True))
+            i += len(conv.parts[k])
+            continue
         if item.message.metadata.get(MID_SYSTEM):
             flush()
             pieces.append((_system_message(item.message), False))
@@ -420,6 +440,7 @@ __all__ = [
     "Conversation",
     "ViewItem",
     "fingerprint",
+    "owner_of",
     "parse_anthropic",
     "parse_cached",
     "parse_openai",
@@ -428,4 +449,5 @@ __all__ = [
     "response_message_anthropic",
     "response_message_openai",
     "session_key_material",
+    "unchanged_object",
 ]

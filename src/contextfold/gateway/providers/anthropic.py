@@ -151,6 +151,11 @@ class AnthropicAdapter(ProviderAdapter):
     ) -> bytes:
         return encode(body or self.error_body(status, message, kind), "error")
 
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+        # exactly the Messages API's words: clients match them to run their own compaction
+        message = f"prompt is too long: {need or 0} tokens > {window or 0} maximum"
+        return error_body("anthropic", 400, message, "invalid_request_error")
+
 
 def _problem(exc: InvalidMessageError) -> str:
     """The gateway's own 400 for a bad message, worded as the Messages API words it

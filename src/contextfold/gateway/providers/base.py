@@ -47,7 +47,9 @@ Stream
 
 Errors
     :meth:`~ProviderAdapter.error_body` / :meth:`~ProviderAdapter.error_event`: the
-    gateway's own errors in the provider's shape, so a client's SDK raises its usual error.
+    gateway's own errors in the provider's shape, so a client's SDK raises its usual error;
+    :meth:`~ProviderAdapter.overflow_body`: a view that cannot fit, worded as the provider's
+    own context overflow so that the client's fallback (its own compaction) runs.
 
 Adding a provider is one module with one subclass and one ``register`` call in
 ``providers/__init__.py``.
@@ -295,9 +297,34 @@ class ProviderAdapter(ABC):
         """An error event ending a client's stream (``body``: the upstream's own error)."""
         return encode(body or self.error_body(status, message, kind))
 
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+        """The 400 body when even the smallest view does not fit the window (``need`` and
+        ``window`` in tokens when known): worded as the provider words its own overflow, so
+        a client's fallback (its own compaction) runs. OpenAI Chat Completions' by default."""
+        message = (
+            f"This model's maximum context length is {window or 0} tokens. However, your "
+            f"messages resulted in {need or 0} tokens. Please reduce the length of the "
+            f"messages. (contextfold: {detail})"
+        )
+        return {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+
 
 def _static_prefix(pattern: str) -> str:
     return pattern.split("{", 1)[0]
+
+
+def usage_tokens(answer: Mapping[str, Any] | None, key: str) -> int | None:
+    """``answer["usage"][key]`` when it is an int."""
+    usage = answer.get("usage") if answer is not None else None
+    value = usage.get(key) if isinstance(usage, Mapping) else None
+    return value if isinstance(value, int) else None
 
 
 def gateway_tools_for(turn: Turn, adapter: ProviderAdapter) -> list[JSONDict]:
@@ -317,4 +344,5 @@ __all__ = [
     "RouteSpec",
     "StreamRound",
     "gateway_tools_for",
+    "usage_tokens",
 ]

@@ -25,6 +25,7 @@ from .base import (
     RouteSpec,
     StreamRound,
     gateway_tools_for,
+    usage_tokens,
 )
 
 PATH = "/v1/chat/completions"
@@ -132,9 +133,7 @@ class ChatCompletionsAdapter(ProviderAdapter):
         return response_message_openai(_message(answer))
 
     def input_tokens(self, answer: JSONDict) -> int | None:
-        usage = answer.get("usage")
-        value = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        return value if isinstance(value, int) else None
+        return usage_tokens(answer, "prompt_tokens")
 
     def stream_round(
         self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
@@ -210,9 +209,7 @@ class _Round(StreamRound):
         return b"".join(out)
 
     def input_tokens(self) -> int | None:
-        usage = self.asm.usage
-        value = usage.get("prompt_tokens") if usage is not None else None
-        return value if isinstance(value, int) else None
+        return usage_tokens({"usage": self.asm.usage}, "prompt_tokens")
 
 
 def _rewrite(obj: Any, first_id: str | None, drop: dict[int, int] | None, fix_finish: bool) -> Any:

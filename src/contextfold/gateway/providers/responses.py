@@ -31,6 +31,7 @@ from .base import (
     RouteSpec,
     StreamRound,
     gateway_tools_for,
+    usage_tokens,
 )
 from .responses_wire import CALL_TYPES, output_message, parse_responses, render_responses
 
@@ -181,9 +182,7 @@ class ResponsesAdapter(ProviderAdapter):
         return output_message(_output(answer))
 
     def input_tokens(self, answer: JSONDict) -> int | None:
-        usage = answer.get("usage")
-        value = usage.get("input_tokens") if isinstance(usage, dict) else None
-        return value if isinstance(value, int) else None
+        return usage_tokens(answer, "input_tokens")
 
     def stream_round(
         self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
@@ -192,6 +191,20 @@ class ResponsesAdapter(ProviderAdapter):
         if isinstance(previous, _Round):
             return _Round(prior, previous.first_id, previous.next_seq)
         return _Round(prior, None, None)
+
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+        message = (
+            "Your input exceeds the context window of this model. Please adjust your input "
+            f"and try again. (contextfold: {detail})"
+        )
+        return {
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": "context_length_exceeded",
+            }
+        }
 
 
 def _without_id(item: Any) -> Any:
@@ -325,9 +338,7 @@ class _Round(StreamRound):
         return out
 
     def input_tokens(self) -> int | None:
-        usage = (self.final or {}).get("usage")
-        value = usage.get("input_tokens") if isinstance(usage, dict) else None
-        return value if isinstance(value, int) else None
+        return usage_tokens(self.final, "input_tokens")
 
 
 __all__ = ["PATH", "ResponsesAdapter"]

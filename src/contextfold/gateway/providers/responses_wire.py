@@ -23,7 +23,14 @@ from typing import Any
 
 from ...errors import InvalidMessageError
 from ...messages import Message, ToolCall, check_message
-from ..convert import Conversation, ViewItem, fingerprint, parse_cached
+from ..convert import (
+    Conversation,
+    ViewItem,
+    fingerprint,
+    owner_of,
+    parse_cached,
+    unchanged_object,
+)
 
 #: item types that answer a call, and the call type each answers
 OUTPUT_TYPES = {
@@ -346,19 +353,12 @@ def render_responses(items: Sequence[ViewItem], conv: Conversation) -> list[Any]
     i = 0
     while i < len(items):
         item = items[i]
-        k = (
-            conv.owner[item.index]
-            if item.index is not None and item.index < len(conv.owner)
-            else -1
-        )
-        if k >= 0:
-            want = conv.parts[k]
-            got = [it.index for it in items[i : i + len(want)]]
-            if got == want:
-                out.extend(conv.raw[k])
-                i += len(want)
-                continue
-        elif item.index is not None and item.message.role == "system":
+        k = unchanged_object(items, i, conv)
+        if k is not None:
+            out.extend(conv.raw[k])
+            i += len(conv.parts[k])
+            continue
+        if item.index is not None and owner_of(item, conv) < 0:
             i += 1  # the instructions, sent apart
             continue
         out.extend(to_items(item.message, call_types))
