@@ -429,3 +429,20 @@ def test_a_side_call_over_the_window_teaches_the_limit_once(tmp_path: Path) -> N
     assert [r.error for r in fake.received] == ["overflow", None, None]
     assert all(r.tokens <= 6_000 for r in fake.received[1:])
     assert not session_ids(tmp_path / "ws")  # side calls are never stored
+
+
+def test_a_blocked_prompt_is_passed_back_as_gemini_sent_it(tmp_path: Path) -> None:
+    blocked = {
+        "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+        "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7},
+        "modelVersion": MODEL,
+    }
+    url = f"/v1beta/models/{MODEL}:generateContent"
+    with running(tmp_path) as (fake, gw):
+        fake.failures.append((200, blocked, 0.0))
+        resp = httpx.post(
+            gw.url + url,
+            json={"contents": [{"role": "user", "parts": [{"text": "something"}]}]},
+            headers={"x-goog-api-key": KEY},
+        )
+    assert resp.status_code == 200 and resp.json() == blocked

@@ -170,15 +170,20 @@ class GeminiAdapter(ProviderAdapter):
 
     # ------------------------------------------------------------------ answers
     def read_answer(self, data: Any) -> JSONDict:
-        try:
-            content = data["candidates"][0]["content"]
-        except (KeyError, IndexError, TypeError):
-            content = None
-        if not isinstance(data, dict) or not isinstance(content, dict):
+        """The answer with candidate 0's content always present: a blocked prompt (no
+        candidates, ``promptFeedback.blockReason``) or a candidate stopped for safety has none,
+        and reads as an empty model turn (the client gets the upstream's bytes as they are)."""
+        cands = data.get("candidates") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(cands, list | None):
             raise RequestError(502, "the upstream answered with an unreadable response")
+        first = cands[0] if cands else {}
+        if not isinstance(first, dict):
+            raise RequestError(502, "the upstream answered with an unreadable candidate")
+        content = first.get("content")
+        content = dict(content) if isinstance(content, dict) else {"role": "model"}
         if not isinstance(content.get("parts"), list):
             content["parts"] = []
-        return data
+        return {**data, "candidates": [{**first, "content": content}, *(cands or [])[1:]]}
 
     def calls(self, answer: JSONDict) -> list[JSONDict]:
         return [p for p in _content(answer)["parts"] if _is_call(p)]
