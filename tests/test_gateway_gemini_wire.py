@@ -357,3 +357,18 @@ def test_a_side_call_loses_its_unpaired_calls_and_responses() -> None:
         body["contents"][5],
     ]
     assert pair_side_call(fixed) == (fixed, 0)
+
+
+def test_a_resent_history_parses_as_a_fresh_one() -> None:
+    from contextfold.gateway import convert
+
+    full = _conversation(True)
+    parse_gemini(full[:2], None)  # the previous request ended with the model's call
+    reused = parse_gemini(json.loads(json.dumps(full)), None)
+    with convert._PARSED_LOCK:
+        convert._PREFIX.clear()
+    fresh = parse_gemini(full, None)
+    assert reused.fingerprints == fresh.fingerprints
+    assert [m.tool_call_id for m in reused.neutral] == [m.tool_call_id for m in fresh.neutral]
+    with pytest.raises(InvalidMessageError, match="number of function response parts"):
+        parse_gemini([*full[:2], {"role": "user", "parts": [{"text": "no answer"}]}], None)
