@@ -446,3 +446,14 @@ def test_a_blocked_prompt_is_passed_back_as_gemini_sent_it(tmp_path: Path) -> No
             headers={"x-goog-api-key": KEY},
         )
     assert resp.status_code == 200 and resp.json() == blocked
+
+
+def test_two_api_keys_are_two_sessions(tmp_path: Path) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "the same start"}]}]}
+    url = f"/v1beta/models/{MODEL}:generateContent"
+    with running(tmp_path) as (fake, gw):
+        one = httpx.post(gw.url + url, json=body, headers={"x-goog-api-key": "key-one"})
+        two = httpx.post(gw.url + url, json=body, headers={"x-goog-api-key": "key-two"})
+    assert one.status_code == two.status_code == 200
+    assert one.headers["x-contextfold-session"] != two.headers["x-contextfold-session"]
+    assert [r.headers["x-goog-api-key"] for r in fake.received] == ["key-one", "key-two"]
