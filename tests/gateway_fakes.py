@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests import gateway_fake_gemini as fake_gemini
+from tests import gateway_fake_responses as responses_wire
 from tests.gateway_fake_gemini import gemini_tokens
 from tests.gateway_fake_wire import (
     Call,
@@ -66,6 +67,8 @@ __all__ = [
     "trace_replies",
 ]
 
+#: the beta under which the Messages API accepts ``{"role": "system"}`` inside ``messages``
+MID_SYSTEM_BETA = "mid-conversation-system-2026-04-07"
 #: request header: the simulated generation time of this answer, milliseconds
 LATENCY_HEADER = "x-fake-latency-ms"
 #: the part of the generation time before a streamed answer's first event
@@ -88,11 +91,14 @@ class FakeUpstream:
         #: forced answers, used before any script: (status, body, delay seconds)
         self.failures: deque[tuple[int, Any, float]] = deque()
         self._lock = threading.Lock()
+        #: stored responses (``store`` not false): id -> the input items and the output
+        self.stored: dict[str, list[Any]] = {}
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1beta/models/{target:path}", self._gemini, methods=["POST"]),
                 Route("/v1/models/{target:path}", self._gemini, methods=["POST"]),
@@ -252,7 +258,9 @@ class FakeUpstream:
                 Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
             )
             return forced
-        problem = anthropic_problem(body.get("messages") or [])
+        problem = anthropic_problem(
+            body.get("messages") or [], MID_SYSTEM_BETA in headers.get("anthropic-beta", "")
+        )
         if problem is None and tokens > self.limit:
             problem = f"prompt is too long: {tokens} tokens > {self.limit} maximum"
             self._record(Received(_path(request), headers, body, tokens, "overflow"))
@@ -308,6 +316,53 @@ class FakeUpstream:
             frames = fake_gemini.sse(fake_gemini.gemini_chunks(reply, model, tokens))
             return await self._stream(request, frames, reply.event_delay)
         return await self._whole(request, fake_gemini.gemini_response(reply, model, tokens))
+
+    async def _responses(self, request: Request) -> Response:
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        items = responses_wire.items_of(body)
+        previous = body.get("previous_response_id")
+        if isinstance(previous, str):
+            with self._lock:
+                earlier = self.stored.get(previous)
+            if earlier is None:
+                self._record(Received(_path(request), headers, body, 0, "unknown previous"))
+                err = responses_wire.error(
+                    f"Previous response with id '{previous}' not found.",
+                    "previous_response_id",
+                    "previous_response_not_found",
+                )
+                return JSONResponse(err, status_code=400)
+            items = [*earlier, *items]
+        tokens = responses_wire.count_tokens(body, items)
+        forced = await self._failure()
+        if forced is not None:
+            self._record(
+                Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
+            )
+            return forced
+        err = responses_wire.problem(items)
+        if err is None and tokens > self.limit:
+            self._record(Received(_path(request), headers, body, tokens, "overflow"))
+            overflow = responses_wire.error(
+                responses_wire.OVERFLOW_MESSAGE, "input", "context_length_exceeded"
+            )
+            return JSONResponse(overflow, status_code=400)
+        if err is not None:
+            self._record(Received(_path(request), headers, body, tokens, err["error"]["message"]))
+            return JSONResponse(err, status_code=400)
+        self._record(Received(_path(request), headers, body, tokens, None))
+        reply = self._script(request)(Call("responses", body, headers))
+        include = body.get("include") or []
+        output = responses_wire.output_items(reply, include if isinstance(include, list) else [])
+        response = responses_wire.response_object(body, output, tokens)
+        if body.get("store", True) is not False:
+            with self._lock:
+                self.stored[response["id"]] = [*items, *output]
+        if body.get("stream"):
+            frames = responses_wire.frames(responses_wire.stream_events(response))
+            return await self._stream(request, frames, reply.event_delay)
+        return await self._whole(request, response)
 
 
 # ----------------------------------------------------------------------------- trace replay

@@ -39,12 +39,13 @@ def adapter_for(
 
 
 def _load_builtin() -> None:
-    from . import anthropic, gemini, openai_chat
+    from . import anthropic, gemini, openai_chat, responses
 
     # Gemini first: its /v1/models/{model}:generateContent paths share a prefix with OpenAI's
     register(gemini.GeminiAdapter)
     register(anthropic.AnthropicAdapter)
     register(openai_chat.ChatCompletionsAdapter)
+    register(responses.ResponsesAdapter)
 
 
 __all__ = [
