@@ -459,3 +459,23 @@ def test_two_api_keys_are_two_sessions(tmp_path: Path) -> None:
     first, second = (r.headers["x-contextfold-session"].split(".")[0] for r in (one, two))
     assert first != second
     assert [r.headers["x-goog-api-key"] for r in fake.received] == ["key-one", "key-two"]
+
+
+def test_an_upstream_gone_silent_mid_stream_ends_it_with_a_google_error(tmp_path: Path) -> None:
+    url = f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    body = {"contents": [{"role": "user", "parts": [{"text": "slowly"}]}]}
+    with running(tmp_path, upstream_timeout=0.5) as (fake, gw):
+        fake.default = lambda call: Reply(text="x" * 64, event_delay=2.0)
+        with httpx.stream(
+            "POST", gw.url + url, json=body, headers={"x-goog-api-key": KEY}, timeout=30
+        ) as resp:
+            raw = resp.read().decode()
+    assert resp.status_code == 200  # the stream had begun
+    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+    assert events[-1] == {
+        "error": {
+            "code": 504,
+            "message": "the upstream did not answer in time",
+            "status": "DEADLINE_EXCEEDED",
+        }
+    }
