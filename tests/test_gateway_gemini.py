@@ -479,3 +479,37 @@ def test_an_upstream_gone_silent_mid_stream_ends_it_with_a_google_error(tmp_path
             "status": "DEADLINE_EXCEEDED",
         }
     }
+
+
+def test_the_scripted_upstream_checks_gemini_3_signatures(tmp_path: Path) -> None:
+    def body(part: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "contents": [
+                {"role": "user", "parts": [{"text": "go"}]},
+                {"role": "model", "parts": [part]},
+                {"role": "user", "parts": [_resp_part()]},
+            ]
+        }
+
+    call = {"functionCall": {"name": "bash", "args": {}}}
+    headers = {"x-goog-api-key": KEY}
+    with running(tmp_path) as (fake, _gw):
+        bare = httpx.post(
+            fake.url + f"/v1beta/models/{MODEL}:generateContent", json=body(call), headers=headers
+        )
+        older = httpx.post(
+            fake.url + "/v1beta/models/gemini-2.5-pro:generateContent",
+            json=body(call),
+            headers=headers,
+        )
+        skipped = httpx.post(
+            fake.url + f"/v1beta/models/{MODEL}:generateContent",
+            json=body({**call, "thoughtSignature": "skip_thought_signature_validator"}),
+            headers=headers,
+        )
+    assert bare.status_code == 400 and "thought_signature" in bare.json()["error"]["message"]
+    assert older.status_code == 200 and skipped.status_code == 200
+
+
+def _resp_part() -> dict[str, Any]:
+    return {"functionResponse": {"name": "bash", "response": {"output": "ok"}}}

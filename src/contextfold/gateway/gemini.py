@@ -39,7 +39,6 @@ PAIRING_MESSAGE = (
     "function call parts of the function call turn."
 )
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
-_ROLES = ("user", "model")
 
 
 def field(obj: Mapping[str, Any], camel: str) -> Any:
