@@ -15,7 +15,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from tests.gateway_fake_gemini import PAIRING
+from tests.gateway_fake_gemini import PAIRING, gemini_tokens
 from tests.gateway_fakes import Call, FakeUpstream, Reply, trace_replies
 from tests.gateway_helpers import long_trace, running
 from tests.store_helpers import session_ids
@@ -513,3 +513,28 @@ def test_the_scripted_upstream_checks_gemini_3_signatures(tmp_path: Path) -> Non
 
 def _resp_part() -> dict[str, Any]:
     return {"functionResponse": {"name": "bash", "response": {"output": "ok"}}}
+
+
+def test_a_side_call_of_another_model_fits_the_limit_the_conversation_taught(
+    tmp_path: Path,
+) -> None:
+    trace = long_trace(100)
+    with running(tmp_path, limit=6_000, context_window=60_000) as (fake, gw):
+        _, contents = replay(fake, _client(gw.url), trace, stream=True, script="t", turns=30)
+        assert [r.error for r in fake.received].count("overflow") == 1  # the main model's
+        # Gemini CLI's loop check: another model, recent turns, JSON mode
+        side = {
+            "contents": [*contents, {"role": "user", "parts": [{"text": "Looping?"}]}],
+            "generationConfig": {"responseMimeType": "application/json"},
+        }
+        assert gemini_tokens(side) > 6_000  # as it is, it would not fit
+        fake.default = lambda call: Reply(text='{"unproductive_state_confidence": 0.0}')
+        before = len(fake.received)
+        resp = httpx.post(
+            gw.url + "/v1beta/models/gemini-2.5-flash:generateContent",
+            json=side,
+            headers={"x-goog-api-key": KEY},
+        )
+    assert resp.status_code == 200, resp.text
+    assert [r.error for r in fake.received[before:]] == [None]  # no second overflow to learn
+    assert fake.received[-1].tokens <= 6_000

@@ -312,6 +312,16 @@ async def _relay(
     return resp, raw
 
 
+def side_window(pipe: Pipeline, model: str) -> int:
+    """The window a side request is fitted into: its model's, but no more than the smallest
+    limit the gateway has learned (a side question about a conversation needs no more room
+    than the conversation it asks about, whose model may be another one: Gemini CLI's loop
+    check and router use other models than the conversation's)."""
+    window = pipe.registry.window_for(model)
+    learned = [w for w in pipe.registry.learned.values() if w]
+    return min([window, *learned])
+
+
 async def side_call(
     pipe: Pipeline,
     path: str,
@@ -337,7 +347,7 @@ async def side_call(
         if repeats:
             body = {**body, "contents": contents}
     body, unpaired = pair_side_call(body)
-    sent, cut = fit_side_call(body, pipe.registry.window_for(model))
+    sent, cut = fit_side_call(body, side_window(pipe, model))
     resp, raw = await _relay(pipe, url, sent, forwarded)
     if resp.status_code >= 400:
         err = UpstreamError(resp.status_code, raw, resp.headers)
@@ -360,4 +370,4 @@ async def side_call(
     return Response(raw, resp.status_code, headers=response_headers(resp.headers))
 
 
-__all__ = ["GENERATE", "GeminiAdapter", "side_call"]
+__all__ = ["GENERATE", "GeminiAdapter", "side_call", "side_window"]
