@@ -114,22 +114,30 @@ def gemini_problem(body: dict[str, Any], model: str) -> str | None:
             calls_before = [p for p in (prev or {}).get("parts", []) if _fc(p)]
             if answers and len(answers) != len(calls_before):
                 return PAIRING
-    if model.startswith("gemini-3"):
-        for turn in turns[_active_loop_start(turns) :]:
-            calls = [p for p in turn["parts"] if _fc(p)]
-            if turn["role"] == "model" and calls:
-                first = calls[0]
-                fc = first["functionCall"]
-                sig = first.get("thoughtSignature")
-                if sig not in (SKIP_SIGNATURE, signature(fc.get("name"), fc.get("args") or {})):
-                    return (
-                        "Function call is missing a thought_signature in functionCall parts. "
-                        "This is required for tools to work correctly, and missing "
-                        "thought_signature may lead to degraded model performance. Additional "
-                        f"data, function call `default_api:{fc.get('name')}` , position 1. "
-                        "Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
-                        "for more details."
-                    )
+    return _signature_problem(turns) if model.startswith("gemini-3") else None
+
+
+def _signature_problem(turns: list[dict[str, Any]]) -> str | None:
+    """Gemini 3: the first call of every model turn of the active loop carries the signature
+    the model gave it."""
+    for turn in turns[_active_loop_start(turns) :]:
+        calls = [p for p in turn["parts"] if _fc(p)]
+        if turn["role"] != "model" or not calls:
+            continue
+        first = calls[0]
+        fc = first["functionCall"]
+        if first.get("thoughtSignature") not in (
+            SKIP_SIGNATURE,
+            signature(fc.get("name"), fc.get("args") or {}),
+        ):
+            return (
+                "Function call is missing a thought_signature in functionCall parts. "
+                "This is required for tools to work correctly, and missing "
+                "thought_signature may lead to degraded model performance. Additional "
+                f"data, function call `default_api:{fc.get('name')}` , position 1. "
+                "Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
+                "for more details."
+            )
     return None
 
 

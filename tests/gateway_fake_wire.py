@@ -48,6 +48,8 @@ class Call:
     @property
     def messages(self) -> list[Any]:
         """The request's messages (Gemini: its ``contents``; Responses: its ``input``)."""
+        if self.provider == "gemini":
+            return list(self.body.get("contents") or [])
         if self.provider == "responses":
             value = self.body.get("input")
             return (
@@ -55,8 +57,7 @@ class Call:
                 if isinstance(value, str)
                 else list(value or [])
             )
-        key = "contents" if self.provider == "gemini" else "messages"
-        return list(self.body.get(key) or [])
+        return list(self.body.get("messages") or [])
 
     def last_tool_results(self) -> list[tuple[str, str]]:
         """(tool call id, text) of the tool results at the end of the request."""

@@ -15,7 +15,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from tests.gateway_fake_gemini import PAIRING
+from tests.gateway_fake_gemini import PAIRING, gemini_tokens
 from tests.gateway_fakes import Call, FakeUpstream, Reply, trace_replies
 from tests.gateway_helpers import long_trace, running
 from tests.store_helpers import session_ids
@@ -429,3 +429,112 @@ def test_a_side_call_over_the_window_teaches_the_limit_once(tmp_path: Path) -> N
     assert [r.error for r in fake.received] == ["overflow", None, None]
     assert all(r.tokens <= 6_000 for r in fake.received[1:])
     assert not session_ids(tmp_path / "ws")  # side calls are never stored
+
+
+def test_a_blocked_prompt_is_passed_back_as_gemini_sent_it(tmp_path: Path) -> None:
+    blocked = {
+        "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+        "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7},
+        "modelVersion": MODEL,
+    }
+    url = f"/v1beta/models/{MODEL}:generateContent"
+    with running(tmp_path) as (fake, gw):
+        fake.failures.append((200, blocked, 0.0))
+        resp = httpx.post(
+            gw.url + url,
+            json={"contents": [{"role": "user", "parts": [{"text": "something"}]}]},
+            headers={"x-goog-api-key": KEY},
+        )
+    assert resp.status_code == 200 and resp.json() == blocked
+
+
+def test_two_api_keys_are_two_sessions(tmp_path: Path) -> None:
+    body = {"contents": [{"role": "user", "parts": [{"text": "the same start"}]}]}
+    url = f"/v1beta/models/{MODEL}:generateContent"
+    with running(tmp_path) as (fake, gw):
+        one = httpx.post(gw.url + url, json=body, headers={"x-goog-api-key": "key-one"})
+        two = httpx.post(gw.url + url, json=body, headers={"x-goog-api-key": "key-two"})
+    assert one.status_code == two.status_code == 200
+    # not one conversation and its branch: two conversations
+    first, second = (r.headers["x-contextfold-session"].split(".")[0] for r in (one, two))
+    assert first != second
+    assert [r.headers["x-goog-api-key"] for r in fake.received] == ["key-one", "key-two"]
+
+
+def test_an_upstream_gone_silent_mid_stream_ends_it_with_a_google_error(tmp_path: Path) -> None:
+    url = f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    body = {"contents": [{"role": "user", "parts": [{"text": "slowly"}]}]}
+    with running(tmp_path, upstream_timeout=0.5) as (fake, gw):
+        fake.default = lambda call: Reply(text="x" * 64, event_delay=2.0)
+        with httpx.stream(
+            "POST", gw.url + url, json=body, headers={"x-goog-api-key": KEY}, timeout=30
+        ) as resp:
+            raw = resp.read().decode()
+    assert resp.status_code == 200  # the stream had begun
+    events = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+    assert events[-1] == {
+        "error": {
+            "code": 504,
+            "message": "the upstream did not answer in time",
+            "status": "DEADLINE_EXCEEDED",
+        }
+    }
+
+
+def test_the_scripted_upstream_checks_gemini_3_signatures(tmp_path: Path) -> None:
+    def body(part: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "contents": [
+                {"role": "user", "parts": [{"text": "go"}]},
+                {"role": "model", "parts": [part]},
+                {"role": "user", "parts": [_resp_part()]},
+            ]
+        }
+
+    call = {"functionCall": {"name": "bash", "args": {}}}
+    headers = {"x-goog-api-key": KEY}
+    with running(tmp_path) as (fake, _gw):
+        bare = httpx.post(
+            fake.url + f"/v1beta/models/{MODEL}:generateContent", json=body(call), headers=headers
+        )
+        older = httpx.post(
+            fake.url + "/v1beta/models/gemini-2.5-pro:generateContent",
+            json=body(call),
+            headers=headers,
+        )
+        skipped = httpx.post(
+            fake.url + f"/v1beta/models/{MODEL}:generateContent",
+            json=body({**call, "thoughtSignature": "skip_thought_signature_validator"}),
+            headers=headers,
+        )
+    assert bare.status_code == 400 and "thought_signature" in bare.json()["error"]["message"]
+    assert older.status_code == 200 and skipped.status_code == 200
+
+
+def _resp_part() -> dict[str, Any]:
+    return {"functionResponse": {"name": "bash", "response": {"output": "ok"}}}
+
+
+def test_a_side_call_of_another_model_fits_the_limit_the_conversation_taught(
+    tmp_path: Path,
+) -> None:
+    trace = long_trace(100)
+    with running(tmp_path, limit=6_000, context_window=60_000) as (fake, gw):
+        _, contents = replay(fake, _client(gw.url), trace, stream=True, script="t", turns=30)
+        assert [r.error for r in fake.received].count("overflow") == 1  # the main model's
+        # Gemini CLI's loop check: another model, recent turns, JSON mode
+        side = {
+            "contents": [*contents, {"role": "user", "parts": [{"text": "Looping?"}]}],
+            "generationConfig": {"responseMimeType": "application/json"},
+        }
+        assert gemini_tokens(side) > 6_000  # as it is, it would not fit
+        fake.default = lambda call: Reply(text='{"unproductive_state_confidence": 0.0}')
+        before = len(fake.received)
+        resp = httpx.post(
+            gw.url + "/v1beta/models/gemini-2.5-flash:generateContent",
+            json=side,
+            headers={"x-goog-api-key": KEY},
+        )
+    assert resp.status_code == 200, resp.text
+    assert [r.error for r in fake.received[before:]] == [None]  # no second overflow to learn
+    assert fake.received[-1].tokens <= 6_000

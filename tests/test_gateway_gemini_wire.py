@@ -357,3 +357,22 @@ def test_a_side_call_loses_its_unpaired_calls_and_responses() -> None:
         body["contents"][5],
     ]
     assert pair_side_call(fixed) == (fixed, 0)
+
+
+def test_a_resent_history_parses_as_a_fresh_one() -> None:
+    from contextfold.gateway import convert
+
+    full = _conversation(True)
+    parse_gemini(full, None)
+    # the client rewrote the first tool result: the common part ends with the model's call
+    edited = json.loads(json.dumps(full))
+    edited[2]["parts"][0]["functionResponse"]["response"]["output"] = "(masked)"
+    reused = parse_gemini(edited, None)
+    with convert._PARSED_LOCK:
+        convert._PREFIX.clear()
+    fresh = parse_gemini(edited, None)
+    assert reused.neutral[2].text == "(masked)"
+    assert reused.fingerprints == fresh.fingerprints
+    assert [m.tool_call_id for m in reused.neutral] == [m.tool_call_id for m in fresh.neutral]
+    with pytest.raises(InvalidMessageError, match="number of function response parts"):
+        parse_gemini([*full[:2], {"role": "user", "parts": [{"text": "no answer"}]}], None)

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import InvalidMessageError
 from ..messages import Content, Message, ToolCall
-from .convert import Conversation, Provider, ViewItem, fingerprint
+from .convert import Conversation, Provider, ViewItem, _prefix_key, _remember, _reuse, fingerprint
 
 PROVIDER: Provider = "gemini"
 #: Gemini's own 400 for function calls and responses that do not pair up
@@ -39,7 +39,6 @@ PAIRING_MESSAGE = (
     "function call parts of the function call turn."
 )
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
-_ROLES = ("user", "model")
 
 
 def field(obj: Mapping[str, Any], camel: str) -> Any:
@@ -224,6 +223,27 @@ def _user_messages(
 # ----------------------------------------------------------------------------- repair
 
 
+def _count(content: Any, kind: str) -> int:
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    if not isinstance(parts, list):
+        return 0
+    return sum(1 for p in parts if isinstance(p, Mapping) and field(p, kind) is not None)
+
+
+def _may_repeat(contents: list[Any]) -> bool:
+    """Whether some model turn is followed by more responses than it has calls (cheap: no
+    response is serialized)."""
+    calls = answers = 0
+    for content in contents:
+        if isinstance(content, Mapping) and content.get("role") == "model":
+            if answers > calls:
+                return True
+            calls, answers = _count(content, "functionCall"), 0
+        else:
+            answers += _count(content, "functionResponse")
+    return answers > calls
+
+
 def drop_repeated_responses(contents: list[Any]) -> tuple[list[Any], int]:
     """The contents without ``functionResponse`` parts that repeat, exactly, a response given
     earlier to the same model turn; and how many were dropped.
@@ -235,6 +255,8 @@ def drop_repeated_responses(contents: list[Any]) -> tuple[list[Any], int]:
     *different* answer to the same call is not repaired: it is passed on, and the request gets
     Gemini's own 400.
     """
+    if not _may_repeat(contents):
+        return contents, 0
     out: list[Any] = []
     seen: set[str] = set()
     dropped = 0
@@ -274,48 +296,70 @@ def system_text(system: Any) -> Content:
     return _content([_block(p) for p in parts])
 
 
+def _parse_content(
+    content: Any, k: int, ids: CallIds, open_calls: _Open
+) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+    """One content's neutral messages and their fingerprints (``ids`` and ``open_calls``
+    carry the conversation's state on)."""
+    where = f"contents[{k}]"
+    content_parts = _parts(content, where)
+    role = content.get("role") or "user"
+    if role == "model":
+        if open_calls.calls:
+            raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
+        msgs = [_model_message(content_parts, ids, where)]
+        open_calls.calls = list(msgs[0].tool_calls)
+    elif role == "user":
+        msgs = _user_messages(content_parts, open_calls, where)
+        if open_calls.calls:  # fewer responses than the model turn before has calls
+            raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
+    else:
+        raise InvalidMessageError(f"{where}.role must be 'user' or 'model', not {role!r}")
+    if not msgs:
+        raise InvalidMessageError(f"{where} has no parts")
+    return tuple(msgs), tuple(fingerprint(m) for m in msgs)
+
+
 def parse_gemini(contents: Any, system: Any) -> Conversation:
-    """The request's conversation (repaired by :func:`drop_repeated_responses` first; the
-    Conversation's ``raw`` is the repaired contents). Raises InvalidMessageError."""
+    """The request's conversation (repair it with :func:`drop_repeated_responses` first).
+    Raises InvalidMessageError.
+
+    A client resends its history unchanged: the contents the previous request of this
+    conversation start had in common with this one are not parsed again."""
     if not isinstance(contents, list) or not contents:
         raise InvalidMessageError("contents must be a non-empty list")
     neutral: list[Message] = []
     owner: list[int] = []
     parts: list[list[int]] = []
+    fps: list[str] = []
     if system is not None:
         neutral.append(Message(role="system", content=system_text(system)))
         owner.append(-1)
-    ids = CallIds()
+        fps.append(fingerprint(neutral[0]))
+    key = _prefix_key(PROVIDER, [system, contents[:1]])
+    known = _reuse(key, contents)
+    ids = CallIds.after(m for msgs, _ in known for m in msgs)
     open_calls = _Open()
-    for k, content in enumerate(contents):
-        where = f"contents[{k}]"
-        content_parts = _parts(content, where)
-        role = content.get("role") or "user"
-        if role == "model":
-            if open_calls.calls:
-                raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
-            msgs = [_model_message(content_parts, ids, where)]
-            open_calls.calls = list(msgs[0].tool_calls)
-        elif role == "user":
-            msgs = _user_messages(content_parts, open_calls, where)
-            if open_calls.calls:  # fewer responses than the model turn before has calls
-                raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
-        else:
-            raise InvalidMessageError(f"{where}.role must be 'user' or 'model', not {role!r}")
-        if not msgs:
-            raise InvalidMessageError(f"{where} has no parts")
-        parts.append(list(range(len(neutral), len(neutral) + len(msgs))))
-        neutral.extend(msgs)
-        owner.extend([k] * len(msgs))
+    if known and known[-1][0][-1].role == "assistant":
+        open_calls.calls = list(known[-1][0][-1].tool_calls)
+    done = list(known)
+    for k in range(len(known), len(contents)):
+        done.append(_parse_content(contents[k], k, ids, open_calls))
     if open_calls.calls:
         raise InvalidMessageError(f"contents[{len(contents) - 1}]: {PAIRING_MESSAGE}")
+    _remember(key, list(contents), done)
+    for k, (msgs, cfps) in enumerate(done):
+        parts.append(list(range(len(neutral), len(neutral) + len(msgs))))
+        neutral.extend(msgs)
+        fps.extend(cfps)
+        owner.extend([k] * len(msgs))
     return Conversation(
         provider=PROVIDER,
         raw=list(contents),
         neutral=neutral,
         owner=owner,
         parts=parts,
-        fingerprints=[fingerprint(m) for m in neutral],
+        fingerprints=fps,
     )
 
 

@@ -55,7 +55,12 @@ RESYNCS = 4
 
 def client_identity(headers: Mapping[str, str]) -> str:
     """A hash of the client's credential (never the credential itself)."""
-    secret = headers.get("authorization") or headers.get("x-api-key") or ""
+    secret = (
+        headers.get("authorization")
+        or headers.get("x-api-key")
+        or headers.get("x-goog-api-key")  # Gemini
+        or ""
+    )
     return hashlib.sha256(("contextfold-gateway|" + secret).encode()).hexdigest()[:16]
 
 

@@ -170,15 +170,20 @@ class GeminiAdapter(ProviderAdapter):
 
     # ------------------------------------------------------------------ answers
     def read_answer(self, data: Any) -> JSONDict:
-        try:
-            content = data["candidates"][0]["content"]
-        except (KeyError, IndexError, TypeError):
-            content = None
-        if not isinstance(data, dict) or not isinstance(content, dict):
+        """The answer with candidate 0's content always present: a blocked prompt (no
+        candidates, ``promptFeedback.blockReason``) or a candidate stopped for safety has none,
+        and reads as an empty model turn (the client gets the upstream's bytes as they are)."""
+        cands = data.get("candidates") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(cands, list | None):
             raise RequestError(502, "the upstream answered with an unreadable response")
+        first = cands[0] if cands else {}
+        if not isinstance(first, dict):
+            raise RequestError(502, "the upstream answered with an unreadable candidate")
+        content = first.get("content")
+        content = dict(content) if isinstance(content, dict) else {"role": "model"}
         if not isinstance(content.get("parts"), list):
             content["parts"] = []
-        return data
+        return {**data, "candidates": [{**first, "content": content}, *(cands or [])[1:]]}
 
     def calls(self, answer: JSONDict) -> list[JSONDict]:
         return [p for p in _content(answer)["parts"] if _is_call(p)]
@@ -307,6 +312,16 @@ async def _relay(
     return resp, raw
 
 
+def side_window(pipe: Pipeline, model: str) -> int:
+    """The window a side request is fitted into: its model's, but no more than the smallest
+    limit the gateway has learned (a side question about a conversation needs no more room
+    than the conversation it asks about, whose model may be another one: Gemini CLI's loop
+    check and router use other models than the conversation's)."""
+    window = pipe.registry.window_for(model)
+    learned = [w for w in pipe.registry.learned.values() if w]
+    return min([window, *learned])
+
+
 async def side_call(
     pipe: Pipeline,
     path: str,
@@ -332,7 +347,7 @@ async def side_call(
         if repeats:
             body = {**body, "contents": contents}
     body, unpaired = pair_side_call(body)
-    sent, cut = fit_side_call(body, pipe.registry.window_for(model))
+    sent, cut = fit_side_call(body, side_window(pipe, model))
     resp, raw = await _relay(pipe, url, sent, forwarded)
     if resp.status_code >= 400:
         err = UpstreamError(resp.status_code, raw, resp.headers)
@@ -355,4 +370,4 @@ async def side_call(
     return Response(raw, resp.status_code, headers=response_headers(resp.headers))
 
 
-__all__ = ["GENERATE", "GeminiAdapter", "side_call"]
+__all__ = ["GENERATE", "GeminiAdapter", "side_call", "side_window"]
