@@ -395,3 +395,28 @@ def test_a_restarted_gateway_resumes_a_long_session_without_reading_its_old_hist
     stored = _sessions(tmp_path)
     assert list(stored) == [before[0]], "no branch: the heads matched the client's history"
     assert [m.text for m in stored[before[0]]] == [str(m.get("content")) for m in messages]
+
+
+def test_a_regenerated_answer_forks_and_both_lines_continue(tmp_path: Path) -> None:
+    with running(tmp_path) as (fake, gw):
+        fake.default = lambda call: Reply(text=f"answer {len(fake.received)}")
+        client = _client(gw.url)
+        chat: list[Any] = [SYSTEM, {"role": "user", "content": "fix the parser"}]
+        chat.append(_chat(client, chat))
+        chat.append({"role": "user", "content": "now the lexer"})
+        asked = list(chat)
+        chat.append(_chat(client, chat))
+        # the user regenerates the last answer: the same past, continued another way
+        other = [*asked, _chat(client, asked)]
+        assert other[-1] != chat[-1]
+        for line in (chat, other, chat, other):  # both lines go on, each a plain append
+            line.append({"role": "user", "content": f"more {len(line)}"})
+            line.append(_chat(client, line))
+        metrics = httpx.get(gw.url + "/metrics").text
+    assert "contextfold_gateway_branches_total 1" in metrics
+    assert "contextfold_gateway_client_rewrites_total" not in metrics
+    stored = _sessions(tmp_path)
+    base = min(stored, key=len)
+    assert sorted(stored) == [base, f"{base}.b1"]
+    assert [m.text for m in stored[base]] == [str(m.get("content")) for m in chat]
+    assert [m.text for m in stored[f"{base}.b1"]] == [str(m.get("content")) for m in other]

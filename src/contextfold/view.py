@@ -448,17 +448,12 @@ class HistoryView:
         self.first_user, self.newest_user = first_user, newest_user
         self._open_calls = open_calls
         self.roles = [h[1] for h in heads]
-        if retracts and n in retracts:  # a rewrite that only retracted, at the end
-            self._retract_heads(retracts[n], n, gone, open_calls, results, call_index)
-            self.later_system = [j for j in later_system if j not in gone]
-        self.retracted = gone
-        if gone:
-            self._pick_users()
+        self._adopt_retracts(retracts, gone)
         forms: list[Message | None] = [None] * n
         for i, msg in loaded.items():
             form = self._assistant_form(msg, i) if msg.tool_calls else msg
             forms[i] = form
-            tokens[i] = 0 if i in gone else self._count(form)
+            tokens[i] = self._count(form)
         for i in gone:
             tokens[i] = 0
         self._tokens = tokens
@@ -469,6 +464,19 @@ class HistoryView:
         self.history = LazySlots(items, lo, hi, self._fill)  # type: ignore[assignment]
         self.forms = LazySlots(forms, lo, hi, self._fill)  # type: ignore[assignment]
         self._loader, self._after_fill = loader, after_fill
+
+    def _adopt_retracts(self, retracts: Mapping[int, Sequence[int]] | None, gone: set[int]) -> None:
+        """The end of :meth:`adopt`: a rewrite that only retracted (made when the history had
+        all its messages), then the retracted set and the pinned users without them."""
+        n = len(self.roles)
+        if retracts and n in retracts:
+            self._retract_heads(
+                retracts[n], n, gone, self._open_calls, self._results, self._call_index
+            )
+            self.later_system = [j for j in self.later_system if j not in gone]
+        self.retracted = gone
+        if gone:
+            self._pick_users()
 
     @staticmethod
     def _retract_heads(

@@ -225,22 +225,7 @@ class Pipeline:
             task.add_done_callback(lambda t: release_when_done(t, lock))
             raise
         sess = synced.session
-        if synced.branched_from is not None:
-            self.metrics.inc("contextfold_gateway_branches_total")
-            log_event(
-                "branch",
-                session=sess.session_id,
-                branch_of=synced.branched_from,
-                messages=synced.added,
-            )
-        if synced.retracted:
-            self.metrics.inc("contextfold_gateway_client_rewrites_total")
-            log_event(
-                "client_rewrite",
-                session=sess.session_id,
-                retracted=synced.retracted,
-                messages=synced.added,
-            )
+        self._note_sync(synced)
         timings = {
             "parse": began - started,
             "lock": t_lock - began,
@@ -274,6 +259,26 @@ class Pipeline:
             sent=sent,
             resumed=resumed,
         )
+
+    def _note_sync(self, synced: Synced) -> None:
+        """Count and log a branch or a client's own rewrite the turn's sync made."""
+        sess = synced.session
+        if synced.branched_from is not None:
+            self.metrics.inc("contextfold_gateway_branches_total")
+            log_event(
+                "branch",
+                session=sess.session_id,
+                branch_of=synced.branched_from,
+                messages=synced.added,
+            )
+        if synced.retracted:
+            self.metrics.inc("contextfold_gateway_client_rewrites_total")
+            log_event(
+                "client_rewrite",
+                session=sess.session_id,
+                retracted=synced.retracted,
+                messages=synced.added,
+            )
 
     async def committed(self, turn: Turn) -> None:
         """Wait for the turn's staged append to be stored (at once when it is); a storage

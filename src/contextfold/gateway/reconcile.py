@@ -31,8 +31,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence, Set
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .convert import Conversation
 
 Kind = Literal["append", "rewrite", "fork"]
 
@@ -101,4 +104,19 @@ def plan(
     return Plan("rewrite", kept=kept, dropped=dropped, matched=matched)
 
 
-__all__ = ["Kind", "Plan", "common_prefix", "plan"]
+def at_a_cut(p: Plan, conv: Conversation) -> Plan:
+    """``p`` with its kept part ending where the history may continue: a tool result the
+    client changed (an old output it cleared or shortened) is appended with the assistant
+    message that made the call, the stored ones retracted (a result follows its call)."""
+    kept = p.kept
+    while kept > 0 and kept < len(conv.neutral) and conv.neutral[kept].role == "tool":
+        kept -= 1
+    if kept == p.kept:
+        return p
+    matched = p.matched[:kept]
+    taken = set(matched)
+    dropped = sorted({*p.dropped, *(i for i in p.matched[kept:] if i not in taken)})
+    return replace(p, kept=kept, matched=matched, dropped=dropped)
+
+
+__all__ = ["Kind", "Plan", "at_a_cut", "common_prefix", "plan"]

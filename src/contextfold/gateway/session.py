@@ -9,7 +9,7 @@ import bisect
 import json
 import logging
 import uuid as uuidlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -287,6 +287,51 @@ def _fingerprint_of(m: Message, fingerprint: Any) -> str:
     return fp if isinstance(fp, str) else str(fingerprint(m))
 
 
+def prepare_view(sess: Session, tools: Sequence[Mapping[str, Any]] | None) -> Prepared:
+    """Derive the view (compacting when needed) and what the gateway renders from it: each
+    message with its index in the client's request when it is the client's unchanged one."""
+    cm = sess.cm
+    schemas = [dict(t) for t in tools or []]
+    dicts = cm.prepare(tools=schemas or None)
+    record = cm.last_record
+    view = cm.view_messages
+    history = cm.view.history  # not cm.history: no copy of the whole history per request
+    positions = cm.view.uuids
+    # the client's conversation is the history without what its rewrites retracted:
+    # history position -> index in the client's request
+    gone = sorted(cm.view.retracted) if cm.view.retracted else None
+    items: list[ViewItem] = []
+    for m in view:
+        i = positions.get(m.uuid)
+        same = i is not None and history[i] is m
+        if same and gone is not None and i is not None:
+            i -= bisect.bisect_left(gone, i)
+        items.append(ViewItem(m, i if same else None))
+        if not same and not sess.recall_ready and recall_marker(m):
+            sess.recall_ready = True
+    if len(dicts) == len(view) + 1:  # evidence injected before the newest user message
+        pos = next((j for j in range(len(view) - 1, -1, -1) if view[j].role == "user"), len(view))
+        inject = dicts[pos]
+        items.insert(
+            pos,
+            ViewItem(
+                Message(
+                    role="user",
+                    content=inject.get("content"),
+                    metadata={"cf_kind": "injection"},
+                ),
+                None,
+            ),
+        )
+    return Prepared(
+        items=items,
+        tools=schemas,
+        view_tokens=cm.view_tokens,
+        history_tokens=sess.history_tokens,
+        record=record,
+    )
+
+
 def close_session(sess: Session) -> None:
     """Release what the session's manager holds (its store connection), where it can."""
     close = getattr(sess.cm, "close", None)
@@ -339,5 +384,6 @@ __all__ = [
     "Synced",
     "close_session",
     "message_uuid",
+    "prepare_view",
     "recall_marker",
 ]

@@ -13,7 +13,6 @@ ContextManager is synchronous: every method here that touches it runs in a worke
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import hashlib
 import json
@@ -21,17 +20,17 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ContextFoldError
+from ..errors import ContextFoldError, StorageError
 from ..messages import Message
 from ..storage import ConcurrentWriteError
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
-from .convert import Conversation, ViewItem
-from .reconcile import Plan, plan
+from .convert import Conversation
+from .reconcile import Plan, at_a_cut, plan
 from .session import (
     Prepared,
     Session,
@@ -39,7 +38,7 @@ from .session import (
     Synced,
     close_session,
     message_uuid,
-    recall_marker,
+    prepare_view,
 )
 from .stores import LEARNED, check_store, is_database_url, open_manager, open_shared_store
 
@@ -243,7 +242,7 @@ class SessionRegistry:
                 return self._sync(base, conv, model, stage)
             except ConcurrentWriteError as exc:
                 self._resynced(base, exc, attempt)
-            except BaseException:
+            except StorageError:
                 self.forget(base)
                 raise
         raise AssertionError("unreachable")  # pragma: no cover - _resynced raises at the end
@@ -289,8 +288,7 @@ class SessionRegistry:
         family = self._family(base, model)
         fps = conv.fingerprints
         sessions = [self.get(sid, model) for sid in reversed(family)]
-        best: tuple[tuple[int, int], Session, Plan, list[int]] | None = None
-        fork: tuple[int, Session] | None = None
+        best: tuple[tuple[int, int, int, bool], Session, Plan, list[int]] | None = None
         for sess in sessions:
             sess.key = base
             positions, known = sess.conversation()
@@ -300,31 +298,26 @@ class SessionRegistry:
                 newest_user=sess.newest_user(positions),
                 retracted=sess.retracted_fps() if sess.cm.view.retracted else frozenset(),
             )
-            if p.kind == "fork":
-                if fork is None or p.common > fork[0]:
-                    fork = (p.common, sess)
-                continue
-            # an append beats a rewrite; an empty (new) session is the last resort
-            rank = 2 if p.kind == "append" and p.kept else 1 if p.kind == "rewrite" else 0
-            if rank == 0 and fork is not None:
-                continue
-            score = (rank, p.kept)
+            # an append wins; otherwise the session sharing the most with the request, and of
+            # those the reading that takes out the fewest stored messages (a rewrite on a tie);
+            # an empty (new) session only when nothing else matches
+            if p.kind == "append":
+                score = (2, p.kept, 0, True) if p.kept else (0, 0, 0, True)
+            else:
+                score = (1, p.kept, -len(p.dropped), p.kind == "rewrite")
             if best is None or score > best[0]:
                 best = (score, sess, p, positions)
-        if best is not None and best[0][0] == 0 and fork is not None:
-            best = None
-        chosen = best[1] if best is not None else None
+        assert best is not None  # the family has its base session at least
+        _, chosen, p, positions = best
         for sess in sessions:  # answers given on another branch are written now
-            if sess is not chosen and sess.pending is not None:
+            if (sess is not chosen or p.kind == "fork") and sess.pending is not None:
                 sess.flush()
                 self.written(sess)
-        if best is not None:
-            _, sess, p, positions = best
-            if p.kind == "append":
-                return self._append(sess, conv, p.kept, stage)
-            return self._rewrite(sess, conv, p, positions, stage)
-        assert fork is not None
-        return self._branch(base, family, conv, fork[1], fork[0], model)
+        if p.kind == "append":
+            return self._append(chosen, conv, p.kept, stage)
+        if p.kind == "rewrite":
+            return self._rewrite(chosen, conv, p, positions, stage)
+        return self._branch(base, family, conv, chosen, p.common, model)
 
     def _append(self, sess: Session, conv: Conversation, kept: int, stage: bool) -> Synced:
         new = conv.neutral[kept:]
@@ -339,7 +332,7 @@ class SessionRegistry:
         """The client rewrote its conversation itself: the session continues, the messages
         it dropped or replaced are retracted (kept in the history) and the rest appended."""
         fps = conv.fingerprints
-        p = _at_a_cut(p, conv)
+        p = at_a_cut(p, conv)
         retract = [positions[i] for i in p.dropped if positions[i] >= 0]
         mode: Literal["keep", "drop", "retract"] = "keep"
         if sess.pending is not None:
@@ -407,50 +400,7 @@ class SessionRegistry:
         return Synced(session=sess, added=len(msgs), branched_from=parent.session_id)
 
     # ------------------------------------------------------------------ views
-    @staticmethod
-    def prepare(sess: Session, tools: Sequence[Mapping[str, Any]] | None) -> Prepared:
-        cm = sess.cm
-        schemas = [dict(t) for t in tools or []]
-        dicts = cm.prepare(tools=schemas or None)
-        record = cm.last_record
-        view = cm.view_messages
-        history = cm.view.history  # not cm.history: no copy of the whole history per request
-        positions = cm.view.uuids
-        # the client's conversation is the history without what its rewrites retracted:
-        # history position -> index in the client's request
-        gone = sorted(cm.view.retracted) if cm.view.retracted else None
-        items: list[ViewItem] = []
-        for m in view:
-            i = positions.get(m.uuid)
-            same = i is not None and history[i] is m
-            if same and gone is not None and i is not None:
-                i -= bisect.bisect_left(gone, i)
-            items.append(ViewItem(m, i if same else None))
-            if not same and not sess.recall_ready and recall_marker(m):
-                sess.recall_ready = True
-        if len(dicts) == len(view) + 1:  # evidence injected before the newest user message
-            pos = next(
-                (j for j in range(len(view) - 1, -1, -1) if view[j].role == "user"), len(view)
-            )
-            inject = dicts[pos]
-            items.insert(
-                pos,
-                ViewItem(
-                    Message(
-                        role="user",
-                        content=inject.get("content"),
-                        metadata={"cf_kind": "injection"},
-                    ),
-                    None,
-                ),
-            )
-        return Prepared(
-            items=items,
-            tools=schemas,
-            view_tokens=cm.view_tokens,
-            history_tokens=sess.history_tokens,
-            record=record,
-        )
+    prepare = staticmethod(prepare_view)
 
     def hold(self, sess: Session, message: Message, input_tokens: int | None) -> None:
         """Keep the answer pending (written with the session's next append or by
@@ -460,7 +410,10 @@ class SessionRegistry:
         try:
             sess.flush()  # never two pending answers (a previous write failed)
         except ContextFoldError:
-            self.failed(sess)  # that answer is resent by the client, stored with it then
+            # forgotten (reopened from the store when next needed): both answers are resent
+            # by the client with its next request and stored with it then
+            self.failed(sess)
+            return
         sess.pending = (message, fingerprint(message), input_tokens)
         sess.pending_since = time.monotonic()
         with self._mutex:
@@ -470,6 +423,8 @@ class SessionRegistry:
         """Write the answer now (on a failure the session is forgotten: reopened from the
         store when next needed, and the client's next request resends the answer)."""
         self.hold(sess, message, input_tokens)
+        if sess.pending is None:
+            raise StorageError(f"session {sess.session_id}: the answer was not stored")
         try:
             sess.flush()
         except BaseException:
@@ -501,21 +456,6 @@ class SessionRegistry:
                 for s in self._pending.values()
                 if s.pending is not None and now - s.pending_since >= older_than
             ]
-
-
-def _at_a_cut(p: Plan, conv: Conversation) -> Plan:
-    """``p`` with its kept part ending where the history may continue: a tool result the
-    client changed (an old output it cleared or shortened) is appended with the assistant
-    message that made the call, the stored ones retracted (a result follows its call)."""
-    kept = p.kept
-    while kept > 0 and kept < len(conv.neutral) and conv.neutral[kept].role == "tool":
-        kept -= 1
-    if kept == p.kept:
-        return p
-    matched = p.matched[:kept]
-    taken = set(matched)
-    dropped = sorted({*p.dropped, *(i for i in p.matched[kept:] if i not in taken)})
-    return replace(p, kept=kept, matched=matched, dropped=dropped)
 
 
 __all__ = [
