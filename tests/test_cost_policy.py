@@ -98,7 +98,7 @@ def test_long_stale_arguments_are_shortened_naming_the_file(tmp_path: Path) -> N
     body = "\n".join(f"def f{j}(x):\n    return x + {j}" for j in range(200))
     create = {"command": "create", "path": "/testbed/src/parse_helpers.py", "file_text": body}
     cm.add_many([call(0, "str_replace_editor", create), result(0, 200)])
-    for k in range(1, 40):
+    for k in range(1, 60):  # the messages pass the Warn line: stale batches start
         cm.add_many([call(k, "bash", {"command": f"pytest -k t{k}"}), result(k, 3_000)])
         cm.prepare()
     view = cm.prepare()

@@ -162,3 +162,24 @@ def test_tool_call_agent_first_failing_run_and_run_before_the_fix() -> None:
     assert first and "KeyError: 13" in first[0]
     before = _items(_injection(cm, "What was the output of the run before the fix?"))
     assert before and "ValueError: None" in before[0]
+
+
+def test_a_reminder_only_message_is_not_evidence() -> None:
+    cm = ContextManager(store="memory://", context_window=8_000)
+    cm.add(
+        {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude."}
+    )
+    cm.add({"role": "user", "content": "Make reproduce.py stop crashing on month 13"})
+    cm.add(
+        {
+            "role": "user",
+            "content": "<system-reminder>\nThe following agent types are available for use "
+            "with the Task tool: general-purpose, Explore.\n</system-reminder>",
+        }
+    )
+    for i in range(14):
+        _tool_step(cm, i, f"cat src/mod_{i}.py", LISTING)
+    cm.prepare()
+    assert cm.compactor.state.compactions > 0
+    hits = cm.recovery.search.search("which agent types are available for the Task tool?", k=5)
+    assert all("agent types" not in h.text_preview for h in hits)

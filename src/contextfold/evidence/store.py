@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 from ..errors import StorageError, UnsafeIdError
 from ..messages import Message
+from ..scaffolding import strip_scaffolding
 from ..storage.session import SessionStore
 from .classify import classify, extract_anchors, link_summary_item, normalize_command, summary_hints
 from .fields import CallFields, call_fields, is_own_tool, lines_text
@@ -248,8 +249,8 @@ class EvidenceStore:
             elif msg.role not in ("tool", "user"):
                 continue
             text = msg.text
-            if msg.role == "user" and not text.strip():
-                continue
+            if msg.role == "user" and not strip_scaffolding(text):
+                continue  # empty, or only an agent's reminders / environment context
             data = _encode(text)
             tool_result_path: str | None = None
             call: CallFields | None = None
