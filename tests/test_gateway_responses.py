@@ -35,8 +35,11 @@ def _client(url: str) -> openai.OpenAI:
 
 
 def _strip_id(item: dict[str, Any]) -> dict[str, Any]:
-    """As Codex resends output items: without their ids."""
-    return {k: v for k, v in item.items() if k != "id"}
+    """As Codex CLI 0.169 resends output items: ids kept, a reasoning item with an added
+    ``"content": null`` (older releases dropped the ids: the gateway matches both)."""
+    if item.get("type") == "reasoning":
+        return {**item, "content": None}
+    return dict(item)
 
 
 def _ask(

@@ -38,6 +38,8 @@ from .responses_wire import CALL_TYPES, output_message, parse_responses, render_
 PATH = "/v1/responses"
 #: responses remembered for ``previous_response_id`` (oldest forgotten first)
 REMEMBERED = 512
+#: ... and at most this many items in all
+REMEMBERED_ITEMS = 100_000
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
@@ -72,6 +74,7 @@ class ResponsesAdapter(ProviderAdapter):
     def __init__(self) -> None:
         #: response id -> the conversation's items up to and with that response's output
         self._history: OrderedDict[str, list[Any]] = OrderedDict()
+        self._items = 0
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ request
@@ -119,14 +122,21 @@ class ResponsesAdapter(ProviderAdapter):
         return out
 
     def remember(self, turn: Turn, answer: JSONDict) -> None:
+        """Keep the conversation up to this response for a later ``previous_response_id``
+        (only when the client asked the upstream to store it: with ``store: false`` a client
+        resends everything itself)."""
         rid = answer.get("id")
-        if not isinstance(rid, str):
+        if not isinstance(rid, str) or turn.body.get("store") is False:
             return
         items = [item for unit in turn.conv.raw for item in unit] + _output(answer)
         with self._lock:
             self._history[rid] = items
-            while len(self._history) > REMEMBERED:
-                self._history.popitem(last=False)
+            self._items += len(items)
+            while self._history and (
+                len(self._history) > REMEMBERED or self._items > REMEMBERED_ITEMS
+            ):
+                _, gone = self._history.popitem(last=False)
+                self._items -= len(gone)
 
     # ------------------------------------------------------------------ answers
     def read_answer(self, data: Any) -> JSONDict:

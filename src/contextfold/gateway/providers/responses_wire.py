@@ -133,9 +133,10 @@ _ITEM_VOLATILE = ("id", "status")
 
 
 def _opaque(item: Mapping[str, Any]) -> dict[str, Any]:
-    """A content block holding a whole model-side item; its id and status are kept apart so
-    that the answer and the client's resend of it are the same message."""
-    volatile = {k: item[k] for k in _ITEM_VOLATILE if k in item}
+    """A content block holding a whole model-side item; its id, status and null fields are
+    kept apart so that the answer and the client's resend of it (Codex adds
+    ``"content": null`` to reasoning items) are the same message."""
+    volatile = {k: v for k, v in item.items() if k in _ITEM_VOLATILE or v is None}
     block: dict[str, Any] = {"type": OPAQUE, "item": dict(item)}
     if volatile:
         block["item"] = {k: v for k, v in item.items() if k not in volatile}
