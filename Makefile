@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint typecheck bench clean
+.PHONY: venv demo agents test test-all lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -17,12 +17,22 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/contextfold demo
 
-test: $(STAMP)
+# the real agent programs the tests drive through the gateway, installed once into
+# $${CONTEXTFOLD_AGENT_CACHE:-~/.cache/contextfold/agents} (outside the checkout)
+agents:
+	$(PY) scripts/install_agents.py
+
+# the short version of every test (a short session per agent program)
+test: $(STAMP) agents
+	$(BIN)/python -m pytest -m "not long"
+
+# everything, the agents' long sessions too
+test-all: $(STAMP) agents
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples scripts
+	$(BIN)/ruff format --check src tests benchmarks examples scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -47,12 +47,35 @@ class Call:
 
     @property
     def messages(self) -> list[Any]:
+        """The request's messages (Gemini: its ``contents``; Responses: its ``input``)."""
+        if self.provider == "gemini":
+            return list(self.body.get("contents") or [])
+        if self.provider == "responses":
+            value = self.body.get("input")
+            return (
+                [{"role": "user", "content": value}]
+                if isinstance(value, str)
+                else list(value or [])
+            )
         return list(self.body.get("messages") or [])
 
     def last_tool_results(self) -> list[tuple[str, str]]:
         """(tool call id, text) of the tool results at the end of the request."""
         out: list[tuple[str, str]] = []
         msgs = self.messages
+        if self.provider == "gemini":
+            from tests.gateway_fake_gemini import last_function_responses
+
+            return last_function_responses(msgs)
+        if self.provider == "responses":
+            for m in reversed(msgs):
+                if not str(m.get("type", "")).endswith("_call_output"):
+                    break
+                output = m.get("output")
+                out.append(
+                    (m.get("call_id", ""), output if isinstance(output, str) else _text(output))
+                )
+            return list(reversed(out))
         if self.provider == "openai":
             for m in reversed(msgs):
                 if m.get("role") != "tool":
@@ -68,6 +91,9 @@ class Call:
     def tool_names(self) -> list[str]:
         names = []
         for t in self.body.get("tools") or []:
+            if self.provider == "gemini":
+                names += [d.get("name") for d in t.get("functionDeclarations") or []]
+                continue
             fn = t.get("function")
             names.append(fn.get("name") if isinstance(fn, dict) else t.get("name"))
         return names
@@ -143,8 +169,27 @@ def _combined(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def anthropic_problem(messages: list[Any]) -> str | None:
-    """Anthropic's own 400 messages for broken tool pairing and tampered thinking blocks."""
+def _system_problem(messages: list[Any], mid_system: bool) -> str | None:
+    """``{"role": "system"}`` inside ``messages``: refused as the Messages API refuses an
+    unknown role, unless the client sent the mid-conversation-system beta; with it, refused
+    as the first message (the system prompt belongs in the top-level ``system``)."""
+    for i, m in enumerate(messages):
+        if m.get("role") != "system":
+            continue
+        if not mid_system:
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        if i == 0:
+            return "messages.0: use the top-level 'system' parameter for the initial system prompt"
+    return None
+
+
+def anthropic_problem(messages: list[Any], mid_system: bool = False) -> str | None:
+    """Anthropic's own 400 messages for broken tool pairing, tampered thinking blocks and
+    system messages inside ``messages`` (see ``_system_problem``)."""
+    system = _system_problem(messages, mid_system)
+    if system is not None:
+        return system
+    messages = [m for m in messages if m.get("role") != "system"]
     combined = _combined(messages)
     if combined and combined[0]["role"] != "user":
         return 'messages: first message must use the "user" role'

@@ -1,4 +1,4 @@
-"""A scripted OpenAI / Anthropic upstream on 127.0.0.1 for the gateway tests and benchmark.
+"""A scripted OpenAI / Anthropic / Gemini upstream on 127.0.0.1 for the gateway tests and benchmark.
 
 It behaves like the real APIs where the gateway can get things wrong:
 
@@ -36,6 +36,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests import gateway_fake_gemini as fake_gemini
+from tests import gateway_fake_responses as responses_wire
+from tests.gateway_fake_gemini import gemini_tokens
 from tests.gateway_fake_wire import (
     Call,
     Received,
@@ -64,6 +67,11 @@ __all__ = [
     "trace_replies",
 ]
 
+#: the beta under which the Messages API accepts ``{"role": "system"}`` inside ``messages``
+MID_SYSTEM_BETA = "mid-conversation-system-2026-04-07"
+#: the betas under which ``{"role": "system"}`` may stand inside ``messages``: Claude Code 2.1.332
+#: sends its default model's mid-conversation system messages under ``per-turn-control``
+MID_SYSTEM_BETAS = (MID_SYSTEM_BETA, "per-turn-control-2026-07-01")
 #: request header: the simulated generation time of this answer, milliseconds
 LATENCY_HEADER = "x-fake-latency-ms"
 #: the part of the generation time before a streamed answer's first event
@@ -86,12 +94,22 @@ class FakeUpstream:
         #: forced answers, used before any script: (status, body, delay seconds)
         self.failures: deque[tuple[int, Any, float]] = deque()
         self._lock = threading.Lock()
+        #: whether ``{"role": "system"}`` inside Anthropic ``messages`` needs the
+        #: mid-conversation-system beta header. Claude Code 2.1.3xx treats that beta as
+        #: generally available and no longer sends the header, so it is not needed by default;
+        #: True is the API as earlier Claude Code 2.1 releases met it (beta header required)
+        self.mid_system_needs_beta = False
+        #: stored responses (``store`` not false): id -> the input items and the output
+        self.stored: dict[str, list[Any]] = {}
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1beta/models/{target:path}", self._gemini, methods=["POST"]),
+                Route("/v1/models/{target:path}", self._gemini, methods=["POST"]),
             ]
         )
         self._server = uvicorn.Server(
@@ -248,7 +266,9 @@ class FakeUpstream:
                 Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
             )
             return forced
-        problem = anthropic_problem(body.get("messages") or [])
+        beta = headers.get("anthropic-beta", "")
+        mid_system = not self.mid_system_needs_beta or any(b in beta for b in MID_SYSTEM_BETAS)
+        problem = anthropic_problem(body.get("messages") or [], mid_system)
         if problem is None and tokens > self.limit:
             problem = f"prompt is too long: {tokens} tokens > {self.limit} maximum"
             self._record(Received(_path(request), headers, body, tokens, "overflow"))
@@ -266,6 +286,91 @@ class FakeUpstream:
             frames = [f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in events]
             return await self._stream(request, frames, reply.event_delay)
         return await self._whole(request, _anthropic_message(reply, model, tokens))
+
+    async def _gemini(self, request: Request) -> Response:
+        """``/v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens``
+        (``/v1/...`` the same)."""
+        model, _, method = request.path_params["target"].rpartition(":")
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        tokens = gemini_tokens(body)
+        path = _path(request)
+        if not headers.get("x-goog-api-key") and "key" not in request.query_params:
+            self._record(Received(path, headers, body, tokens, "no api key"))
+            return JSONResponse(
+                fake_gemini.error(403, fake_gemini.NO_KEY, "PERMISSION_DENIED"), status_code=403
+            )
+        if method == "countTokens":
+            return JSONResponse({"totalTokens": tokens})
+        if method not in ("generateContent", "streamGenerateContent"):
+            return JSONResponse(
+                fake_gemini.error(404, f"Method {method} not found", "NOT_FOUND"), status_code=404
+            )
+        forced = await self._failure()
+        if forced is not None:
+            self._record(Received(path, headers, body, tokens, f"forced {forced.status_code}"))
+            return forced
+        problem = fake_gemini.gemini_problem(body, model)
+        if problem is None and tokens > self.limit:
+            self._record(Received(path, headers, body, tokens, "overflow"))
+            return JSONResponse(fake_gemini.overflow(tokens, self.limit), status_code=400)
+        self._record(Received(path, headers, body, tokens, problem))
+        if problem is not None:
+            return JSONResponse(
+                fake_gemini.error(400, problem, "INVALID_ARGUMENT"), status_code=400
+            )
+        reply = self._script(request)(Call("gemini", body, headers))
+        if method == "streamGenerateContent":
+            frames = fake_gemini.sse(fake_gemini.gemini_chunks(reply, model, tokens))
+            return await self._stream(request, frames, reply.event_delay)
+        return await self._whole(request, fake_gemini.gemini_response(reply, model, tokens))
+
+    async def _responses(self, request: Request) -> Response:
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        items = responses_wire.items_of(body)
+        previous = body.get("previous_response_id")
+        if isinstance(previous, str):
+            with self._lock:
+                earlier = self.stored.get(previous)
+            if earlier is None:
+                self._record(Received(_path(request), headers, body, 0, "unknown previous"))
+                err = responses_wire.error(
+                    f"Previous response with id '{previous}' not found.",
+                    "previous_response_id",
+                    "previous_response_not_found",
+                )
+                return JSONResponse(err, status_code=400)
+            items = [*earlier, *items]
+        tokens = responses_wire.count_tokens(body, items)
+        forced = await self._failure()
+        if forced is not None:
+            self._record(
+                Received(_path(request), headers, body, tokens, f"forced {forced.status_code}")
+            )
+            return forced
+        err = responses_wire.problem(items)
+        if err is None and tokens > self.limit:
+            self._record(Received(_path(request), headers, body, tokens, "overflow"))
+            overflow = responses_wire.error(
+                responses_wire.OVERFLOW_MESSAGE, "input", "context_length_exceeded"
+            )
+            return JSONResponse(overflow, status_code=400)
+        if err is not None:
+            self._record(Received(_path(request), headers, body, tokens, err["error"]["message"]))
+            return JSONResponse(err, status_code=400)
+        self._record(Received(_path(request), headers, body, tokens, None))
+        reply = self._script(request)(Call("responses", body, headers))
+        include = body.get("include") or []
+        output = responses_wire.output_items(reply, include if isinstance(include, list) else [])
+        response = responses_wire.response_object(body, output, tokens)
+        if body.get("store", True) is not False:
+            with self._lock:
+                self.stored[response["id"]] = [*items, *output]
+        if body.get("stream"):
+            frames = responses_wire.frames(responses_wire.stream_events(response))
+            return await self._stream(request, frames, reply.event_delay)
+        return await self._whole(request, response)
 
 
 # ----------------------------------------------------------------------------- trace replay

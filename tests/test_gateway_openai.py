@@ -318,3 +318,28 @@ def test_read_offloaded_is_answered_inside_the_gateway(tmp_path: Path) -> None:
     original = originals[asked["id"]]
     first_line = next(line for line in original.splitlines() if line.strip())
     assert first_line in asked["answer"]  # the exact text came back from the offload store
+
+
+def test_system_and_developer_messages_anywhere_are_relayed_in_place(tmp_path: Path) -> None:
+    messages: list[Any] = [
+        {"role": "developer", "content": "Follow the repository's style."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "On it."},
+        {"role": "system", "content": "Reminder: the tests live in tests/."},
+        {"role": "developer", "content": [{"type": "text", "text": "Plan mode is off."}]},
+        {"role": "user", "content": "go on"},
+    ]
+    with running(tmp_path) as (fake, gw):
+        client = _client(gw.url)
+        got = _ask(client, messages, stream=True, script="x")
+        messages += [
+            got,
+            {"role": "system", "content": "late note"},
+            {"role": "user", "content": "ok"},
+        ]
+        _ask(client, messages, stream=False, script="x")
+        metrics = httpx.get(gw.url + "/metrics").text
+    assert [r.error for r in fake.received] == [None, None]
+    assert fake.received[0].body["messages"] == messages[:6]
+    assert fake.received[1].body["messages"][6:] == messages[6:]
+    assert "branches_total" not in metrics

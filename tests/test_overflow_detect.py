@@ -103,8 +103,9 @@ def test_openai_code_alone_is_enough() -> None:
         ("Too many tokens in prompt", "generic"),
         (
             "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
-            "generic",
+            "gemini",
         ),
+        ("The request exceeds the maximum number of tokens allowed.", "generic"),
         ("Input is too long for requested model.", "generic"),
     ],
 )

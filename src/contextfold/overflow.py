@@ -16,6 +16,7 @@ Recognized (``overflow_kind`` names the first that matches):
 * ``"ollama"``: "input length exceeds the (maximum) context length" / "context length exceeded".
 * ``"anthropic"``: "prompt is too long: N tokens > M maximum" and "input length and
   `max_tokens` exceed context limit".
+* ``"gemini"``: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
 * ``"openai"``: code ``context_length_exceeded`` (the SDK's ``code`` attribute or the body),
   "This model's maximum context length is ...", "Your input exceeds the context window".
 * ``"generic"``: "context_length_exceeded", "context window exceeded", "maximum context",
@@ -88,6 +89,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|maximum context length is \d+ tokens"
             r"|your input exceeds the context window"
         ),
+    ),
+    (
+        "gemini",
+        re.compile(r"input token count \(\d+\) exceeds the maximum number of tokens allowed"),
     ),
     (
         "generic",
@@ -190,7 +195,7 @@ def overflow_kind(exc: BaseException) -> str | None:
     """Which provider's context-overflow error ``exc`` is (or wraps); None if it is none.
 
     One of ``"litellm"``, ``"llamacpp"``, ``"vllm"``, ``"ollama"``, ``"anthropic"``,
-    ``"openai"``, ``"generic"``, ``"contextfold"``.
+    ``"openai"``, ``"gemini"``, ``"generic"``, ``"contextfold"``.
     """
     for link in _chain(exc):
         kind = _kind_of(link)
@@ -211,6 +216,7 @@ OVERFLOW_KINDS: tuple[str, ...] = (
     "ollama",
     "anthropic",
     "openai",
+    "gemini",
     "generic",
     "contextfold",
 )

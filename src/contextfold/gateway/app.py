@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -16,22 +17,32 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from .. import __version__
-from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
-from . import anthropic_proxy, edge, fastjson, openai_proxy
+from ..errors import (
+    ContextFoldError,
+    ContextOverflowError,
+    InvalidMessageError,
+    StorageError,
+    UnsafeIdError,
+)
+from . import edge, fastjson, providers
 from .config import GatewayConfig
-from .convert import Provider
 from .metrics import Metrics
 from .pipeline import REQUEST_STARTED, Pipeline, RequestError, log, log_event
-from .upstream import error_body, forward_headers, response_headers
+from .providers import ClientRequest, ProviderAdapter, rounds
+from .upstream import forward_headers, response_headers
 
-Handler = Callable[[Pipeline, dict[str, Any], dict[str, str], str], Awaitable[Response]]
+Provider = ProviderAdapter
+#: distinct unknown paths counted by their own label in the metrics (then "(other)")
+_UNKNOWN_ROUTES_MAX = 64
 
 
-def _provider_for(request: Request) -> Provider:
-    path = request.url.path
-    if path.startswith("/v1/messages") or "anthropic-version" in request.headers:
-        return "anthropic"
-    return "openai"
+_VIEW_SIZE = re.compile(r"(\d+) tokens, over the (\d+)-token window")
+
+
+def _overflow_numbers(detail: str) -> tuple[int | None, int | None]:
+    """The view's tokens and the window from a ContextOverflowError's message."""
+    found = _VIEW_SIZE.search(detail)
+    return (int(found.group(1)), int(found.group(2))) if found else (None, None)
 
 
 #: seconds a client is asked to wait before retrying when the session store failed (503)
@@ -40,7 +51,7 @@ STORE_RETRY_AFTER = 2
 
 def _error(provider: Provider, status: int, message: str, kind: str | None = None) -> Response:
     headers = {"retry-after": str(STORE_RETRY_AFTER)} if status == 503 else None
-    return JSONResponse(error_body(provider, status, message, kind), status, headers=headers)
+    return JSONResponse(provider.error_body(status, message, kind), status, headers=headers)
 
 
 class Gateway:
@@ -48,6 +59,11 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.pipeline = Pipeline(config, self.metrics)
+        self.adapters = providers.adapters()
+        self._unknown_routes: set[str] = set()
+
+    def _provider_for(self, request: Request) -> Provider:
+        return providers.adapter_for(self.adapters, request.url.path, request.headers)
 
     # ------------------------------------------------------------------ checks
     def _authorized(self, request: Request) -> bool:
@@ -113,24 +129,26 @@ class Gateway:
             )
         if body.get("stream") not in (None, True, False):
             return _error(provider, 400, "stream: must be true or false")
-        messages = body.get("messages")
         most = self.config.max_messages
-        if isinstance(messages, list) and len(messages) > most:
-            return _error(
-                provider,
-                413,
-                f"messages: {len(messages)} messages, more than this gateway takes in one "
-                f"request ({most}, --max-messages)",
-            )
+        for field in ("messages", "input", "contents"):  # Chat/Anthropic, Responses, Gemini
+            items = body.get(field)
+            if isinstance(items, list) and len(items) > most:
+                return _error(
+                    provider,
+                    413,
+                    f"{field}: {len(items)} messages, more than this gateway takes in one "
+                    f"request ({most}, --max-messages)",
+                )
         return body
 
     # ------------------------------------------------------------------ handlers
-    def _proxied(self, handler: Handler, route: str) -> Callable[[Request], Awaitable[Response]]:
+    def _proxied(
+        self, adapter: ProviderAdapter, route: str
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
-            provider = _provider_for(request)
-            response = await self._run(request, provider, handler)
+            response = await self._run(request, adapter)
             self.metrics.inc(
                 "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
             )
@@ -146,7 +164,7 @@ class Gateway:
 
         return endpoint
 
-    async def _run(self, request: Request, provider: Provider, handler: Handler) -> Response:
+    async def _run(self, request: Request, provider: Provider) -> Response:
         refused = self._refused(request, provider)
         if refused is not None:
             return refused
@@ -160,12 +178,26 @@ class Gateway:
         if isinstance(body, Response):
             return body
         headers = {k.lower(): v for k, v in request.headers.items()}
+        client = ClientRequest(
+            path=request.url.path,
+            query=request.url.query,
+            headers=headers,
+            body=body,
+            path_params={k: str(v) for k, v in request.path_params.items()},
+        )
         try:
-            return await handler(self.pipeline, body, headers, request.url.query)
+            if not provider.wants_turn(client):  # an action of this route that is not a turn
+                side = await provider.side_request(self.pipeline, client)
+                return side if side is not None else await self._forward(request, provider, raw)
+            return await rounds.handle(self.pipeline, provider, client)
         except RequestError as exc:
             return _error(provider, exc.status, exc.message, exc.kind)
         except (InvalidMessageError, UnsafeIdError) as exc:
             return _error(provider, 400, str(exc))
+        except ContextOverflowError as exc:  # worded so the client's own compaction runs
+            log_event("view_too_large", error=str(exc))
+            need, window = _overflow_numbers(str(exc))
+            return JSONResponse(provider.overflow_body(need, window, str(exc)), status_code=400)
         except StorageError as exc:
             log_event("storage_error", error=self._redact(str(exc)))
             return _error(provider, 503, f"the session store failed: {self._redact(str(exc))}")
@@ -180,17 +212,11 @@ class Gateway:
         return edge.redact(text, self.config.auth_token)
 
     async def passthrough(self, request: Request) -> Response:
-        """count_tokens and models: forwarded unchanged (nothing stored)."""
-        provider = _provider_for(request)
+        """count_tokens, models and the like: forwarded unchanged (nothing stored)."""
+        provider = self._provider_for(request)
         refused = self._refused(request, provider)
         if refused is not None:
             return refused
-        up = self.pipeline.upstream
-        raw_path = request.scope.get("raw_path") or request.scope["path"].encode()
-        url = up.confined_url(raw_path.decode("latin-1").split("?", 1)[0])
-        if url is None:
-            kind = "not_found_error" if provider == "anthropic" else None
-            return _error(provider, 404, "no such path below the upstream", kind)
         try:
             raw = await self._body(request, provider)
         except ClientDisconnect:
@@ -201,6 +227,22 @@ class Gateway:
             parsed = self._parse(raw, provider)
             if isinstance(parsed, Response):
                 return parsed
+        response = await self._forward(request, provider, raw)
+        route = "/v1/models" if request.method == "GET" else request.url.path
+        self.metrics.inc(
+            "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
+        )
+        return response
+
+    async def _forward(self, request: Request, provider: Provider, raw: bytes) -> Response:
+        """The request sent upstream unchanged, its answer passed back (nothing stored); a
+        path that would leave the upstream base is refused."""
+        up = self.pipeline.upstream
+        raw_path = request.scope.get("raw_path") or request.scope["path"].encode()
+        url = up.confined_url(raw_path.decode("latin-1").split("?", 1)[0])
+        if url is None:
+            kind = "not_found_error" if provider.name == "anthropic" else None
+            return _error(provider, 404, "no such path below the upstream", kind)
         headers = forward_headers(request.headers, token=self.config.auth_token)
         try:
             resp = await up.client.request(
@@ -216,10 +258,6 @@ class Gateway:
             return _error(
                 provider, 502, f"the upstream could not be reached ({type(exc).__name__})"
             )
-        route = "/v1/models" if request.method == "GET" else request.url.path
-        self.metrics.inc(
-            "contextfold_gateway_requests_total", route=route, status=str(resp.status_code)
-        )
         return Response(resp.content, resp.status_code, headers=response_headers(resp.headers))
 
     async def healthz(self, request: Request) -> Response:
@@ -236,23 +274,42 @@ class Gateway:
 
     async def not_found(self, request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
-        provider = _provider_for(request)
+        provider = self._provider_for(request)
+        path = request.url.path
         if status == 405:
-            return _error(
-                provider, 405, f"method {request.method} not allowed on {request.url.path}"
-            )
-        if status == 404:
-            return _error(
+            response = _error(provider, 405, f"method {request.method} not allowed on {path}")
+        elif status == 404:
+            response = _error(
                 provider,
                 404,
-                f"no route {request.url.path}",
-                "not_found_error" if provider == "anthropic" else None,
+                f"contextfold gateway: no route {request.method} {path} "
+                f"(served: {', '.join(self._served())})",
+                "not_found_error" if provider.name == "anthropic" else None,
             )
-        return _error(provider, status, "request failed")
+        else:
+            response = _error(provider, status, "request failed")
+        route = self._unknown_label(path)
+        self.metrics.inc("contextfold_gateway_requests_total", route=route, status=str(status))
+        log_event("request", route=route, path=path[:200], method=request.method, status=status)
+        return response
+
+    def _served(self) -> list[str]:
+        return [r.path for a in self.adapters for r in a.routes if r.turn]
+
+    def _unknown_label(self, path: str) -> str:
+        """The metrics label of an unknown path: the path itself for the first few distinct
+        ones (a scanner cannot grow the metrics without end), then "(other)"."""
+        label = path[:120]
+        if label in self._unknown_routes:
+            return label
+        if len(self._unknown_routes) < _UNKNOWN_ROUTES_MAX:
+            self._unknown_routes.add(label)
+            return label
+        return "(other)"
 
     async def server_error(self, request: Request, exc: Exception) -> Response:
         log.error("unexpected gateway error: %s", type(exc).__name__)
-        return _error(_provider_for(request), 500, "internal gateway error")
+        return _error(self._provider_for(request), 500, "internal gateway error")
 
     # ------------------------------------------------------------------ app
     def app(self) -> Starlette:
@@ -264,18 +321,14 @@ class Gateway:
 
         routes = [
             Route(
-                "/v1/chat/completions",
-                self._proxied(openai_proxy.handle, "/v1/chat/completions"),
-                methods=["POST"],
-            ),
-            Route(
-                "/v1/messages",
-                self._proxied(anthropic_proxy.handle, "/v1/messages"),
-                methods=["POST"],
-            ),
-            Route("/v1/messages/count_tokens", self.passthrough, methods=["POST"]),
-            Route("/v1/models", self.passthrough, methods=["GET"]),
-            Route("/v1/models/{model:path}", self.passthrough, methods=["GET"]),
+                spec.path,
+                self._proxied(adapter, spec.path) if spec.turn else self.passthrough,
+                methods=list(spec.methods),
+            )
+            for adapter in self.adapters
+            for spec in adapter.routes
+        ]
+        routes += [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_endpoint, methods=["GET"]),
         ]

@@ -23,7 +23,7 @@ from ..messages import Content, Message
 from ..wire import from_anthropic, from_openai, to_anthropic, to_openai
 from .fastjson import dumps_sorted
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "gemini"]
 _SKIP_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
@@ -32,7 +32,8 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 class Conversation:
     """One request's messages: the client's objects and their neutral form."""
 
-    provider: Provider
+    #: the wire format's name (``ProviderAdapter.name``)
+    provider: str
     raw: list[Any]
     neutral: list[Message]
     #: neutral index -> index of the client message it came from (-1: Anthropic ``system``)
@@ -42,9 +43,14 @@ class Conversation:
     fingerprints: list[str]
 
 
+#: block fields that do not identify a message: cache markers clients move, and what an
+#: adapter marks as changing between the upstream's answer and the client's resend of it
+_VOLATILE = frozenset({"cache_control", "_volatile"})
+
+
 def _strip_cache(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {k: _strip_cache(v) for k, v in value.items() if k != "cache_control"}
+        return {k: _strip_cache(v) for k, v in value.items() if k not in _VOLATILE}
     if isinstance(value, list | tuple):
         return [_strip_cache(v) for v in value]
     return value
@@ -124,6 +130,10 @@ def _cached(
                 _parsed_chars -= len(old)
     return entry
 
+
+#: ``parse_cached(provider, raw, build)``: the messages ``build()`` makes of the client object
+#: ``raw`` and their fingerprints, from the cache when the same object was parsed before
+parse_cached = _cached
 
 #: The last request of each conversation start (provider + its first two messages): the
 #: client's message objects and what they parsed to. A client resends its history unchanged,
@@ -206,7 +216,37 @@ def parse_openai(messages: Any) -> Conversation:
     )
 
 
+#: metadata key of a ``{"role": "system"}`` message inside Anthropic ``messages``
+MID_SYSTEM = "anthropic_mid_system"
+
+
+def _mid_system(raw: Mapping[str, Any]) -> list[Message]:
+    """A mid-conversation system message (the ``mid-conversation-system`` beta): text or
+    blocks (``tool_addition`` ...) and its other fields (``clear_at``, ``output_config``) kept."""
+    content = raw.get("content")
+    # worded so that a client's fallback for servers without mid-conversation system
+    # messages (it looks for "not supported" and "role 'system'") still runs
+    if isinstance(content, list):
+        if not all(isinstance(b, Mapping) for b in content):
+            raise InvalidMessageError(
+                "content: role 'system' message content is not supported: every block must "
+                "be an object"
+            )
+        value: Content = tuple(dict(b) for b in content)
+    elif isinstance(content, str) or content is None:
+        value = content
+    else:
+        raise InvalidMessageError(
+            "content: role 'system' message content is not supported: it must be a string "
+            "or a list of blocks"
+        )
+    extra = {k: v for k, v in raw.items() if k not in ("role", "content")}
+    return [Message(role="system", content=value, extra=extra, metadata={MID_SYSTEM: True})]
+
+
 def _anthropic_builder(raw: Any) -> Callable[[], list[Message]]:
+    if isinstance(raw, Mapping) and raw.get("role") == "system":
+        return lambda: _mid_system(raw)
     return lambda: from_anthropic([raw])
 
 
@@ -258,6 +298,25 @@ class ViewItem:
     index: int | None
 
 
+def owner_of(item: ViewItem, conv: Conversation) -> int:
+    """The client object a view message is the unchanged form of (-1: none, or the system
+    prompt the format keeps apart)."""
+    if item.index is not None and item.index < len(conv.owner):
+        return conv.owner[item.index]
+    return -1
+
+
+def unchanged_object(items: Sequence[ViewItem], i: int, conv: Conversation) -> int | None:
+    """``k`` when the view messages from ``i`` on start with all of client object ``k``'s
+    messages, unchanged and in order (it can then be sent as the client's own JSON)."""
+    k = owner_of(items[i], conv)
+    if k < 0:
+        return None
+    want = conv.parts[k]
+    got = [it.index for it in items[i : i + len(want)]]
+    return k if got == want else None
+
+
 def render_openai(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
     out: list[Any] = []
     for item in items:
@@ -282,26 +341,44 @@ def render_anthropic(items: Sequence[ViewItem], conv: Conversation) -> list[Any]
     i = 0
     while i < len(items):
         item = items[i]
-        if item.message.role in _SYSTEM_ROLES:
-            i += 1
+        if item.message.role in _SYSTEM_ROLES and not item.message.metadata.get(MID_SYSTEM):
+            i += 1  # the system prompt goes apart (the client's own ``system``)
             continue
-        k = (
-            conv.owner[item.index]
-            if item.index is not None and item.index < len(conv.owner)
-            else -1
-        )
-        if k >= 0:
-            want = conv.parts[k]
-            got = [it.index for it in items[i : i + len(want)]]
-            if got == want:
-                flush()
-                pieces.append((conv.raw[k], True))
-                i += len(want)
-                continue
-        pending.append(item.message)
+        k = unchanged_object(items, i, conv)
+        if k is not None:
+            flush()
+            pieces.append((conv.raw[k], True))
+            i += len(conv.parts[k])
+            continue
+        if item.message.metadata.get(MID_SYSTEM):
+            flush()
+            pieces.append((_system_message(item.message), False))
+        else:
+            pending.append(item.message)
         i += 1
     flush()
-    return _merge_roles(pieces)
+    return _merge_roles(_system_not_first(pieces))
+
+
+def _system_message(msg: Message) -> dict[str, Any]:
+    content: Any = list(msg.content) if isinstance(msg.content, tuple) else msg.content
+    return {"role": "system", "content": content, **dict(msg.extra)}
+
+
+def _system_not_first(pieces: list[tuple[Any, bool]]) -> list[tuple[Any, bool]]:
+    """Mid-conversation system messages the view put first (what came before them was
+    compacted) move after the first other message: the Messages API takes the initial system
+    prompt only in the top-level ``system``."""
+    lead = 0
+    while lead < len(pieces) and _role(pieces[lead][0]) == "system":
+        lead += 1
+    if lead == 0 or lead == len(pieces):
+        return pieces
+    return [pieces[lead], *pieces[:lead], *pieces[lead + 1 :]]
+
+
+def _role(msg: Any) -> Any:
+    return msg.get("role") if isinstance(msg, Mapping) else None
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -363,11 +440,14 @@ __all__ = [
     "Conversation",
     "ViewItem",
     "fingerprint",
+    "owner_of",
     "parse_anthropic",
+    "parse_cached",
     "parse_openai",
     "render_anthropic",
     "render_openai",
     "response_message_anthropic",
     "response_message_openai",
     "session_key_material",
+    "unchanged_object",
 ]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from anyio import to_thread
@@ -25,7 +25,7 @@ from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
 from . import fastjson
 from .config import GatewayConfig
-from .convert import Conversation, Provider, session_key_material
+from .convert import Conversation, session_key_material
 from .metrics import Metrics
 from .sessions import (
     RESYNCS,
@@ -46,10 +46,12 @@ from .turn import (
     moved,
     release_when_done,
     settle_future,
-    tool_name,
     within_budget,
 )
 from .upstream import Upstream, UpstreamError, forward_headers
+
+if TYPE_CHECKING:
+    from .providers.base import ParsedRequest, ProviderAdapter
 
 log = logging.getLogger("contextfold.gateway")
 
@@ -103,42 +105,40 @@ class Pipeline:
         return tuple(name for name in GATEWAY_TOOLS if name not in client_names)
 
     def tool_schemas(
-        self, sess: Session, names: Sequence[str], provider: Provider
+        self, sess: Session, names: Sequence[str], adapter: ProviderAdapter
     ) -> list[dict[str, Any]]:
+        """The gateway's tools ``names`` in the adapter's shape."""
         if not names:
             return []
-        schemas = sess.tool_schemas.get(provider)
+        schemas = sess.tool_schemas.get(adapter.name)
         if schemas is None:
             with self.registry.store_lock:  # the first call opens the session index
-                schemas = sess.tool_schemas[provider] = sess.cm.tool_schemas(provider)
-        key = "function" if provider == "openai" else None
-        out = []
-        for s in schemas:
-            name = s[key]["name"] if key else s["name"]
-            if name in names:
-                out.append(s)
-        return out
+                openai = sess.cm.tool_schemas("openai")
+            schemas = sess.tool_schemas[adapter.name] = adapter.tool_schemas(openai)
+        return [s for s in schemas if adapter.tool_name(s) in names]
 
     async def begin(
         self,
-        provider: Provider,
-        body: dict[str, Any],
-        conv: Conversation,
+        adapter: ProviderAdapter,
+        parsed: ParsedRequest,
         headers: dict[str, str],
-        client_tools: list[dict[str, Any]],
-        tools_allowed: bool,
         query: str = "",
     ) -> Turn:
         began = time.perf_counter()
         started = REQUEST_STARTED.get(began)
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
+        provider = adapter.name
+        body = parsed.body
+        conv = parsed.conversation
+        client_tools = parsed.client_tools
+        tools_allowed = parsed.tools_allowed
+        model = parsed.model
+        if not model:
             raise RequestError(400, "model: a model name is required")
         key = self.session_key(conv, headers)
         lock = self.registry.lock(key)
         await lock.acquire()
         t_lock = time.perf_counter()
-        client_names = {tool_name(t) for t in client_tools}
+        client_names = set(parsed.client_tool_names)
         forwarded = forward_headers(headers, token=self.config.auth_token)
         marks: dict[str, float] = {}
 
@@ -162,17 +162,17 @@ class Pipeline:
             sess.key = key
             try:
                 if sess.context is not None:  # the upstream summarizer speaks for this request
-                    sess.context.provider = provider
+                    sess.context.provider = adapter.summary_format
                     sess.context.model = self.config.summary_model or model
                     sess.context.headers = forwarded
                 names = self.wants_gateway_tools(sess, client_names, tools_allowed)
-                tools = client_tools + self.tool_schemas(sess, names, provider)
+                tools = client_tools + self.tool_schemas(sess, names, adapter)
                 earlier = sess.cm.last_record
                 prepared = self.registry.prepare(sess, tools)
                 if not names and sess.recall_ready:
                     names = self.wants_gateway_tools(sess, client_names, tools_allowed)
                     if names:  # the first compaction just happened: budget the tools too
-                        tools = client_tools + self.tool_schemas(sess, names, provider)
+                        tools = client_tools + self.tool_schemas(sess, names, adapter)
                         prepared = self.registry.prepare(sess, tools)
                 prepared = this_turn(prepared, sess.cm.last_record, earlier)
             except BaseException as exc:
@@ -249,6 +249,7 @@ class Pipeline:
             gateway_tools=names,
             started=started,
             query=query,
+            path=parsed.upstream_path,
             timings=timings,
             commit=task,
             sent=sent,

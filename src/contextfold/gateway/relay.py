@@ -1,27 +1,27 @@
-"""What the OpenAI and Anthropic routes share: the request's frame (begin, forward, hand the
-lock over to the response), upstream calls with one retry after a context overflow, reading an
-upstream SSE stream a chunk at a time, and the continuation after the gateway answered its own
-tools. The provider modules keep only what differs: message shapes and event rewriting."""
+"""Upstream calls every wire format shares: one retry after a context overflow, upstream
+errors passed back, reading an upstream SSE stream a chunk at a time, the client's streamed or
+whole response (which releases the session lock once the client has it), and the continuation
+stream after the gateway answered its own tools (see :mod:`.providers.rounds`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.responses import Response
 
 from ..messages import Message
-from .convert import Provider
 from .pipeline import Pipeline, RequestError, Turn
-from .sse import SSEEvent, SSEParser, encode
+from .sse import SSEEvent, SSEParser
 from .streaming import GatewayResponse, GatewayStream
-from .upstream import UpstreamError, error_body, response_headers
+from .upstream import UpstreamError, response_headers
+
+if TYPE_CHECKING:
+    from .providers.base import ProviderAdapter
 
 #: ``payload(turn)``: the provider's request body for the turn's view
 Payload = Callable[[Turn], dict[str, Any]]
-#: ``respond(pipe, turn, payload)``: forward and build the client's response
-Respond = Callable[[Pipeline, Turn, dict[str, Any]], Awaitable[Response]]
 #: ``events(pipe, turn, payload, state)``: the client's stream of a streamed turn
 Events = Callable[[Pipeline, Turn, dict[str, Any], dict[str, Any]], AsyncIterator[bytes]]
 
@@ -32,44 +32,15 @@ def upstream_failure(exc: httpx.HTTPError) -> RequestError:
     return RequestError(502, f"the upstream could not be reached ({type(exc).__name__})")
 
 
-def error_event(
-    provider: Provider, status: int, message: str, kind: str | None = None, body: Any = None
-) -> bytes:
-    """An error event ending a client's stream, in the provider's shape (``body``: the
-    upstream's own error body, passed on)."""
-    if provider == "anthropic":
-        return encode(body or error_body(provider, status, message), "error")
-    return encode(body or error_body(provider, status, message, kind))
+#: responses that release the session lock themselves once the client has them
+HANDED_OVER = (GatewayStream, GatewayResponse)
 
 
-def broken_off(pipe: Pipeline, turn: Turn, exc: httpx.HTTPError) -> bytes:
+def broken_off(pipe: Pipeline, adapter: ProviderAdapter, turn: Turn, exc: httpx.HTTPError) -> bytes:
     """The error event for an upstream that died or went silent mid-stream."""
     failure = upstream_failure(exc)
     pipe.upstream_error(turn, failure.status)
-    return error_event(turn.provider, failure.status, failure.message, failure.kind)
-
-
-async def handle_turn(
-    pipe: Pipeline,
-    turn_args: tuple[Any, ...],
-    payload: Payload,
-    stream: Respond,
-    complete: Respond,
-) -> Response:
-    """Begin the turn (``turn_args`` as :meth:`Pipeline.begin` takes them), forward it and
-    return the response; a streamed or whole answer releases the session lock itself once the
-    client has it, anything else releases it here."""
-    turn = await pipe.begin(*turn_args)
-    handed_over = False
-    try:
-        body = payload(turn)
-        respond = stream if turn.body.get("stream") is True else complete
-        response = await respond(pipe, turn, body)
-        handed_over = isinstance(response, GatewayStream | GatewayResponse)
-        return response
-    finally:
-        if not handed_over:  # an error answer too goes out once the append is settled
-            await pipe.finish(turn)
+    return adapter.error_event(failure.status, failure.message, failure.kind)
 
 
 def passed_back(pipe: Pipeline, turn: Turn, status: int, raw: bytes, headers: Any) -> Response:
@@ -166,7 +137,12 @@ def whole_answer(
 
 
 async def next_round(
-    pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any], state: dict[str, Any]
+    pipe: Pipeline,
+    adapter: ProviderAdapter,
+    turn: Turn,
+    path: str,
+    payload: dict[str, Any],
+    state: dict[str, Any],
 ) -> bytes | None:
     """Open the continuation stream after the gateway answered its tools (``state["resp"]``);
     bytes: the error event that ends the client's stream instead."""
@@ -174,13 +150,13 @@ async def next_round(
         nxt = await pipe.open_stream(turn, path, payload)
     except httpx.HTTPError as exc:
         failure = upstream_failure(exc)
-        return error_event(turn.provider, failure.status, failure.message, failure.kind)
+        return adapter.error_event(failure.status, failure.message, failure.kind)
     state["resp"] = nxt
     if nxt.status_code >= 400:
         raw = await nxt.aread()
         pipe.upstream_error(turn, nxt.status_code)
         err = UpstreamError(nxt.status_code, raw, nxt.headers)
-        return error_event(turn.provider, nxt.status_code, err.message, body=err.body)
+        return adapter.error_event(nxt.status_code, err.message, body=err.body)
     return None
 
 
@@ -203,10 +179,9 @@ class SSEReader:
 
 
 __all__ = [
+    "HANDED_OVER",
     "SSEReader",
     "broken_off",
-    "error_event",
-    "handle_turn",
     "next_round",
     "passed_back",
     "post",

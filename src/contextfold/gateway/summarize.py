@@ -48,6 +48,8 @@ class UpstreamChatModel:
         headers["content-type"] = "application/json"
         headers.pop("accept", None)
         limit = max_tokens or 2_000
+        if ctx.provider == "gemini":
+            return self._gemini(messages, headers, limit)
         if ctx.provider == "anthropic":
             system = "\n\n".join(
                 str(m.get("content")) for m in messages if m.get("role") == "system"
@@ -101,6 +103,48 @@ class UpstreamChatModel:
                 output_tokens=usage.get("completion_tokens"),
                 model=data.get("model"),
                 stop_reason=choice.get("finish_reason"),
+            )
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise SummarizerError("the upstream summary answer could not be read") from exc
+
+    def _gemini(
+        self, messages: Sequence[Mapping[str, Any]], headers: dict[str, str], limit: int
+    ) -> ChatResult:
+        """The summary from ``generateContent`` (the request's key header goes along)."""
+        system = "\n\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+        body: dict[str, Any] = {
+            "contents": [
+                {
+                    "role": "model" if m.get("role") == "assistant" else "user",
+                    "parts": [{"text": str(m.get("content") or "")}],
+                }
+                for m in messages
+                if m.get("role") != "system"
+            ],
+            "generationConfig": {"maxOutputTokens": limit},
+        }
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        path = f"/v1beta/models/{self.context.model}:generateContent"
+        try:
+            resp = self._client.post(self._url_for(path), content=json.dumps(body), headers=headers)
+        except httpx.HTTPError as exc:
+            raise SummarizerError(
+                f"the upstream summary call failed: {type(exc).__name__}"
+            ) from exc
+        if resp.status_code >= 400:
+            raise SummarizerError(f"the upstream summary call failed with HTTP {resp.status_code}")
+        try:
+            data = resp.json()
+            cand = data["candidates"][0]
+            parts = cand["content"].get("parts") or []
+            usage = data.get("usageMetadata") or {}
+            return ChatResult(
+                text="".join(str(p.get("text", "")) for p in parts if not p.get("thought")),
+                input_tokens=usage.get("promptTokenCount"),
+                output_tokens=usage.get("candidatesTokenCount"),
+                model=data.get("modelVersion"),
+                stop_reason=cand.get("finishReason"),
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise SummarizerError("the upstream summary answer could not be read") from exc

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from .convert import Conversation, Provider
+from .convert import Conversation
 from .edge import redact
 from .session import Prepared, Session
 
@@ -66,7 +66,8 @@ Committed = tuple[Session | None, float]
 
 @dataclass
 class Turn:
-    provider: Provider
+    #: the wire format's name (``ProviderAdapter.name``)
+    provider: str
     body: dict[str, Any]
     conv: Conversation
     model: str
@@ -83,6 +84,8 @@ class Turn:
     released: bool = False
     #: the client's query string (``?beta=true`` ...), passed on upstream
     query: str = ""
+    #: the upstream path the turn goes to
+    path: str = ""
     #: seconds spent waiting for the conversation's lock, appending, deriving the view
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -1,0 +1,501 @@
+"""The Gemini API's wire format (``generateContent``) <-> neutral messages.
+
+A request's ``contents`` alternate ``user`` and ``model`` turns made of *parts*: ``text``
+(``thought: true`` marks the model's thinking), ``functionCall`` in a model turn,
+``functionResponse`` in the user turn after it, ``inlineData`` / ``fileData`` and others.
+``systemInstruction`` is apart. Field names may be camelCase (the SDKs) or snake_case (Google's
+REST examples); both are read.
+
+Neutral form: a model turn is one assistant message (text and thought parts as blocks, calls as
+:class:`~contextfold.messages.ToolCall`); a user turn is one tool message per
+``functionResponse`` followed by one user message for its other parts. Every part's fields that
+the neutral form does not interpret (``thoughtSignature`` above all) are kept and sent back
+untouched when the gateway has to render a turn anew.
+
+Tool call ids. Gemini pairs a call with its response by position and name; ids are optional,
+and Gemini CLI writes its own id into the call only after the model's answer was received. So
+the neutral id of a call never depends on the wire id: it is derived from the call's content
+(name and arguments) and how often the same call came before in the conversation, so the
+answer recorded from the model and the same call resent by the client (with the client's id
+added) are the same neutral message. The wire id, when there is one, is kept and sent back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidMessageError
+from ..messages import Content, Message, ToolCall
+from .convert import Conversation, Provider, ViewItem, _prefix_key, _remember, _reuse, fingerprint
+
+PROVIDER: Provider = "gemini"
+#: Gemini's own 400 for function calls and responses that do not pair up
+PAIRING_MESSAGE = (
+    "Please ensure that the number of function response parts is equal to the number of "
+    "function call parts of the function call turn."
+)
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def field(obj: Mapping[str, Any], camel: str) -> Any:
+    """``obj[camel]``, or its snake_case spelling (``functionCall`` / ``function_call``)."""
+    if camel in obj:
+        return obj[camel]
+    return obj.get(_SNAKE.sub("_", camel).lower())
+
+
+def _without(obj: Mapping[str, Any], *camel: str) -> dict[str, Any]:
+    names = set(camel) | {_SNAKE.sub("_", c).lower() for c in camel}
+    return {k: v for k, v in obj.items() if k not in names}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# ----------------------------------------------------------------------------- call ids
+
+
+def _call_base(name: str, args: Any) -> str:
+    digest = hashlib.blake2b(f"{name}\0{_canonical(args)}".encode(), digest_size=6).hexdigest()
+    return f"gc-{digest}"
+
+
+class CallIds:
+    """Content-derived neutral call ids: ``gc-<hash of name and args>-<n>``, ``n`` counting
+    the same call earlier in the conversation."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    @classmethod
+    def after(cls, messages: Iterable[Message]) -> CallIds:
+        """The ids' state after ``messages`` (to name the calls of the model's next answer)."""
+        ids = cls()
+        for msg in messages:
+            for call in msg.tool_calls:
+                base, _, n = call.id.rpartition("-")
+                if base.startswith("gc-") and n.isdigit():
+                    ids._seen[base] = max(ids._seen.get(base, 0), int(n) + 1)
+        return ids
+
+    def next(self, name: str, args: Any) -> str:
+        base = _call_base(name, args)
+        n = self._seen.get(base, 0)
+        self._seen[base] = n + 1
+        return f"{base}-{n}"
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+def _block(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A non-call, non-response part as a neutral content block (its other fields kept)."""
+    text = part.get("text")
+    rest = _without(part, "text")
+    if isinstance(text, str):
+        if part.get("thought") is True:
+            return {"type": "thinking", "thinking": text, "part": rest}
+        return (
+            {"type": "text", "text": text, "part": rest} if rest else {"type": "text", "text": text}
+        )
+    return {"type": "gemini_part", "part": dict(part)}
+
+
+def _content(blocks: list[dict[str, Any]]) -> Content:
+    if not blocks:
+        return None
+    if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
+        return str(blocks[0]["text"])
+    return tuple(blocks)
+
+
+def _parts(content: Any, where: str) -> list[Mapping[str, Any]]:
+    if not isinstance(content, Mapping):
+        raise InvalidMessageError(f"{where} must be an object with role and parts")
+    parts = content.get("parts")
+    if not isinstance(parts, list):
+        raise InvalidMessageError(f"{where}.parts must be a list")
+    for j, part in enumerate(parts):
+        if not isinstance(part, Mapping):
+            raise InvalidMessageError(f"{where}.parts[{j}] must be an object")
+    return parts
+
+
+def _model_message(parts: Sequence[Mapping[str, Any]], ids: CallIds, where: str) -> Message:
+    blocks: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
+    for j, part in enumerate(parts):
+        fc = field(part, "functionCall")
+        if fc is None:
+            blocks.append(_block(part))
+            continue
+        if not isinstance(fc, Mapping) or not isinstance(fc.get("name"), str) or not fc["name"]:
+            raise InvalidMessageError(f"{where}.parts[{j}].functionCall needs a name")
+        args = fc.get("args")
+        args = {} if args is None else args
+        if not isinstance(args, Mapping):
+            raise InvalidMessageError(f"{where}.parts[{j}].functionCall.args must be an object")
+        extra = {"part": _without(part, "functionCall"), "call": _without(fc, "name", "args")}
+        calls.append(
+            ToolCall(
+                id=ids.next(fc["name"], args),
+                name=fc["name"],
+                arguments=json.dumps(args, ensure_ascii=False),
+                extra=extra,
+            )
+        )
+    return Message(role="assistant", content=_content(blocks), tool_calls=tuple(calls))
+
+
+def response_text(response: Any) -> str:
+    """The text a model reads of a ``functionResponse.response``: its ``output`` when that is
+    all it holds (Gemini CLI's shape), else the JSON."""
+    if isinstance(response, Mapping) and set(response) == {"output"}:
+        output = response["output"]
+        if isinstance(output, str):
+            return output
+    return json.dumps(response, ensure_ascii=False)
+
+
+class _Open:
+    """The calls of the last model turn still waiting for their responses."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+
+    def take(self, name: str, wire_id: Any) -> ToolCall | None:
+        if wire_id is not None:
+            for c in self.calls:
+                if c.extra.get("call", {}).get("id") == wire_id:
+                    self.calls.remove(c)
+                    return c
+        for c in self.calls:
+            if c.name == name:
+                self.calls.remove(c)
+                return c
+        return None
+
+
+def _user_messages(
+    parts: Sequence[Mapping[str, Any]], open_calls: _Open, where: str
+) -> list[Message]:
+    tools: list[Message] = []
+    blocks: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        fr = field(part, "functionResponse")
+        if fr is None:
+            blocks.append(_block(part))
+            continue
+        name = fr.get("name") if isinstance(fr, Mapping) else None
+        if not isinstance(fr, Mapping) or not isinstance(name, str) or not name:
+            raise InvalidMessageError(f"{where}.parts[{j}].functionResponse needs a name")
+        call = open_calls.take(name, fr.get("id"))
+        if call is None:
+            raise InvalidMessageError(
+                f"{where}.parts[{j}]: functionResponse {name!r} answers no function call of "
+                f"the turn before. {PAIRING_MESSAGE}"
+            )
+        response = fr.get("response")
+        extra = {
+            "part": _without(part, "functionResponse"),
+            "response": _without(fr, "name"),
+        }
+        tools.append(
+            Message(
+                role="tool",
+                content=response_text(response),
+                tool_call_id=call.id,
+                name=name,
+                extra=extra,
+            )
+        )
+    out = tools
+    if blocks:
+        out.append(Message(role="user", content=_content(blocks)))
+    return out
+
+
+# ----------------------------------------------------------------------------- repair
+
+
+def _count(content: Any, kind: str) -> int:
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    if not isinstance(parts, list):
+        return 0
+    return sum(1 for p in parts if isinstance(p, Mapping) and field(p, kind) is not None)
+
+
+def _may_repeat(contents: list[Any]) -> bool:
+    """Whether some model turn is followed by more responses than it has calls (cheap: no
+    response is serialized)."""
+    calls = answers = 0
+    for content in contents:
+        if isinstance(content, Mapping) and content.get("role") == "model":
+            if answers > calls:
+                return True
+            calls, answers = _count(content, "functionCall"), 0
+        else:
+            answers += _count(content, "functionResponse")
+    return answers > calls
+
+
+def drop_repeated_responses(contents: list[Any]) -> tuple[list[Any], int]:
+    """The contents without ``functionResponse`` parts that repeat, exactly, a response given
+    earlier to the same model turn; and how many were dropped.
+
+    Gemini CLI's ``--resume`` sends every tool result twice (once rebuilt from its record of
+    the call, once from the recorded user turn), and Gemini answers such a request with a 400.
+    The gateway repairs it: a repeat carries nothing the first copy does not (same call id,
+    name and response), so dropping it loses nothing and the conversation goes on. A second,
+    *different* answer to the same call is not repaired: it is passed on, and the request gets
+    Gemini's own 400.
+    """
+    if not _may_repeat(contents):
+        return contents, 0
+    out: list[Any] = []
+    seen: set[str] = set()
+    dropped = 0
+    for content in contents:
+        if not isinstance(content, Mapping) or not isinstance(content.get("parts"), list):
+            out.append(content)
+            continue
+        if content.get("role") == "model":
+            seen = set()
+            out.append(content)
+            continue
+        kept = []
+        for part in content["parts"]:
+            fr = field(part, "functionResponse") if isinstance(part, Mapping) else None
+            if isinstance(fr, Mapping):
+                key = _canonical(fr)
+                if key in seen:
+                    dropped += 1
+                    continue
+                seen.add(key)
+            kept.append(part)
+        if len(kept) == len(content["parts"]):
+            out.append(content)
+        elif kept:
+            out.append({**content, "parts": kept})
+    return out, dropped
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def system_text(system: Any) -> Content:
+    """``systemInstruction`` (a Content, or a bare string some clients send) as content."""
+    if isinstance(system, str):
+        return system
+    parts = _parts(system, "systemInstruction")
+    return _content([_block(p) for p in parts])
+
+
+def _parse_content(
+    content: Any, k: int, ids: CallIds, open_calls: _Open
+) -> tuple[tuple[Message, ...], tuple[str, ...]]:
+    """One content's neutral messages and their fingerprints (``ids`` and ``open_calls``
+    carry the conversation's state on)."""
+    where = f"contents[{k}]"
+    content_parts = _parts(content, where)
+    role = content.get("role") or "user"
+    if role == "model":
+        if open_calls.calls:
+            raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
+        msgs = [_model_message(content_parts, ids, where)]
+        open_calls.calls = list(msgs[0].tool_calls)
+    elif role == "user":
+        msgs = _user_messages(content_parts, open_calls, where)
+        if open_calls.calls:  # fewer responses than the model turn before has calls
+            raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
+    else:
+        raise InvalidMessageError(f"{where}.role must be 'user' or 'model', not {role!r}")
+    if not msgs:
+        raise InvalidMessageError(f"{where} has no parts")
+    return tuple(msgs), tuple(fingerprint(m) for m in msgs)
+
+
+def parse_gemini(contents: Any, system: Any) -> Conversation:
+    """The request's conversation (repair it with :func:`drop_repeated_responses` first).
+    Raises InvalidMessageError.
+
+    A client resends its history unchanged: the contents the previous request of this
+    conversation start had in common with this one are not parsed again."""
+    if not isinstance(contents, list) or not contents:
+        raise InvalidMessageError("contents must be a non-empty list")
+    neutral: list[Message] = []
+    owner: list[int] = []
+    parts: list[list[int]] = []
+    fps: list[str] = []
+    if system is not None:
+        neutral.append(Message(role="system", content=system_text(system)))
+        owner.append(-1)
+        fps.append(fingerprint(neutral[0]))
+    key = _prefix_key(PROVIDER, [system, contents[:1]])
+    known = _reuse(key, contents)
+    ids = CallIds.after(m for msgs, _ in known for m in msgs)
+    open_calls = _Open()
+    if known and known[-1][0][-1].role == "assistant":
+        open_calls.calls = list(known[-1][0][-1].tool_calls)
+    done = list(known)
+    for k in range(len(known), len(contents)):
+        done.append(_parse_content(contents[k], k, ids, open_calls))
+    if open_calls.calls:
+        raise InvalidMessageError(f"contents[{len(contents) - 1}]: {PAIRING_MESSAGE}")
+    _remember(key, list(contents), done)
+    for k, (msgs, cfps) in enumerate(done):
+        parts.append(list(range(len(neutral), len(neutral) + len(msgs))))
+        neutral.extend(msgs)
+        fps.extend(cfps)
+        owner.extend([k] * len(msgs))
+    return Conversation(
+        provider=PROVIDER,
+        raw=list(contents),
+        neutral=neutral,
+        owner=owner,
+        parts=parts,
+        fingerprints=fps,
+    )
+
+
+def response_message(content: Any, conv: Conversation) -> Message:
+    """The model's answer (a candidate's ``content``) as a neutral assistant message, its
+    call ids following the conversation's."""
+    if not isinstance(content, Mapping):
+        raise InvalidMessageError("the upstream answer has no candidate content")
+    parts = content.get("parts") or []
+    if not isinstance(parts, list) or not all(isinstance(p, Mapping) for p in parts):
+        raise InvalidMessageError("the upstream answer's parts are not a list of objects")
+    return _model_message(parts, CallIds.after(conv.neutral), "candidates[0].content")
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _wire_part(block: Mapping[str, Any]) -> dict[str, Any]:
+    kind = block.get("type")
+    rest = block.get("part")
+    rest = dict(rest) if isinstance(rest, Mapping) else {}
+    if kind == "thinking":
+        return {"text": str(block.get("thinking", "")), **rest, "thought": True}
+    if kind == "gemini_part":
+        return rest
+    if kind in (None, "text") and isinstance(block.get("text"), str):
+        return {"text": block["text"], **rest}
+    # a block compaction or another provider made: its text, else its JSON
+    text = block.get("text")
+    return {"text": text if isinstance(text, str) else json.dumps(block, ensure_ascii=False)}
+
+
+def _wire_parts(content: Content) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    return [_wire_part(b) for b in content]
+
+
+def _call_part(call: ToolCall) -> dict[str, Any]:
+    extra = call.extra
+    wire_call = dict(extra.get("call") or {})
+    try:
+        args = call.parsed_arguments()
+    except ValueError:
+        args = {"raw": call.arguments}
+    fc = {"name": call.name, "args": args, **wire_call}
+    return {"functionCall": fc, **dict(extra.get("part") or {})}
+
+
+def _response_part(msg: Message) -> dict[str, Any]:
+    extra = msg.extra
+    fr = dict(extra.get("response") or {})
+    original = fr.get("response")
+    text = msg.text
+    if original is None or response_text(original) != text:
+        fr["response"] = {"output": text}
+    return {"functionResponse": {"name": msg.name or "", **fr}, **dict(extra.get("part") or {})}
+
+
+def to_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Neutral messages as Gemini contents (system messages become user text: Gemini has no
+    system turn inside ``contents``)."""
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if msg.role == "assistant":
+            parts = _wire_parts(msg.content) + [_call_part(c) for c in msg.tool_calls]
+            out.append({"role": "model", "parts": parts or [{"text": ""}]})
+        elif msg.role == "tool":
+            out.append({"role": "user", "parts": [_response_part(msg)]})
+        else:
+            out.append({"role": "user", "parts": _wire_parts(msg.content) or [{"text": ""}]})
+    return out
+
+
+def render_gemini(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
+    """Gemini contents for the view: the client's own content objects wherever a whole turn
+    is unchanged, the rest rendered anew; neighbours of one role that the gateway made are
+    merged into one turn (``systemInstruction`` is the client's, passed on apart)."""
+    pieces: list[tuple[Any, bool]] = []
+    pending: list[Message] = []
+
+    def flush() -> None:
+        pieces.extend((c, False) for c in to_contents(pending))
+        pending.clear()
+
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item.index is not None and item.index < len(conv.owner) and conv.owner[item.index] < 0:
+            i += 1  # the client's systemInstruction
+            continue
+        k = (
+            conv.owner[item.index]
+            if item.index is not None and item.index < len(conv.owner)
+            else -1
+        )
+        if k >= 0:
+            want = conv.parts[k]
+            got = [it.index for it in items[i : i + len(want)]]
+            if got == want:
+                flush()
+                pieces.append((conv.raw[k], True))
+                i += len(want)
+                continue
+        pending.append(item.message)
+        i += 1
+    flush()
+    return _merge(pieces)
+
+
+def _merge(pieces: list[tuple[Any, bool]]) -> list[Any]:
+    out: list[Any] = []
+    own: list[bool] = []
+    for content, is_own in pieces:
+        same_role = out and out[-1].get("role", "user") == content.get("role", "user")
+        if same_role and not (own[-1] and is_own):  # made so by the gateway: one turn
+            prev = out[-1]
+            out[-1] = {**prev, "parts": list(prev.get("parts") or []) + list(content["parts"])}
+            own[-1] = False
+            continue
+        out.append(content)
+        own.append(is_own)
+    return out
+
+
+__all__ = [
+    "PAIRING_MESSAGE",
+    "PROVIDER",
+    "CallIds",
+    "drop_repeated_responses",
+    "field",
+    "parse_gemini",
+    "render_gemini",
+    "response_message",
+    "response_text",
+    "to_contents",
+]

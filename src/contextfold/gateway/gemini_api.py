@@ -1,0 +1,226 @@
+"""The Gemini API's request fields apart from the conversation: tools as function
+declarations, JSON-mode side requests (and fitting them into the window), usage, error bodies
+as Google's APIs return them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidMessageError
+from .gemini import field
+
+
+def declarations(tools: Any) -> list[dict[str, Any]]:
+    """The function declarations of a request's ``tools`` (each Tool's list, flattened)."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+        raise InvalidMessageError("tools must be a list of Tool objects")
+    out: list[dict[str, Any]] = []
+    for k, tool in enumerate(tools):
+        decls = field(tool, "functionDeclarations") or []
+        if not isinstance(decls, list) or not all(isinstance(d, Mapping) for d in decls):
+            raise InvalidMessageError(f"tools[{k}].functionDeclarations must be a list of objects")
+        out.extend(dict(d) for d in decls)
+    return out
+
+
+def declaration(openai_tool: Mapping[str, Any]) -> dict[str, Any]:
+    """One of the gateway's tools (OpenAI function schema) as a Gemini function declaration."""
+    fn = openai_tool.get("function") or {}
+    out: dict[str, Any] = {"name": fn.get("name", ""), "description": fn.get("description", "")}
+    if fn.get("parameters") is not None:
+        out["parametersJsonSchema"] = fn["parameters"]
+    return out
+
+
+def with_declarations(tools: Any, extra: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The client's ``tools`` with ``extra`` declarations added to its first list of them."""
+    out = [dict(t) for t in tools or []]
+    for t in out:
+        for key in ("functionDeclarations", "function_declarations"):
+            if isinstance(t.get(key), list):
+                t[key] = [*t[key], *extra]
+                return out
+    out.append({"functionDeclarations": list(extra)})
+    return out
+
+
+def is_side_call(body: Mapping[str, Any]) -> bool:
+    """A JSON-mode request (``responseMimeType: application/json`` or a response schema):
+    an agent's side question about the conversation (Gemini CLI's model router, loop and
+    next-speaker checks), not a turn of it. Relayed as it is, never stored."""
+    config = field(body, "generationConfig")
+    if not isinstance(config, Mapping):
+        return False
+    mime = field(config, "responseMimeType")
+    if isinstance(mime, str) and mime.split(";")[0].strip().lower() == "application/json":
+        return True
+    return (
+        field(config, "responseSchema") is not None
+        or field(config, "responseJsonSchema") is not None
+    )
+
+
+def input_tokens(usage: Any) -> int | None:
+    """``usageMetadata.promptTokenCount`` (the prompt as the model read it)."""
+    if not isinstance(usage, Mapping):
+        return None
+    value = field(usage, "promptTokenCount")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    """An error as Google's APIs return it: ``{"error": {"code", "message", "status"}}``."""
+    return {"error": {"code": status, "message": message, "status": _STATUS.get(status, "UNKNOWN")}}
+
+
+#: what a side request may use of the window (the rest: the answer, and the estimate's error)
+SIDE_SHARE = 0.85
+_CUT = "\n[... {n} characters left out by contextfold so that this request fits the context window ...]\n"
+_KEEP = 400
+
+
+def estimate_tokens(body: Mapping[str, Any]) -> int:
+    """A generous token estimate of a request (characters / 3 of what the model reads)."""
+    parts = [field(body, "contents"), field(body, "systemInstruction"), body.get("tools")]
+    return len(json.dumps(parts, ensure_ascii=False)) // 3
+
+
+def _strings(value: Any, out: list[tuple[Any, Any, int]]) -> None:
+    """Every long string leaf below ``value`` as (container, key, length); signatures, ids
+    and names are never cut."""
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, inner in items:
+        if key in ("thoughtSignature", "thought_signature", "id", "name"):
+            continue
+        if isinstance(inner, str):
+            if len(inner) > 2 * _KEEP:
+                out.append((value, key, len(inner)))
+        else:
+            _strings(inner, out)
+
+
+def fit_side_call(body: dict[str, Any], window: int) -> tuple[dict[str, Any], int]:
+    """A side request made to fit ``window``: the middles of its longest texts and tool
+    outputs cut (the newest content is left whole), then its oldest turns dropped if that is
+    not enough. Returns the request (a copy when changed) and the characters left out.
+    Side requests are never stored: nothing of the conversation is lost."""
+    budget = int(window * SIDE_SHARE)
+    excess = (estimate_tokens(body) - budget) * 3
+    contents = field(body, "contents")
+    if excess <= 0 or not isinstance(contents, list) or not contents:
+        return body, 0
+    contents = copy.deepcopy(contents)
+    leaves: list[tuple[Any, Any, int]] = []
+    _strings(contents[:-1], leaves)
+    cut = 0
+    for holder, key, length in sorted(leaves, key=lambda leaf: -leaf[2]):
+        if cut >= excess:
+            break
+        keep = max(2 * _KEEP, length - (excess - cut) - len(_CUT) - 12)
+        text: str = holder[key]
+        shorter = text[: keep // 2] + _CUT.format(n=length - keep) + text[length - keep // 2 :]
+        if len(shorter) < length:
+            holder[key] = shorter
+            cut += length - len(shorter)
+    out = {**body, "contents": contents}
+    while len(contents) > 1 and estimate_tokens(out) > budget:
+        cut += len(json.dumps(contents.pop(0), ensure_ascii=False))
+        while len(contents) > 1 and _starts_badly(contents[0]):
+            cut += len(json.dumps(contents.pop(0), ensure_ascii=False))
+    return out, max(0, cut)
+
+
+def _has(content: Any, kind: str) -> bool:
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    return any(isinstance(p, Mapping) and field(p, kind) is not None for p in parts or [])
+
+
+def _drop_parts(content: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    parts = [
+        p
+        for p in content.get("parts") or []
+        if not (isinstance(p, Mapping) and field(p, kind) is not None)
+    ]
+    return {**content, "parts": parts} if parts else None
+
+
+def pair_side_call(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A side request without function calls that no response follows, and responses that
+    follow no call: Gemini refuses both, and Gemini CLI's loop check sends a model turn that
+    holds text and a call without its response (it trims only turns made of calls alone).
+    Returns the request (a copy when changed) and how many turns were changed."""
+    contents = field(body, "contents")
+    if not isinstance(contents, list):
+        return body, 0
+    out: list[Any] = []
+    changed = 0
+    for i, content in enumerate(contents):
+        if not isinstance(content, Mapping):
+            out.append(content)
+            continue
+        fixed: dict[str, Any] | None = dict(content)
+        nxt = contents[i + 1] if i + 1 < len(contents) else None
+        if content.get("role") == "model" and _has(content, "functionCall"):
+            if not _has(nxt, "functionResponse"):
+                fixed = _drop_parts(content, "functionCall")
+        elif _has(content, "functionResponse"):
+            prev = out[-1] if out else None
+            if not (
+                isinstance(prev, Mapping)
+                and prev.get("role") == "model"
+                and _has(prev, "functionCall")
+            ):
+                fixed = _drop_parts(content, "functionResponse")
+        if fixed != content:
+            changed += 1
+        if fixed is not None:
+            out.append(fixed)
+    return ({**body, "contents": out}, changed) if changed else (body, 0)
+
+
+def _starts_badly(content: Any) -> bool:
+    """A first turn Gemini refuses: the model's, or answers to calls no longer there."""
+    if not isinstance(content, Mapping) or content.get("role") == "model":
+        return True
+    parts = content.get("parts") or []
+    return any(isinstance(p, Mapping) and field(p, "functionResponse") is not None for p in parts)
+
+
+__all__ = [
+    "declaration",
+    "declarations",
+    "error_body",
+    "estimate_tokens",
+    "fit_side_call",
+    "input_tokens",
+    "is_side_call",
+    "pair_side_call",
+    "with_declarations",
+]
