@@ -47,6 +47,9 @@ class AgentRules:
     blocks: tuple[re.Pattern[str], ...]
     #: A message that starts with one of these (after blocks are cut) is scaffolding.
     messages: tuple[re.Pattern[str], ...]
+    #: Cut from the start of a message: the agent's wrapper before the user's own words
+    #: (mini-swe-agent's "The user added a new task: ...").
+    leads: tuple[re.Pattern[str], ...] = ()
     #: In a task request: where the task text starts / ends (the template around it dropped).
     task_start: re.Pattern[str] | None = None
     task_end: re.Pattern[str] | None = None
@@ -84,6 +87,7 @@ def parse_rules(data: object) -> tuple[AgentRules, ...]:
                 name=name,
                 detect=tuple(detect),
                 blocks=_compile(item.get("blocks", []), f"{name}.blocks"),
+                leads=_compile(item.get("leads", []), f"{name}.leads"),
                 messages=_compile(item.get("messages", []), f"{name}.messages"),
                 task_start=_optional(item.get("task_start"), f"{name}.task_start"),
                 task_end=_optional(item.get("task_end"), f"{name}.task_end"),
@@ -134,9 +138,21 @@ def detect_agent(texts: Iterable[str]) -> str | None:
 _BLANKS = re.compile(r"\n{3,}")
 
 
+def _cut_leads(text: str, agent: str | None) -> str:
+    rest = text.lstrip()
+    for r in _named(agent):
+        for pattern in r.leads:
+            m = pattern.match(rest)
+            if m is not None:
+                return rest[m.end() :]
+    return text
+
+
 def strip_scaffolding(text: str, agent: str | None = None) -> str:
     """``text`` without the scaffolding blocks of ``agent`` (or of every known agent) and the
-    generic reminder tags; surrounding whitespace trimmed."""
+    generic reminder tags, and an agent's wrapper before the user's own words cut; surrounding
+    whitespace trimmed."""
+    text = _cut_leads(text, agent)
     if "<" not in text and "[" not in text and "\n..." not in text:
         return text.strip()
     for r in _named(agent):

@@ -4,11 +4,13 @@
 :func:`extract_anchors` pulls out the handles a later question is likely to use: exception
 types, ``file:line`` locations, failing test ids, the exit code and the command.
 Both are pure functions of the text, bounded in time on very large inputs (only the head and
-the tail of a huge output are scanned).
+the tail of a huge output are scanned). A command's output sent as a JSON object with its exit
+code (mini-swe-agent's ``{"returncode": 1, "output": "..."}``) is read as the text it holds.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 
@@ -98,7 +100,42 @@ _LOG = re.compile(
 )
 
 
+#: keys of the exit code in a command output sent as a JSON object
+_JSON_EXIT_KEYS = ("returncode", "exit_code", "exitCode", "returnCode", "exit_status")
+
+
+def observation_text(text: str) -> str | None:
+    """A command output sent as a JSON object holding its exit code (mini-swe-agent's
+    ``{"returncode": 1, "output": "...Traceback..."}``) as plain text: the exit code as
+    ``<returncode>N</returncode>``, then each field, its strings unescaped (so a traceback's
+    lines are lines again). None for any other text."""
+    head = text[:200].lstrip()
+    if not head.startswith("{") or '"' not in head or len(text) > 2 * _SCAN:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    code = next((data[k] for k in _JSON_EXIT_KEYS if type(data.get(k)) is int), None)
+    if code is None:
+        return None
+    lines = [f"<returncode>{code}</returncode>"]
+    for key, value in data.items():
+        if key in _JSON_EXIT_KEYS:
+            continue
+        if isinstance(value, str):
+            lines += [f"{key}:", value] if "\n" in value else [f"{key}: {value}"]
+        elif isinstance(value, (int, float, bool)):
+            lines.append(f"{key}: {value}")
+    return "\n".join(lines)
+
+
 def _scan_text(text: str) -> str:
+    decoded = observation_text(text)
+    if decoded is not None:
+        return decoded
     if len(text) <= 2 * _SCAN:
         return text
     return text[:_SCAN] + "\n" + text[-_SCAN:]
