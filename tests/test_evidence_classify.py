@@ -345,3 +345,22 @@ def test_real_trace_outputs() -> None:
     assert tracebacks > 50
     for t in ("stack_trace", "error", "test_output", "diff", "file_content", "command_output"):
         assert counts[t] > 0, counts
+
+
+def test_a_json_command_output_is_read_for_its_exit_code_and_traceback() -> None:
+    """mini-swe-agent 2.x sends each observation as a JSON object: the exit code is a field
+    and the traceback's lines are escaped inside the output string."""
+    output = (
+        "run 2 step 00000: compiled ok\nTraceback (most recent call last):\n"
+        '  File "run.py", line 21, in <module>\nValueError: run 2 failed: checksum mismatch\n'
+    )
+    text = json.dumps({"returncode": 1, "output": output}, indent=2)
+    anchors = extract_anchors(text, "python3 run.py 2 8")
+    assert "exit_code:1" in anchors and "exception:ValueError" in anchors
+    assert "file:run.py:21" in anchors
+    assert {"stack_trace", "error"} <= set(classify(text))
+    ok = json.dumps({"returncode": 0, "output": "all good\n"}, indent=2)
+    assert "exit_code:0" in extract_anchors(ok) and "error" not in classify(ok)
+    # any other JSON (no exit code field) is read as it is
+    other = json.dumps({"items": ["ValueError: x"], "n": 1})
+    assert not any(a.startswith("exit_code:") for a in extract_anchors(other))

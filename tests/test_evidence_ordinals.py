@@ -183,3 +183,59 @@ def test_a_reminder_only_message_is_not_evidence() -> None:
     assert cm.compactor.state.compactions > 0
     hits = cm.recovery.search.search("which agent types are available for the Task tool?", k=5)
     assert all("agent types" not in h.text_preview for h in hits)
+
+
+def _mini_json_step(cm: ContextManager, i: int, command: str, rc: int, output: str) -> None:
+    """One step of mini-swe-agent 2.x with tool calls: a ``bash`` call, the observation a JSON
+    object (``{"returncode": ..., "output": ...}``) whose output string escapes its newlines."""
+    cm.add(
+        {
+            "role": "assistant",
+            "content": f"Step {i}: running it.",
+            "tool_calls": [
+                {
+                    "id": f"call_task_{i}",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+                }
+            ],
+        }
+    )
+    observation = json.dumps({"returncode": rc, "output": output}, indent=2)
+    cm.add({"role": "tool", "tool_call_id": f"call_task_{i}", "content": observation})
+
+
+def _build_log(k: int, error: str) -> str:
+    lines = [f"run {k} step {j:05d}: compiled module_{j % 60:02d} ok" for j in range(60)]
+    if error:
+        lines += ["Traceback (most recent call last):", '  File "run.py", line 21, in <module>']
+        lines.append(error)
+    return "\n".join(lines) + "\n"
+
+
+def test_mini_json_observations_first_failing_run_of_the_whole_session() -> None:
+    """Runs 2, 5, 8 and 11 fail; the newest failing runs are still in view or offloaded, the
+    first left the view long ago: "the first failing run" is run 2, by position in the whole
+    history, and the query is the user's question without mini's "new task" wrapper."""
+    cm = ContextManager(store="memory://", context_window=8_000)
+    cm.add({"role": "system", "content": SYSTEM})
+    cm.add({"role": "user", "content": TASK})
+    errors = {k: f"ValueError: run {k} failed: checksum mismatch CF{k:04d}" for k in (2, 5, 8, 11)}
+    for k in range(12):
+        _mini_json_step(
+            cm,
+            k,
+            f"python3 run.py {k} 8",
+            1 if k in errors else 0,
+            _build_log(k, errors.get(k, "")),
+        )
+        cm.prepare()
+    assert cm.compactor.state.compactions > 0
+    assert errors[2] not in json.dumps(cm.view.view_dicts())  # the first one left the view
+    question = "What was the exact error of the first failing run? Quote the error line."
+    text = _injection(cm, "The user added a new task: " + question)
+    assert "Query: " + question in text
+    items = _items(text)
+    assert items and "python3 run.py 2 8" in items[0] and errors[2] in items[0], text
+    recalled = cm.recovery.search.search("error of the first failing run: ValueError", k=3)
+    assert recalled and recalled[0].pointer.command == "python3 run.py 2 8"

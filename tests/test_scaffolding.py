@@ -205,3 +205,17 @@ def test_mini_swe_agent_task_and_format_reminder() -> None:
     )
     assert "The CSV exporter drops the header row" in text
     assert "Recommended Workflow" not in text and "EXACTLY ONE action" not in text
+
+
+def test_mini_swe_agent_new_task_wrapper_is_not_the_question() -> None:
+    question = "What was the exact error of the first failing run?"
+    for agent in ("mini-swe-agent", None):
+        assert strip_scaffolding("The user added a new task: " + question, agent) == question
+        assert strip_scaffolding("Interrupted by user: " + question, agent) == question
+    # only the wrapper at the start is cut: the same words inside a question stay
+    inside = "Why did it say 'The user added a new task: x'?"
+    assert strip_scaffolding(inside, "mini-swe-agent") == inside
+    msg = Message(role="user", content="The user added a new task: " + question)
+    assert question_text(msg) == question
+    with pytest.raises(ConfigError, match=r"bad pattern in x\.leads"):
+        parse_rules({"agents": [{"name": "x", "leads": ["("]}]})
