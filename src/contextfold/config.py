@@ -73,6 +73,9 @@ class TierConfig:
     #: ``target_ratio`` and ``warn_threshold`` goes on to Soft in the same run: one compaction
     #: instead of a rewrite of the view on every following turn.
     warn_escalates: bool = True
+    #: Facts of the messages a summary replaces go to memory first (used when no summary
+    #: strategy is configured; its own ``flush_before_compact`` wins otherwise).
+    flush_before_compact: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -134,13 +137,25 @@ class SummaryTriggerConfig:
     trigger_tokens: int = 80_000
     keep_messages: int = 20
     keep_tokens: int = 0
+    #: Facts of the messages about to be summarized go to memory first; applies to every
+    #: compaction of the session (tiers included) when this strategy is configured.
     flush_before_compact: bool = True
+    #: Tool results of the summarized range above ``offload_chars`` are written to files
+    #: (exact, sha256) before the summary, and the summary lists where; False summarizes them
+    #: as they are. The session log keeps every message in full either way.
     offload_before_compact: bool = True
+    offload_chars: int = 4_000
     #: Custom prompt; must contain "{messages}".
     summary_prompt: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("trigger_messages", "trigger_tokens", "keep_messages", "keep_tokens"):
+        for name in (
+            "trigger_messages",
+            "trigger_tokens",
+            "keep_messages",
+            "keep_tokens",
+            "offload_chars",
+        ):
             _nonneg(name, getattr(self, name))
         if self.trigger_messages == 0 and self.trigger_tokens == 0:
             raise ConfigError("summary compaction needs trigger_messages or trigger_tokens > 0")
@@ -254,6 +269,15 @@ class ContextConfig:
         ):
             # both set: ingest offload would never leave anything for eviction: allowed, noted
             pass
+
+    @property
+    def flushes_before_compact(self) -> bool:
+        """Whether facts go to memory before a compaction summarizes messages: the summary
+        strategy's ``flush_before_compact`` when it is configured (for every compaction of the
+        session, tiers included), else the tiers' own."""
+        if self.summary is not None:
+            return self.summary.flush_before_compact
+        return self.tiers is None or self.tiers.flush_before_compact
 
     def with_(self, **changes: Any) -> ContextConfig:
         return replace(self, preset="custom", **changes)

@@ -784,9 +784,16 @@ class ContextManager:
             raise exc
         with self._unit():
             note = learn_from_overflow(self, exc)
-            record = self.compactor.recover_overflow(
-                extra_tokens=self._extra_tokens(tools), note=note
-            )
+            extra = self._extra_tokens(tools)
+            record = self.compactor.recover_overflow(extra_tokens=extra, note=note)
+            if self.compactor.view_tokens(extra) > self.window:
+                # the same safety net as prepare(): the retry never goes out above the window
+                self._finish(record)
+                record = self.compactor.run(
+                    extra_tokens=extra,
+                    force=Tier.EMERGENCY,
+                    reason="overflow recovery: view still above the window",
+                )
             self._finish(record)
         self._announce(record)
         return record

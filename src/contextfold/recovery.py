@@ -8,6 +8,7 @@ into the agent loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -18,7 +19,7 @@ from .evidence.calls import load_calls
 from .evidence.fields import call_fields, describe
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
-from .evidence.model import EvidencePointer
+from .evidence.model import CompactBlock, EvidencePointer
 from .evidence.rank import CallLog
 from .evidence.search import EvidenceSearch, Hit
 from .evidence.store import EvidenceStore
@@ -70,6 +71,8 @@ class Recovery:
         self.read_stored_calls: Callable[[], dict[int, Any]] | None = None
         #: positions below this without stored calls make no calls (known from the heads)
         self.calls_known = 0
+        #: the block of a range summarized by the running compaction, appended when it is done
+        self._pending_block: CompactBlock | None = None
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -196,14 +199,7 @@ class Recovery:
     # ------------------------------------------------------------------ compaction hooks
     def before_summarize(self, msgs: Sequence[Message]) -> None:
         """Seed 002 3.1 flush-before-compact: facts go to memory before messages leave."""
-        summary = self.cm.config.summary
-        if self.fact_extractor is None:
-            return
-        if (
-            summary is not None
-            and not summary.flush_before_compact
-            and self.cm.config.tiers is None
-        ):
+        if self.fact_extractor is None or not self.cm.config.flushes_before_compact:
             return
         facts = self.fact_extractor.extract(list(msgs))
         if facts:
@@ -220,7 +216,8 @@ class Recovery:
         if not self.enabled:
             return []
         items = [(a.type.value, item) for a in anchors for item in a.items()]
-        block = self.store.index_compaction(
+        self.flush_pending_block()
+        block = self.store.build_compaction_block(
             messages=removed,
             offloaded=self._offload_map(removed),
             summary_items_source=items,
@@ -232,6 +229,9 @@ class Recovery:
             tier=tier.value,
             strategy="progressive",
         )
+        # appended once the compaction is done (after_compaction), with the record's boundary
+        # and token count; in the same unit of work
+        self._pending_block = block
         lines = []
         for p in block.evidence:
             if p.tool_use_id is None:
@@ -263,6 +263,20 @@ class Recovery:
             if m.tool_call_id and m.tool_call_id in entries
         }
 
+    def flush_pending_block(self, record: CompactionRecord | None = None) -> None:
+        """Append the block of the latest summarized range, with ``record``'s boundary and
+        tokens after the compaction when given."""
+        block, self._pending_block = self._pending_block, None
+        if block is None:
+            return
+        if record is not None:
+            block = dataclasses.replace(
+                block,
+                compact_boundary_uuid=record.boundary_uuid,
+                token_after=record.tokens_after,
+            )
+        self.store.append_block(block)
+
     def index_ingest(self, index: int, entry: OffloadEntry) -> None:
         """A result offloaded on arrival left the view at once: make it evidence now."""
         if not self.enabled:
@@ -289,6 +303,7 @@ class Recovery:
         """Outputs a compaction offloaded but left in the view as a placeholder (any tier, not
         only warn) summarize nothing, yet what they moved out is evidence too. Those already
         indexed (offloaded inside a summarized range) are not indexed twice."""
+        self.flush_pending_block(record)
         if not self.enabled or not record.offloaded:
             return
         offloaded = {e.tool_call_id for e in record.offloaded}
