@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from contextfold import ContextManager
+from contextfold.compactors.progressive import ProgressiveCompactor
 from contextfold.config import LATE_COMPACTION_TIERS, SummaryTriggerConfig, progressive
+from contextfold.errors import StorageError
+from contextfold.memory_extract import ExtractiveFactExtractor
+from contextfold.messages import Message
+from contextfold.records import CompactionRecord
 from contextfold.testing import OverflowingModel, message_tokens
+from contextfold.wire import from_openai
 
 SYSTEM = {"role": "system", "content": "You are a coding agent. " + "Be careful. " * 300}
 TASK = {"role": "user", "content": "Please fix the bug in src/app.py. " + "Context. " * 400}
@@ -134,3 +144,82 @@ def test_offload_before_compact_writes_the_ranges_tool_results_to_files(tmp_path
     cm2.prepare()
     (rec2,) = [r for r in cm2.records() if r.strategy == "summary"]
     assert rec2.offloaded == ()
+
+
+# ------------------------------------------------------------------ 6. record store failure
+
+
+class _BrokenRecords:
+    def append(self, record: CompactionRecord) -> None:
+        raise StorageError("disk full")
+
+    def list(self, session_id: str) -> list[CompactionRecord]:
+        return []
+
+
+def test_a_record_store_failure_is_logged_as_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    comp = ProgressiveCompactor.standalone(4_000)
+    comp.record_store = _BrokenRecords()
+    msgs = [from_openai(d, i) for i, d in enumerate([SYSTEM, TASK, *turns(12, words=60), NEWEST])]
+    with caplog.at_level(logging.WARNING, logger="contextfold"):
+        view, record = comp.compact_with_record(msgs)
+    assert record.changed and len(view) < len(msgs)  # the compaction itself went through
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned and "disk full" in warned[0].getMessage()
+    assert record.id in warned[0].getMessage()
+
+
+# ------------------------------------------------------------------ 7. fact extraction
+
+
+def _facts(role: str, text: str) -> list[tuple[str, str]]:
+    return [
+        (f.kind, f.text)
+        for f in ExtractiveFactExtractor().extract([Message(role=role, content=text)])
+    ]
+
+
+def test_facts_decision_lines_ports_and_no_prompt_fragments() -> None:
+    assert _facts("assistant", "Decision: we keep SQLite for the unit tests.") == [
+        ("conclusion", "Decision: we keep SQLite for the unit tests.")
+    ]
+    assert ("requirement", "Requirement: uploads go to the staging bucket.") in _facts(
+        "user", "Requirement: uploads go to the staging bucket."
+    )
+    assert _facts("assistant", "I set the test database to port 5433.") == [
+        ("configuration", "I set the test database to port 5433.")
+    ]
+    prompt = (
+        "Follow these steps to resolve the issue:\n"
+        "1. Find the code\n"
+        "Test edge cases to ensure your fix is\n"
+        "robust and complete."
+    )
+    texts = [t for _, t in _facts("user", prompt)]
+    assert "Test edge cases to ensure your fix is" not in texts
+    assert "Test edge cases to ensure your fix is robust and complete." in texts
+    assert _facts("user", "Make sure the fix is") == []  # a fragment: no fact
+
+
+# ------------------------------------------------------------------ 8. session_history hint
+
+
+def test_session_history_pages_through_a_message_above_the_cap(tmp_path: Path) -> None:
+    cm = ContextManager(workspace=tmp_path, session_id="big", context_window=128_000)
+    body = "".join(f"{i:07d}\n" for i in range(60_000))  # 480,000 characters
+    cm.add_many([TASK, {"role": "assistant", "content": body}])
+    args: dict[str, Any] = {"sessionId": "big", "lastN": 1, "maxChars": 200_000}
+    read = ""
+    for _ in range(5):
+        text, err = cm.toolbox.run("session_history", args)
+        assert not err, text
+        hint = re.search(r"read on with session_history (\{.*?\})\]", text)
+        part = text.split("assistant:\n", 1)[1]
+        part = re.sub(r"^\[characters [\d,]+-[\d,]+ of [\d,]+\]\n", "", part)
+        read += part.split("\n… [", 1)[0].split("\n\n1 earlier message(s)", 1)[0]
+        if hint is None:
+            break
+        nxt = json.loads(hint.group(1))
+        assert nxt != args, "the hint must not repeat the same call"
+        args = nxt
+    assert read == body

@@ -108,8 +108,58 @@ def _prose(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not _CODE_LINE.match(line))
 
 
+#: "Decision: ...", "Requirement: ..." lines: stated facts whatever their wording.
+_LABELED = re.compile(
+    r"^(?P<label>decision|decided|conclusion|requirement|constraint|决定|决策|结论|需求|约束)"
+    r"\s*[:：]\s*\S",
+    re.IGNORECASE,
+)
+_LABEL_KIND = {
+    "requirement": "requirement",
+    "需求": "requirement",
+    "constraint": "constraint",
+    "约束": "constraint",
+}
+#: A sentence ending in one of these words was cut off (a wrapped line, a template's piece).
+_DANGLING = re.compile(
+    r"\b(?:is|are|was|were|be|to|the|a|an|and|or|of|for|with|that|your|our|their|in|on|at|"
+    r"by|from|as|if|than|so)$",
+    re.IGNORECASE,
+)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+>#]|\d+[.)])\s")
+_ENDS_CLAUSE = re.compile(r"[.!?:;。！？：；]\s*$")
+
+
+def _unwrap(text: str) -> str:
+    """Join hard-wrapped lines: a line that does not end a clause, followed by one that
+    starts in lower case (and is no list item), continues the same sentence."""
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if (
+            out
+            and stripped
+            and stripped[0].islower()
+            and out[-1].strip()
+            and not _ENDS_CLAUSE.search(out[-1])
+            and not _LIST_ITEM.match(line)
+        ):
+            out[-1] = out[-1].rstrip() + " " + stripped
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def _sentences(text: str) -> list[str]:
-    return [s.strip(" -*#>\t") for s in _SENT_SPLIT.split(text) if s and s.strip()]
+    parts = (s.strip(" -*#>\t") for s in _SENT_SPLIT.split(_unwrap(text)) if s and s.strip())
+    return [s for s in parts if s and not _DANGLING.search(s)]
+
+
+def _labeled_kind(sentence: str) -> str | None:
+    m = _LABELED.match(sentence)
+    if m is None:
+        return None
+    return _LABEL_KIND.get(m.group("label").lower(), "conclusion")
 
 
 _VERBS = {
@@ -169,7 +219,12 @@ class ExtractiveFactExtractor:
     * assistant tool calls: file changes (write/edit tools; ``sed -i``, ``cat > f``, ``tee``,
       ``echo > f``, python ``open(f, 'w')``, ``git apply``, ``mv``/``cp``/``rm``, SWE-agent
       ``create``/``edit``);
-    * assistant text: conclusions ("the root cause is", "fixed", "works now", 结论 ...).
+    * assistant text: conclusions ("the root cause is", "fixed", "works now", 结论 ...) and
+      configuration it states (ports, KEY=VALUE, versions);
+    * in both: labeled lines ("Decision: ...", "Requirement: ...", "Constraint: ...", 决定：).
+
+    Hard-wrapped lines are joined first, and a sentence left dangling ("... to ensure your
+    fix is") is no fact.
     """
 
     def __init__(self, *, max_per_message: int = 12, max_user_chars: int = 20_000) -> None:
@@ -198,7 +253,10 @@ class ExtractiveFactExtractor:
                 for sent in _sentences(text):
                     if n >= self.max_per_message or not 6 <= len(sent) <= 600:
                         continue
-                    if _CONSTRAINT.search(sent):
+                    labeled = _labeled_kind(sent)
+                    if labeled is not None:
+                        add(labeled, sent, msg)
+                    elif _CONSTRAINT.search(sent):
                         add("constraint", sent, msg)
                     elif _CONFIG.search(sent):
                         add("configuration", sent, msg)
@@ -214,9 +272,18 @@ class ExtractiveFactExtractor:
                 for sent in _sentences(_prose(msg.text)):
                     if n >= self.max_per_message or not 8 <= len(sent) <= 600:
                         continue
-                    if _CONCLUSION.search(sent) and not _TENTATIVE.search(sent):
+                    labeled = _labeled_kind(sent)
+                    if labeled is not None:
+                        add(labeled, sent, msg)
+                    elif _TENTATIVE.search(sent):
+                        continue
+                    elif _CONCLUSION.search(sent):
                         add("conclusion", sent, msg)
-                        n += 1
+                    elif _CONFIG.search(sent):
+                        add("configuration", sent, msg)
+                    else:
+                        continue
+                    n += 1
             elif msg.role == "tool":
                 shell.observe_output(msg.text)
         return facts

@@ -8,6 +8,7 @@ keeps the text, a summarizer error falls back to extractive truncation, and each
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -49,6 +50,8 @@ from .measure import Measure
 from .pinned import apply_pinned, budget_of, reduce_pinned
 from .stale import OWN_TOOLS, offload_stale
 from .summarize import offloaded_refs, set_compaction, summarize
+
+log = logging.getLogger("contextfold")
 
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
@@ -514,6 +517,13 @@ class ProgressiveCompactor(Measure):
         if persist and self.record_store is not None:
             try:
                 self.record_store.append(record)
-            except ContextFoldError as exc:  # fail-open: seed 5.2
+            except ContextFoldError as exc:  # fail-open, but said: the record is not stored
                 self.record_errors.append(str(exc))
+                log.warning(
+                    "session %r: the %s compaction record %s was not stored: %s",
+                    self.session_id,
+                    record.tier.value,
+                    record.id,
+                    exc,
+                )
         return record
