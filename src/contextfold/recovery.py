@@ -25,6 +25,7 @@ from .evidence.search import EvidenceSearch, Hit
 from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
+from .memory_admin import memory_admin_tools
 from .messages import Message
 from .offload import OffloadStore
 from .offload_tool import read_offloaded_tool
@@ -73,6 +74,8 @@ class Recovery:
         self.calls_known = 0
         #: the block of a range summarized by the running compaction, appended when it is done
         self._pending_block: CompactBlock | None = None
+        #: history messages the public flush_memory() already extracted facts from
+        self.memory_flushed = 0
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -452,7 +455,7 @@ class Recovery:
                 allow_agents=self.cm.config.allow_agents,
             ):
                 box.register(tool)
-            for tool in memory_tools(self.memory):
+            for tool in [*memory_tools(self.memory), *memory_admin_tools(self.cm)]:
                 box.register(tool)
             box.register(recall_tool(lambda: self.search, self.store))  # read when first used
             self._toolbox = box
