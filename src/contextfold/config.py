@@ -25,6 +25,11 @@ def _nonneg(name: str, value: int) -> None:
         raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
 
 
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TierConfig:
     """Tiered compaction thresholds (ratios of the working window: what the context window
@@ -76,6 +81,34 @@ class TierConfig:
     #: Facts of the messages a summary replaces go to memory first (used when no summary
     #: strategy is configured; its own ``flush_before_compact`` wins otherwise).
     flush_before_compact: bool = True
+    #: What the tier ratios are of: ``"room"`` the part of the window the fixed prefix (system
+    #: messages, tool schemas, reserve) leaves, at most ``working_window``; ``"window"`` the
+    #: whole context window (the design notes).
+    ratio_of: Literal["room", "window"] = "room"
+    #: Soft and Full summarize more of the head when that is needed to reach ``target_ratio``,
+    #: and skip a summary that would not make the view smaller. False: Soft summarizes exactly
+    #: the oldest half of the head and Full the whole head.
+    extend_to_target: bool = True
+    #: Large tool results in the kept tail are offloaded too when the view is still above
+    #: the target after the summary. False: the tail is kept verbatim.
+    offload_tail: bool = True
+    #: The Warn record's ``preserved_tail``: every message after the boundary
+    #: (``"after_boundary"``) or only the ``min_tail_messages`` tail (``"tail"``).
+    warn_preserved_tail: Literal["after_boundary", "tail"] = "after_boundary"
+    #: Emergency: ``"summary"`` keeps the newest messages within the target and gives the
+    #: dropped ones an extractive summary; ``"minimal_tail"`` truncates to the newest turn
+    #: (the pinned messages stay) with no summary.
+    emergency: Literal["summary", "minimal_tail"] = "summary"
+    #: When the LLM summarizer fails: ``"extractive"`` summary instead, or ``"truncate"``
+    #: (the range is dropped from the view without a summary, token-budget truncation).
+    llm_fallback: Literal["extractive", "truncate"] = "extractive"
+    #: Merging anchors over compactions: ``"union"`` (list anchors keep old and new items,
+    #: the newest 12 shown) or ``"replace"`` (a new non-N/A anchor replaces the old one of
+    #: its type, old ones the new summary left N/A are kept).
+    anchor_merge: Literal["union", "replace"] = "union"
+    #: A failed memory flush is written to the record's error (``"record"``) or skipped
+    #: silently (``"skip"``, only logged at debug level).
+    memory_errors: Literal["record", "skip"] = "record"
 
     def __post_init__(self) -> None:
         for name in (
@@ -109,6 +142,12 @@ class TierConfig:
             _nonneg(name, getattr(self, name))
         _ratio("stale_batch_ratio", self.stale_batch_ratio)
         _nonneg("offload_threshold", self.offload_threshold)
+        _choice("ratio_of", self.ratio_of, ("room", "window"))
+        _choice("warn_preserved_tail", self.warn_preserved_tail, ("after_boundary", "tail"))
+        _choice("emergency", self.emergency, ("summary", "minimal_tail"))
+        _choice("llm_fallback", self.llm_fallback, ("extractive", "truncate"))
+        _choice("anchor_merge", self.anchor_merge, ("union", "replace"))
+        _choice("memory_errors", self.memory_errors, ("record", "skip"))
         for name in ("preview_lines", "stale_preview_lines"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -225,6 +264,9 @@ class RecoveryConfig:
     inject: bool = True
     #: Share of the context window the injected evidence may take.
     injection_budget_ratio: float = 0.08
+    #: Inject evidence only once the session has a compaction summary in its view. False:
+    #: also for outputs offloaded on arrival, before any summary.
+    inject_requires_summary: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.injection_budget_ratio <= 0.5:
@@ -235,7 +277,7 @@ class RecoveryConfig:
 class ContextConfig:
     """Everything the ContextManager does, in one validated object."""
 
-    preset: Literal["progressive", "harness", "custom"] = "progressive"
+    preset: Literal["progressive", "harness", "spec", "custom"] = "progressive"
     #: Tiered compaction; None turns the progressive compactor off.
     tiers: TierConfig | None = field(default_factory=TierConfig)
     #: Ingest offload: tool results above this many characters are offloaded when they
@@ -254,10 +296,20 @@ class ContextConfig:
     reserve_output_tokens: int = 0
     #: Agents whose sessions this agent may read through the session tools ("*" = all).
     allow_agents: tuple[str, ...] = ()
+    #: Manual ``compact()``: ``"full"`` summarizes the whole head with the summarizer;
+    #: ``"emergency"`` is CompactForce (truncation, no LLM call).
+    manual_compact: Literal["full", "emergency"] = "full"
+    #: Language of the compaction notice (``record.notification()``): ``"en"`` or ``"zh"``.
+    locale: Literal["en", "zh"] = "en"
+    #: Token estimate when the ContextManager is given no ``counter``: None for the default
+    #: heuristic, ``"chars4"`` for characters / 4, or any counter name ``counter`` accepts.
+    token_counter: str | None = None
 
     def __post_init__(self) -> None:
         _nonneg("ingest_offload_chars", self.ingest_offload_chars)
         _nonneg("reserve_output_tokens", self.reserve_output_tokens)
+        _choice("manual_compact", self.manual_compact, ("full", "emergency"))
+        _choice("locale", self.locale, ("en", "zh"))
         if self.summary_style not in ("anchors", "sections"):
             raise ConfigError(
                 f"summary_style must be 'anchors' or 'sections', got {self.summary_style!r}"
@@ -319,7 +371,55 @@ def harness_all_on() -> ContextConfig:
     )
 
 
-PRESETS = {"progressive": progressive, "harness": harness_all_on}
+#: The design notes' tiers, exactly: 60/70/80/95% of the whole window, Soft summarizes the
+#: oldest half of the head and Full all of it, the tail stays verbatim, Emergency truncates to
+#: the minimal tail, a failed LLM summary is token-budget truncation, anchors merge by
+#: replacement, a failed memory flush is skipped silently.
+SPEC_TIERS = TierConfig(
+    warn_threshold=0.60,
+    soft_threshold=0.70,
+    full_threshold=0.80,
+    emergency_threshold=0.95,
+    min_tail_messages=6,
+    offload_threshold=4_000,
+    preview_lines=10,
+    target_ratio=0.30,
+    stale_after=0,
+    working_window=0,
+    warn_escalates=False,
+    ratio_of="window",
+    extend_to_target=False,
+    offload_tail=False,
+    warn_preserved_tail="tail",
+    emergency="minimal_tail",
+    llm_fallback="truncate",
+    anchor_merge="replace",
+    memory_errors="skip",
+)
+
+
+def spec() -> ContextConfig:
+    """The design notes as written: :data:`SPEC_TIERS`, ingest offload at 10,000 characters,
+    the other strategies off (argument truncation, trigger summaries, eviction, overflow
+    recovery), evidence injected only once a compact summary exists, manual ``compact()`` as
+    CompactForce, the Chinese notice, tokens estimated as characters / 4."""
+    return ContextConfig(
+        preset="spec",
+        tiers=SPEC_TIERS,
+        ingest_offload_chars=10_000,
+        summary=None,
+        eviction=None,
+        truncate_args=None,
+        overflow_recovery=False,
+        recovery=RecoveryConfig(inject_requires_summary=True),
+        summary_style="anchors",
+        manual_compact="emergency",
+        locale="zh",
+        token_counter="chars4",
+    )
+
+
+PRESETS = {"progressive": progressive, "harness": harness_all_on, "spec": spec}
 
 
 def resolve_preset(name: str | ContextConfig | None) -> ContextConfig:

@@ -118,7 +118,9 @@ class ContextManager:
         self.agent_id = check_session_id(agent_id)
         self.on_compaction = on_compaction
         self.share_memory = share_memory
-        self.counter = get_counter(token_counter)
+        self.counter = get_counter(
+            token_counter if token_counter is not None else self.config.token_counter
+        )
         self.summarizer = summarizer
         self._fact_extractor = fact_extractor
         self._lock = threading.RLock()
@@ -709,7 +711,8 @@ class ContextManager:
     # ------------------------------------------------------------------ manual compaction
     def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
         """Manual /compact. ``force=True`` summarizes the whole head now with the configured
-        summarizer (Full tier) whatever the ratio; ``tier="emergency"`` truncates without an LLM
+        summarizer (Full tier) whatever the ratio, or with ``manual_compact="emergency"`` runs
+        CompactForce (the emergency tier); ``tier="emergency"`` truncates without an LLM
         (forced compaction); ``force=False`` runs the normal tier decision."""
         if tier is not None:
             try:
@@ -718,8 +721,10 @@ class ContextManager:
                 raise ConfigError(
                     f"tier must be one of {[t.value for t in Tier]}, got {tier!r}"
                 ) from None
+        elif force:
+            chosen = Tier.EMERGENCY if self.config.manual_compact == "emergency" else Tier.FULL
         else:
-            chosen = Tier.FULL if force else None
+            chosen = None
         with self._unit():
             record = self.compactor.run(force=chosen, reason="manual /compact" if force else "")
             self._finish(record)
@@ -801,6 +806,10 @@ class ContextManager:
         return record
 
     # ------------------------------------------------------------------ records, tools, state
+    def notification(self, record: CompactionRecord) -> str:
+        """The compaction notice of ``record`` in the configured ``locale``."""
+        return record.notification(locale=self.config.locale)
+
     def records(self) -> list[CompactionRecord]:
         """Every persisted CompactionRecord of this session, oldest first."""
         with self._lock:

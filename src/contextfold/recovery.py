@@ -417,6 +417,8 @@ class Recovery:
         view = self.cm.view
         if rc is None or not rc.inject or view.newest_user is None:
             return None
+        if rc.inject_requires_summary and view.compaction is None:
+            return None  # no compact summary in the view yet
         msg = view.history[view.newest_user]
         intent = self._intent(msg)  # cached per message: the common case does no I/O at all
         if intent is None:

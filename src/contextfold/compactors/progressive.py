@@ -257,8 +257,10 @@ class ProgressiveCompactor(Measure):
         start = v.boundary
         tail = v.tail_start(self.cfg.min_tail_messages)
         if tail <= start:
-            run.notes.append("head is empty: nothing to summarize; offloading the tail instead")
-            self._offload_range(run, start, len(v), self.compaction_policy)
+            run.notes.append("head is empty: nothing to summarize")
+            if self.cfg.offload_tail:
+                run.notes[-1] += "; offloading the tail instead"
+                self._offload_range(run, start, len(v), self.compaction_policy)
             self._ensure_fits(run, extra)
             return
         end = tail
@@ -266,14 +268,19 @@ class ProgressiveCompactor(Measure):
             mid = v.legal_cut_at_or_before(start + (tail - start) // 2, start)
             end = mid if mid > start else tail
         self._offload_range(run, start, end, self.compaction_policy)
-        end = self._extend_for_target(run, start, end, tail, extra)
-        if end > start and self._projected(end, extra) >= self.view_tokens(extra):
+        if self.cfg.extend_to_target:
+            end = self._extend_for_target(run, start, end, tail, extra)
+        if (
+            self.cfg.extend_to_target
+            and end > start
+            and self._projected(end, extra) >= self.view_tokens(extra)
+        ):
             # the summary would take about as much as it replaces: wait for a longer head
             run.notes.append("summarizing the head would not make the view smaller: skipped")
             end = start
         if end > start:
             self._summarize(run, start, end, use_llm=True)
-        if self.view_tokens(extra) > self.target_tokens:
+        if self.cfg.offload_tail and self.view_tokens(extra) > self.target_tokens:
             self._offload_range(run, v.boundary, len(v), self.compaction_policy)
         self._ensure_fits(run, extra)
 
@@ -486,6 +493,8 @@ class ProgressiveCompactor(Measure):
         msgs_after = len(v.view_messages()) if persist else run.msgs_before
         changed = persist and run.tier is not Tier.NONE
         tail = len(v) - v.boundary
+        if run.tier is Tier.WARN and self.cfg.warn_preserved_tail == "tail":
+            tail = len(v) - v.tail_start(self.cfg.min_tail_messages)
         record = CompactionRecord(
             id=str(uuidlib.uuid4()),
             session_id=self.session_id,
