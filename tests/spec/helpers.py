@@ -38,8 +38,11 @@ def turns(n: int, chars: int = 1_000, start: int = 0) -> list[dict[str, Any]]:
 
 def spec_manager(tmp_path: Path, window: int = 10_000, **kw: Any) -> ContextManager:
     return ContextManager(
-        workspace=tmp_path, session_id=kw.pop("session_id", "s"), context_window=window,
-        preset="spec", **kw
+        workspace=tmp_path,
+        session_id=kw.pop("session_id", "s"),
+        context_window=window,
+        preset="spec",
+        **kw,
     )
 
 

@@ -13,7 +13,6 @@ from contextfold.compactors.progressive import ProgressiveCompactor
 from contextfold.config import SPEC_TIERS, spec
 from contextfold.records import Tier
 from contextfold.testing import ScriptedSummarizer
-from contextfold.wire import from_openai
 
 from .helpers import NEWEST, SYSTEM, TASK, fill_to, spec_manager, turns
 

@@ -142,7 +142,9 @@ def test_notice_in_chinese_two_lines() -> None:
         offloaded=entries[:2],
         preserved_tail=6,
     )
-    assert format_notification(warn, locale="zh").endswith("（6% 压缩率）\n   2 offload(28KB) | 无摘要")
+    assert format_notification(warn, locale="zh").endswith(
+        "（6% 压缩率）\n   2 offload(28KB) | 无摘要"
+    )
     emergency = _rec(Tier.EMERGENCY, tokens_before=98_500, tokens_after=12_000, preserved_tail=1)
     assert format_notification(emergency, locale="zh") == (
         "⚡ 上下文压缩 [Emergency] 98.5K→12.0K tokens（88% 压缩率）\n   ⚠ 紧急截断回退 | 保留尾部 1 条"
@@ -188,7 +190,9 @@ def test_offload_write_failure_keeps_the_text(tmp_path: Path) -> None:
     cm.add(NEWEST)
     cm.compactor.offload = _FailingOffload(cm.compactor.offload)  # type: ignore[assignment]
     view = cm.prepare()
-    assert next(d["content"] for d in view if d.get("tool_call_id") == "c0") == cm.history[3].content
+    assert (
+        next(d["content"] for d in view if d.get("tool_call_id") == "c0") == cm.history[3].content
+    )
     assert "disk full" in cm.last_prepare.error  # type: ignore[union-attr]
 
 
