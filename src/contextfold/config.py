@@ -383,7 +383,6 @@ SPEC_TIERS = TierConfig(
     min_tail_messages=6,
     offload_threshold=4_000,
     preview_lines=10,
-    target_ratio=0.30,
     stale_after=0,
     working_window=0,
     warn_escalates=False,
