@@ -1,8 +1,10 @@
-"""Configuration: plain frozen objects, validated when built, and the two presets.
+"""Configuration: plain frozen objects, validated when built, and the presets.
 
 ``progressive()`` is tiered compaction (tiers by window ratio, ingest offload on) plus recovery;
-``harness()`` is the harness strategies' defaults (all four strategies off until enabled). Copy and change
-either with :func:`dataclasses.replace`; invalid combinations raise :class:`ConfigError`.
+``harness()`` is the harness strategies' defaults (all four strategies off until enabled);
+``spec()`` is the design notes as written (every difference of the default switched back).
+Copy and change any of them with :func:`dataclasses.replace`; invalid combinations raise
+:class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -299,6 +301,10 @@ class ContextConfig:
     #: Manual ``compact()``: ``"full"`` summarizes the whole head with the summarizer;
     #: ``"emergency"`` is CompactForce (truncation, no LLM call).
     manual_compact: Literal["full", "emergency"] = "full"
+    #: Who writes summaries when the ContextManager has no ``summarizer``: the extractive
+    #: summarizer (``"summarizer"``, no model call) or, inside ``cm.call(fn)``, the agent's own
+    #: model ``fn`` (``"agent"``).
+    summary_model: Literal["summarizer", "agent"] = "summarizer"
     #: Language of the compaction notice (``record.notification()``): ``"en"`` or ``"zh"``.
     locale: Literal["en", "zh"] = "en"
     #: Token estimate when the ContextManager is given no ``counter``: None for the default
@@ -310,6 +316,7 @@ class ContextConfig:
         _nonneg("reserve_output_tokens", self.reserve_output_tokens)
         _choice("manual_compact", self.manual_compact, ("full", "emergency"))
         _choice("locale", self.locale, ("en", "zh"))
+        _choice("summary_model", self.summary_model, ("summarizer", "agent"))
         if self.summary_style not in ("anchors", "sections"):
             raise ConfigError(
                 f"summary_style must be 'anchors' or 'sections', got {self.summary_style!r}"
@@ -413,6 +420,7 @@ def spec() -> ContextConfig:
         recovery=RecoveryConfig(inject_requires_summary=True),
         summary_style="anchors",
         manual_compact="emergency",
+        summary_model="agent",
         locale="zh",
         token_counter="chars4",
     )

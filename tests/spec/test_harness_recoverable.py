@@ -104,7 +104,10 @@ def test_overflow_recovery_with_summary_compaction(tmp_path: Path) -> None:
     cm.add_many([SYSTEM, TASK, *turns(20), NEWEST])
     model = OverflowingModel(limit=2_000)
     assert cm.call(model)["content"] == "ok"
-    assert len(model.calls) == 2 and model.calls[1][-1] == NEWEST
+    # the first call overflowed; then the agent's model was asked for the summary (no summary
+    # model of its own), then the request was retried once with the newest message last
+    asks = [c for c in model.calls if "structured compaction" not in str(c[-1]["content"])]
+    assert len(asks) == 2 and asks[1][-1] == NEWEST
 
 
 def test_memory_works_without_compaction(tmp_path: Path) -> None:
@@ -202,3 +205,28 @@ def test_injection_only_once_a_summary_exists(tmp_path: Path) -> None:
     reminder = [i for i, d in enumerate(after) if "<system-reminder>" in str(d["content"])]
     assert reminder == [len(after) - 2]
     assert "ValueError: bad value" in str(after[reminder[0]]["content"])
+
+
+def test_null_summary_model_is_the_agents_own_model(tmp_path: Path) -> None:
+    """Harness note, section 2.1: with no summary model of its own, compaction summaries
+    are written by the agent's main model."""
+    prompts: list[str] = []
+
+    def agent_model(messages: list[dict[str, object]]) -> dict[str, object]:
+        text = str(messages[-1]["content"])
+        if "Produce a structured compaction" in text:
+            prompts.append(text)
+            return {
+                "role": "assistant",
+                "content": "## Anchors\n\n### User Intent\nFix it\n\n## Summary\nby the agent",
+            }
+        return {"role": "assistant", "content": "ok"}
+
+    cm = spec_manager(tmp_path)
+    cm.add_many([SYSTEM, TASK])
+    fill_to(cm, 0.85)
+    cm.add(NEWEST)
+    cm.call(agent_model)
+    rec = cm.records()[0]
+    assert prompts and rec.summary_text == "by the agent"
+    assert rec.summarizer == "LLMSummarizer"
