@@ -78,9 +78,11 @@ def render_message(
     session_id: str,
     offset: int | None = None,
     char_offset: int = 0,
+    whole_hint: bool = False,
 ) -> str:
     """One log entry as text: ``[seq] role: text`` plus tool calls; a long text shows
-    ``max_chars`` characters from ``char_offset`` and says how to read the next part."""
+    ``max_chars`` characters from ``char_offset`` and says how to read the next part (with
+    ``whole_hint``, for a reader without the tool's cap: how to read all of it at once)."""
     msg: Message = entry.message
     head = f"[{entry.seq}] {msg.role}"
     if msg.role == "tool" and msg.tool_call_id:
@@ -96,7 +98,14 @@ def render_message(
         text = text[start:end]
         if start:
             text = f"[characters {start:,}-{end:,} of {total:,}]\n" + text
-        if end < total:
+        if end < total and whole_hint:
+            text += (
+                f"\n… [{total - end:,} more characters; read the whole message with "
+                f'session_history {{"sessionId": "{session_id}", '
+                f'"offset": {"OFFSET" if offset is None else offset}, "lastN": 1, '
+                f'"maxChars": {total}}}]'
+            )
+        elif end < total:
             # the next part, from where this one stops: following hints never loops
             text += (
                 f"\n… [{total - end:,} more characters; read on with session_history "
