@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -155,6 +155,34 @@ def _sentences(text: str) -> list[str]:
     return [s for s in parts if s and not _DANGLING.search(s)]
 
 
+def _user_kind(sent: str) -> str | None:
+    """The kind of fact a user sentence states, if any."""
+    labeled = _labeled_kind(sent)
+    if labeled is not None:
+        return labeled
+    if _CONSTRAINT.search(sent):
+        return "constraint"
+    if _CONFIG.search(sent):
+        return "configuration"
+    if _REQUIREMENT.search(sent):
+        return "requirement"
+    return None
+
+
+def _assistant_kind(sent: str) -> str | None:
+    """The kind of fact an assistant sentence states (not a plan or a question), if any."""
+    labeled = _labeled_kind(sent)
+    if labeled is not None:
+        return labeled
+    if _TENTATIVE.search(sent):
+        return None
+    if _CONCLUSION.search(sent):
+        return "conclusion"
+    if _CONFIG.search(sent):
+        return "configuration"
+    return None
+
+
 def _labeled_kind(sentence: str) -> str | None:
     m = _LABELED.match(sentence)
     if m is None:
@@ -249,44 +277,31 @@ class ExtractiveFactExtractor:
         for msg in messages:
             if msg.role == "user" or msg.role == "developer":
                 text = _prose(msg.text[: self.max_user_chars])
-                n = 0
-                for sent in _sentences(text):
-                    if n >= self.max_per_message or not 6 <= len(sent) <= 600:
-                        continue
-                    labeled = _labeled_kind(sent)
-                    if labeled is not None:
-                        add(labeled, sent, msg)
-                    elif _CONSTRAINT.search(sent):
-                        add("constraint", sent, msg)
-                    elif _CONFIG.search(sent):
-                        add("configuration", sent, msg)
-                    elif _REQUIREMENT.search(sent):
-                        add("requirement", sent, msg)
-                    else:
-                        continue
-                    n += 1
+                self._sentences_of(text, 6, _user_kind, msg, add)
             elif msg.role == "assistant":
                 for change in _file_changes(msg, shell):
                     add("file_change", change[:1].upper() + change[1:], msg)
-                n = 0
-                for sent in _sentences(_prose(msg.text)):
-                    if n >= self.max_per_message or not 8 <= len(sent) <= 600:
-                        continue
-                    labeled = _labeled_kind(sent)
-                    if labeled is not None:
-                        add(labeled, sent, msg)
-                    elif _TENTATIVE.search(sent):
-                        continue
-                    elif _CONCLUSION.search(sent):
-                        add("conclusion", sent, msg)
-                    elif _CONFIG.search(sent):
-                        add("configuration", sent, msg)
-                    else:
-                        continue
-                    n += 1
+                self._sentences_of(_prose(msg.text), 8, _assistant_kind, msg, add)
             elif msg.role == "tool":
                 shell.observe_output(msg.text)
         return facts
+
+    def _sentences_of(
+        self,
+        text: str,
+        shortest: int,
+        kind_of: Callable[[str], str | None],
+        msg: Message,
+        add: Callable[[str, str, Message], None],
+    ) -> None:
+        n = 0
+        for sent in _sentences(text):
+            if n >= self.max_per_message or not shortest <= len(sent) <= 600:
+                continue
+            kind = kind_of(sent)
+            if kind is not None:
+                add(kind, sent, msg)
+                n += 1
 
 
 # --------------------------------------------------------------------------- LLM extraction
