@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import calling, client_rewrite, memory_admin, reopen
+from . import calling, client_rewrite, reopen
 from .aio import run_off_loop
 from .compactors.pinned import pinned_indices
 from .compactors.progressive import ProgressiveCompactor
@@ -26,8 +26,7 @@ from .errors import (
     StorageError,
 )
 from .limits import LearnedWindow, learn_from_overflow
-from .memory import StoredFact
-from .memory_extract import Fact
+from .memory_admin import MemoryCalls
 from .messages import Message, check_encodable
 from .offload import (
     EVICTION_POLICY,
@@ -63,7 +62,7 @@ OnCompaction = Callable[[CompactionRecord], None]
 DEFAULT_WORKSPACE = "./.contextfold"
 
 
-class ContextManager:
+class ContextManager(MemoryCalls):
     """Keep an agent inside its context window without losing what it learned.
 
     ``add`` appends to the full, persisted history; ``prepare`` derives the view to send now
@@ -855,42 +854,6 @@ class ContextManager:
 
     def offloaded(self) -> dict[str, OffloadEntry]:
         return self.offload.entries()
-
-    # ------------------------------------------------------------------ memory
-    def extract_facts(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, store: bool = True
-    ) -> list[Fact]:
-        """The facts (requirements, configuration, file changes, conclusions, constraints) of
-        ``messages`` (OpenAI dicts or Messages), stored in this agent's memory unless
-        ``store=False``. Works with compaction off."""
-        return memory_admin.extract_facts(self, messages, store=store)
-
-    def flush_memory(self) -> int:
-        """Store the facts of this session's messages now (those not flushed by an earlier
-        call); how many were new. Works with compaction off."""
-        return memory_admin.flush_memory(self)
-
-    def add_fact(self, text: str, *, kind: str = "conclusion", topic: str | None = None) -> str:
-        """Store one fact in this agent's memory; its id."""
-        with self._unit():
-            return self.recovery.memory.add(text, kind=kind, topic=topic)
-
-    def edit_fact(
-        self, fact_id: str, text: str, *, kind: str | None = None, topic: str | None = None
-    ) -> str:
-        """Replace a fact's text (and kind / topic); its id (new when the text changed)."""
-        with self._unit():
-            return self.recovery.memory.edit(fact_id, text, kind=kind, topic=topic)
-
-    def delete_fact(self, fact_id: str) -> None:
-        """Remove a fact from this agent's memory."""
-        with self._unit():
-            self.recovery.memory.delete(fact_id)
-
-    def facts(self) -> list[StoredFact]:
-        """The facts this agent can read, oldest first."""
-        with self._lock:
-            return self.recovery.memory.facts()
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:

@@ -7,9 +7,10 @@ summary); the agent gets the same as the ``memory_add`` / ``memory_edit`` / ``me
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import ToolArgumentsError
+from .memory import StoredFact
 from .memory_extract import KINDS, ExtractiveFactExtractor, Fact, FactExtractor
 from .messages import Message
 from .tools import Tool
@@ -154,4 +155,52 @@ def memory_admin_tools(
     ]
 
 
-__all__ = ["extract_facts", "extractor_of", "flush_memory", "memory_admin_tools"]
+def _cm(obj: object) -> ContextManager:
+    return cast("ContextManager", obj)
+
+
+class MemoryCalls:
+    """The ContextManager's memory calls (a mixin)."""
+
+    def extract_facts(
+        self, messages: Iterable[Mapping[str, Any] | Message], *, store: bool = True
+    ) -> list[Fact]:
+        """The facts (requirements, configuration, file changes, conclusions, constraints) of
+        ``messages`` (OpenAI dicts or Messages), stored in this agent's memory unless
+        ``store=False``. Works with compaction off."""
+        return extract_facts(_cm(self), messages, store=store)
+
+    def flush_memory(self) -> int:
+        """Store the facts of this session's messages now (those not flushed by an earlier
+        call); how many were new. Works with compaction off."""
+        return flush_memory(_cm(self))
+
+    def add_fact(self, text: str, *, kind: str = "conclusion", topic: str | None = None) -> str:
+        """Store one fact in this agent's memory; its id."""
+        with _cm(self)._unit():
+            return _cm(self).recovery.memory.add(text, kind=kind, topic=topic)
+
+    def edit_fact(
+        self,
+        fact_id: str,
+        text: str,
+        *,
+        kind: str | None = None,
+        topic: str | None = None,
+    ) -> str:
+        """Replace a fact's text (and kind / topic); its id (new when the text changed)."""
+        with _cm(self)._unit():
+            return _cm(self).recovery.memory.edit(fact_id, text, kind=kind, topic=topic)
+
+    def delete_fact(self, fact_id: str) -> None:
+        """Remove a fact from this agent's memory."""
+        with _cm(self)._unit():
+            _cm(self).recovery.memory.delete(fact_id)
+
+    def facts(self) -> list[StoredFact]:
+        """The facts this agent can read, oldest first."""
+        with _cm(self)._lock:
+            return _cm(self).recovery.memory.facts()
+
+
+__all__ = ["MemoryCalls", "extract_facts", "extractor_of", "flush_memory", "memory_admin_tools"]
