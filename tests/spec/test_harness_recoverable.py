@@ -230,3 +230,46 @@ def test_null_summary_model_is_the_agents_own_model(tmp_path: Path) -> None:
     rec = cm.records()[0]
     assert prompts and rec.summary_text == "by the agent"
     assert rec.summarizer == "LLMSummarizer"
+
+
+def test_subagent_output_in_the_same_store(tmp_path: Path) -> None:
+    """Recoverable note, sections 3.3 and 4.3: a worker's long output is filed with
+    sourceScope sub_agent, its agentRunId and parentMessageUuid, and can be restored."""
+    cm = spec_manager(tmp_path)
+    cm.add_many([SYSTEM, TASK])
+    parent = cm.history[-1].uuid
+    pointers = cm.add_subagent_output("worker-1", ERROR, parent_message_uuid=parent)
+    (p,) = pointers
+    assert (p.source_scope, p.agent_run_id, p.parent_message_uuid) == (
+        "sub_agent",
+        "worker-1",
+        parent,
+    )
+    assert "error" in " ".join(p.content_types) or "stack_trace" in p.content_types
+    hits = cm.restore("ValueError bad value 399")
+    assert hits and hits[0].text == ERROR and hits[0].sha256_ok is True
+
+
+def test_restore_prefers_the_archived_copy(tmp_path: Path) -> None:
+    """Recoverable note, section 5.4: a body comes back from archivedToolResultPath first
+    (then toolResultPath, the transcript, the preview), checked by sha256."""
+    cm = spec_manager(tmp_path, window=60_000)
+    cm.add_many([SYSTEM, TASK])
+    call = {
+        "role": "assistant",
+        "content": "Running the tests.",
+        "tool_calls": [
+            {
+                "id": "t1",
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"cmd": "pytest"})},
+            }
+        ],
+    }
+    cm.add_many([call, {"role": "tool", "tool_call_id": "t1", "content": ERROR}])
+    fill_to(cm, 0.85, chars=2_000)
+    cm.add(NEWEST)
+    cm.prepare()
+    hits = [h for h in cm.restore("ValueError bad value 399") if h.pointer.tool_use_id == "t1"]
+    assert hits and hits[0].source == "archived" and hits[0].text == ERROR
+    assert hits[0].sha256_ok is True
