@@ -392,6 +392,24 @@ def union_items(old: Sequence[str], new: Sequence[str]) -> list[str]:
     return out
 
 
+def replace_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor, ...]:
+    """The design notes' merge, literally: a new non-N/A anchor replaces the old one of its
+    type; an old non-N/A anchor the new ones leave N/A is kept. Five anchors, in order."""
+    o, n = _by_type(old), _by_type(new)
+    out: list[Anchor] = []
+    for atype in ALL_ANCHOR_TYPES:
+        a_old = o.get(atype, Anchor(type=atype))
+        a_new = n.get(atype, Anchor(type=atype))
+        if not a_new.is_empty:
+            content = a_new.content.strip()
+        elif not a_old.is_empty:
+            content = a_old.content.strip()
+        else:
+            content = NA
+        out.append(Anchor(type=atype, content=content))
+    return tuple(out)
+
+
 def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor, ...]:
     """Merge the anchors of an earlier compaction with those of a new one (seed 000, 4.6).
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .aio import run_off_loop
 from .errors import ContextOverflowError
+from .llm import ChatResult
 from .overflow import is_context_overflow
 from .records import CompactionRecord
+from .responses import response_message
+from .summarizers.llm import LLMSummarizer
 from .usage import extract_input_tokens
 
 if TYPE_CHECKING:
@@ -28,7 +32,8 @@ def call(
 ) -> T:
     """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
     once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
-    view = cm.prepare(tools=tools, format=format)
+    with agent_summarizer(cm, fn):
+        view = cm.prepare(tools=tools, format=format)
     failure: Exception | None = None
     try:
         result = fn(view)
@@ -36,7 +41,8 @@ def call(
         failure = exc
     if failure is not None:
         # retried outside the except block, so a retry error is not chained to the overflow
-        retry_view, record = recover(cm, failure, tools, format, view)
+        with agent_summarizer(cm, fn):
+            retry_view, record = recover(cm, failure, tools, format, view)
         try:
             result = fn(retry_view)
         except Exception as exc2:
@@ -75,6 +81,42 @@ async def acall(
         async with cm._async_lock():
             await run_off_loop(lambda: cm.report_usage(response=result))
     return result
+
+
+class _AgentModel:
+    """The agent's own model ``fn`` as the summarizer's chat model."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def complete(
+        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+    ) -> ChatResult:
+        reply = self.fn([dict(m) for m in messages])
+        if (
+            isinstance(reply, Mapping)
+            and reply.get("role") == "assistant"
+            and "choices" not in reply
+        ):
+            return ChatResult(text=str(reply.get("content") or ""))
+        return ChatResult(text=response_message(reply).text)
+
+
+@contextlib.contextmanager
+def agent_summarizer(cm: ContextManager, fn: Callable[[Any], Any]) -> Iterator[None]:
+    """With ``summary_model="agent"`` and no summarizer of its own, the compactions of this
+    call are summarized by the agent's model ``fn`` (the extractive summary stays the
+    fallback)."""
+    comp = cm.compactor
+    if cm.config.summary_model != "agent" or cm.summarizer is not None:
+        yield
+        return
+    before = comp.summarizer
+    comp.summarizer = LLMSummarizer(_AgentModel(fn), context_window=cm.window)
+    try:
+        yield
+    finally:
+        comp.summarizer = before
 
 
 def recover(

@@ -1,8 +1,10 @@
-"""Configuration: plain frozen objects, validated when built, and the two presets.
+"""Configuration: plain frozen objects, validated when built, and the presets.
 
 ``progressive()`` is tiered compaction (tiers by window ratio, ingest offload on) plus recovery;
-``harness()`` is the harness strategies' defaults (all four strategies off until enabled). Copy and change
-either with :func:`dataclasses.replace`; invalid combinations raise :class:`ConfigError`.
+``harness()`` is the harness strategies' defaults (all four strategies off until enabled);
+``spec()`` is the design notes as written (every difference of the default switched back).
+Copy and change any of them with :func:`dataclasses.replace`; invalid combinations raise
+:class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ def _ratio(name: str, value: float) -> None:
 def _nonneg(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +80,37 @@ class TierConfig:
     #: ``target_ratio`` and ``warn_threshold`` goes on to Soft in the same run: one compaction
     #: instead of a rewrite of the view on every following turn.
     warn_escalates: bool = True
+    #: Facts of the messages a summary replaces go to memory first (used when no summary
+    #: strategy is configured; its own ``flush_before_compact`` wins otherwise).
+    flush_before_compact: bool = True
+    #: What the tier ratios are of: ``"room"`` the part of the window the fixed prefix (system
+    #: messages, tool schemas, reserve) leaves, at most ``working_window``; ``"window"`` the
+    #: whole context window (the design notes).
+    ratio_of: Literal["room", "window"] = "room"
+    #: Soft and Full summarize more of the head when that is needed to reach ``target_ratio``,
+    #: and skip a summary that would not make the view smaller. False: Soft summarizes exactly
+    #: the oldest half of the head and Full the whole head.
+    extend_to_target: bool = True
+    #: Large tool results in the kept tail are offloaded too when the view is still above
+    #: the target after the summary. False: the tail is kept verbatim.
+    offload_tail: bool = True
+    #: The Warn record's ``preserved_tail``: every message after the boundary
+    #: (``"after_boundary"``) or only the ``min_tail_messages`` tail (``"tail"``).
+    warn_preserved_tail: Literal["after_boundary", "tail"] = "after_boundary"
+    #: Emergency: ``"summary"`` keeps the newest messages within the target and gives the
+    #: dropped ones an extractive summary; ``"minimal_tail"`` truncates to the newest turn
+    #: (the pinned messages stay) with no summary.
+    emergency: Literal["summary", "minimal_tail"] = "summary"
+    #: When the LLM summarizer fails: ``"extractive"`` summary instead, or ``"truncate"``
+    #: (the range is dropped from the view without a summary, token-budget truncation).
+    llm_fallback: Literal["extractive", "truncate"] = "extractive"
+    #: Merging anchors over compactions: ``"union"`` (list anchors keep old and new items,
+    #: the newest 12 shown) or ``"replace"`` (a new non-N/A anchor replaces the old one of
+    #: its type, old ones the new summary left N/A are kept).
+    anchor_merge: Literal["union", "replace"] = "union"
+    #: A failed memory flush is written to the record's error (``"record"``) or skipped
+    #: silently (``"skip"``, only logged at debug level).
+    memory_errors: Literal["record", "skip"] = "record"
 
     def __post_init__(self) -> None:
         for name in (
@@ -106,6 +144,12 @@ class TierConfig:
             _nonneg(name, getattr(self, name))
         _ratio("stale_batch_ratio", self.stale_batch_ratio)
         _nonneg("offload_threshold", self.offload_threshold)
+        _choice("ratio_of", self.ratio_of, ("room", "window"))
+        _choice("warn_preserved_tail", self.warn_preserved_tail, ("after_boundary", "tail"))
+        _choice("emergency", self.emergency, ("summary", "minimal_tail"))
+        _choice("llm_fallback", self.llm_fallback, ("extractive", "truncate"))
+        _choice("anchor_merge", self.anchor_merge, ("union", "replace"))
+        _choice("memory_errors", self.memory_errors, ("record", "skip"))
         for name in ("preview_lines", "stale_preview_lines"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -134,13 +178,25 @@ class SummaryTriggerConfig:
     trigger_tokens: int = 80_000
     keep_messages: int = 20
     keep_tokens: int = 0
+    #: Facts of the messages about to be summarized go to memory first; applies to every
+    #: compaction of the session (tiers included) when this strategy is configured.
     flush_before_compact: bool = True
+    #: Tool results of the summarized range above ``offload_chars`` are written to files
+    #: (exact, sha256) before the summary, and the summary lists where; False summarizes them
+    #: as they are. The session log keeps every message in full either way.
     offload_before_compact: bool = True
+    offload_chars: int = 4_000
     #: Custom prompt; must contain "{messages}".
     summary_prompt: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("trigger_messages", "trigger_tokens", "keep_messages", "keep_tokens"):
+        for name in (
+            "trigger_messages",
+            "trigger_tokens",
+            "keep_messages",
+            "keep_tokens",
+            "offload_chars",
+        ):
             _nonneg(name, getattr(self, name))
         if self.trigger_messages == 0 and self.trigger_tokens == 0:
             raise ConfigError("summary compaction needs trigger_messages or trigger_tokens > 0")
@@ -210,6 +266,9 @@ class RecoveryConfig:
     inject: bool = True
     #: Share of the context window the injected evidence may take.
     injection_budget_ratio: float = 0.08
+    #: Inject evidence only once the session has a compaction summary in its view. False:
+    #: also for outputs offloaded on arrival, before any summary.
+    inject_requires_summary: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.injection_budget_ratio <= 0.5:
@@ -220,7 +279,7 @@ class RecoveryConfig:
 class ContextConfig:
     """Everything the ContextManager does, in one validated object."""
 
-    preset: Literal["progressive", "harness", "custom"] = "progressive"
+    preset: Literal["progressive", "harness", "spec", "custom"] = "progressive"
     #: Tiered compaction; None turns the progressive compactor off.
     tiers: TierConfig | None = field(default_factory=TierConfig)
     #: Ingest offload: tool results above this many characters are offloaded when they
@@ -239,10 +298,25 @@ class ContextConfig:
     reserve_output_tokens: int = 0
     #: Agents whose sessions this agent may read through the session tools ("*" = all).
     allow_agents: tuple[str, ...] = ()
+    #: Manual ``compact()``: ``"full"`` summarizes the whole head with the summarizer;
+    #: ``"emergency"`` is CompactForce (truncation, no LLM call).
+    manual_compact: Literal["full", "emergency"] = "full"
+    #: Who writes summaries when the ContextManager has no ``summarizer``: the extractive
+    #: summarizer (``"summarizer"``, no model call) or, inside ``cm.call(fn)``, the agent's own
+    #: model ``fn`` (``"agent"``).
+    summary_model: Literal["summarizer", "agent"] = "summarizer"
+    #: Language of the compaction notice (``record.notification()``): ``"en"`` or ``"zh"``.
+    locale: Literal["en", "zh"] = "en"
+    #: Token estimate when the ContextManager is given no ``counter``: None for the default
+    #: heuristic, ``"chars4"`` for characters / 4, or any counter name ``counter`` accepts.
+    token_counter: str | None = None
 
     def __post_init__(self) -> None:
         _nonneg("ingest_offload_chars", self.ingest_offload_chars)
         _nonneg("reserve_output_tokens", self.reserve_output_tokens)
+        _choice("manual_compact", self.manual_compact, ("full", "emergency"))
+        _choice("locale", self.locale, ("en", "zh"))
+        _choice("summary_model", self.summary_model, ("summarizer", "agent"))
         if self.summary_style not in ("anchors", "sections"):
             raise ConfigError(
                 f"summary_style must be 'anchors' or 'sections', got {self.summary_style!r}"
@@ -254,6 +328,15 @@ class ContextConfig:
         ):
             # both set: ingest offload would never leave anything for eviction: allowed, noted
             pass
+
+    @property
+    def flushes_before_compact(self) -> bool:
+        """Whether facts go to memory before a compaction summarizes messages: the summary
+        strategy's ``flush_before_compact`` when it is configured (for every compaction of the
+        session, tiers included), else the tiers' own."""
+        if self.summary is not None:
+            return self.summary.flush_before_compact
+        return self.tiers is None or self.tiers.flush_before_compact
 
     def with_(self, **changes: Any) -> ContextConfig:
         return replace(self, preset="custom", **changes)
@@ -295,7 +378,55 @@ def harness_all_on() -> ContextConfig:
     )
 
 
-PRESETS = {"progressive": progressive, "harness": harness_all_on}
+#: The design notes' tiers, exactly: 60/70/80/95% of the whole window, Soft summarizes the
+#: oldest half of the head and Full all of it, the tail stays verbatim, Emergency truncates to
+#: the minimal tail, a failed LLM summary is token-budget truncation, anchors merge by
+#: replacement, a failed memory flush is skipped silently.
+SPEC_TIERS = TierConfig(
+    warn_threshold=0.60,
+    soft_threshold=0.70,
+    full_threshold=0.80,
+    emergency_threshold=0.95,
+    min_tail_messages=6,
+    offload_threshold=4_000,
+    preview_lines=10,
+    stale_after=0,
+    working_window=0,
+    warn_escalates=False,
+    ratio_of="window",
+    extend_to_target=False,
+    offload_tail=False,
+    warn_preserved_tail="tail",
+    emergency="minimal_tail",
+    llm_fallback="truncate",
+    anchor_merge="replace",
+    memory_errors="skip",
+)
+
+
+def spec() -> ContextConfig:
+    """The design notes as written: :data:`SPEC_TIERS`, ingest offload at 10,000 characters,
+    the other strategies off (argument truncation, trigger summaries, eviction, overflow
+    recovery), evidence injected only once a compact summary exists, manual ``compact()`` as
+    CompactForce, the Chinese notice, tokens estimated as characters / 4."""
+    return ContextConfig(
+        preset="spec",
+        tiers=SPEC_TIERS,
+        ingest_offload_chars=10_000,
+        summary=None,
+        eviction=None,
+        truncate_args=None,
+        overflow_recovery=False,
+        recovery=RecoveryConfig(inject_requires_summary=True),
+        summary_style="anchors",
+        manual_compact="emergency",
+        summary_model="agent",
+        locale="zh",
+        token_counter="chars4",
+    )
+
+
+PRESETS = {"progressive": progressive, "harness": harness_all_on, "spec": spec}
 
 
 def resolve_preset(name: str | ContextConfig | None) -> ContextConfig:

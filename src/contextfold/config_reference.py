@@ -17,7 +17,7 @@ HEADER = """# Configuration reference
 
 Generated from the config classes (`python -m contextfold.config_reference >
 docs/configuration.md`). `ContextManager(config=...)` takes a `ContextConfig` (presets:
-`contextfold.progressive()`, `contextfold.harness()`); `contextfold serve` takes a
+`contextfold.progressive()`, `contextfold.harness()`, `contextfold.config.spec()`); `contextfold serve` takes a
 `GatewayConfig` from its flags, a TOML file (`--config`) or `CONTEXTFOLD_GATEWAY_*` variables.
 """
 

@@ -26,6 +26,7 @@ from .errors import (
     StorageError,
 )
 from .limits import LearnedWindow, learn_from_overflow
+from .memory_admin import MemoryCalls
 from .messages import Message, check_encodable
 from .offload import (
     EVICTION_POLICY,
@@ -61,7 +62,7 @@ OnCompaction = Callable[[CompactionRecord], None]
 DEFAULT_WORKSPACE = "./.contextfold"
 
 
-class ContextManager:
+class ContextManager(MemoryCalls):
     """Keep an agent inside its context window without losing what it learned.
 
     ``add`` appends to the full, persisted history; ``prepare`` derives the view to send now
@@ -116,7 +117,9 @@ class ContextManager:
         self.agent_id = check_session_id(agent_id)
         self.on_compaction = on_compaction
         self.share_memory = share_memory
-        self.counter = get_counter(token_counter)
+        self.counter = get_counter(
+            token_counter if token_counter is not None else self.config.token_counter
+        )
         self.summarizer = summarizer
         self._fact_extractor = fact_extractor
         self._lock = threading.RLock()
@@ -707,7 +710,8 @@ class ContextManager:
     # ------------------------------------------------------------------ manual compaction
     def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
         """Manual /compact. ``force=True`` summarizes the whole head now with the configured
-        summarizer (Full tier) whatever the ratio; ``tier="emergency"`` truncates without an LLM
+        summarizer (Full tier) whatever the ratio, or with ``manual_compact="emergency"`` runs
+        CompactForce (the emergency tier); ``tier="emergency"`` truncates without an LLM
         (forced compaction); ``force=False`` runs the normal tier decision."""
         if tier is not None:
             try:
@@ -716,8 +720,10 @@ class ContextManager:
                 raise ConfigError(
                     f"tier must be one of {[t.value for t in Tier]}, got {tier!r}"
                 ) from None
+        elif force:
+            chosen = Tier.EMERGENCY if self.config.manual_compact == "emergency" else Tier.FULL
         else:
-            chosen = Tier.FULL if force else None
+            chosen = None
         with self._unit():
             record = self.compactor.run(force=chosen, reason="manual /compact" if force else "")
             self._finish(record)
@@ -784,14 +790,25 @@ class ContextManager:
             raise exc
         with self._unit():
             note = learn_from_overflow(self, exc)
-            record = self.compactor.recover_overflow(
-                extra_tokens=self._extra_tokens(tools), note=note
-            )
+            extra = self._extra_tokens(tools)
+            record = self.compactor.recover_overflow(extra_tokens=extra, note=note)
+            if self.compactor.view_tokens(extra) > self.window:
+                # the same safety net as prepare(): the retry never goes out above the window
+                self._finish(record)
+                record = self.compactor.run(
+                    extra_tokens=extra,
+                    force=Tier.EMERGENCY,
+                    reason="overflow recovery: view still above the window",
+                )
             self._finish(record)
         self._announce(record)
         return record
 
     # ------------------------------------------------------------------ records, tools, state
+    def notification(self, record: CompactionRecord) -> str:
+        """The compaction notice of ``record`` in the configured ``locale``."""
+        return record.notification(locale=self.config.locale)
+
     def records(self) -> list[CompactionRecord]:
         """Every persisted CompactionRecord of this session, oldest first."""
         with self._lock:

@@ -52,6 +52,21 @@ class MemoryHit:
     score: float
     #: The topic file, relative to the memory folder (e.g. ``files.md``).
     path: str
+    #: The fact's id (for ``edit_fact`` / ``delete_fact``).
+    id: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoredFact:
+    """One fact of memory: ``id`` names it for edit / delete; ``source`` is the uuid of the
+    message it came from (None when added by hand)."""
+
+    id: str
+    kind: str
+    text: str
+    topic: str
+    file: str
+    source: str | None = None
 
 
 # --------------------------------------------------------------------------- store
@@ -60,6 +75,7 @@ NAMESPACE = "memory"
 #: Facts in this scope are readable by every agent (written only by owners who opt in).
 SHARED_SCOPE = "*shared*"
 
+_FACT_ID = re.compile(r"[0-9a-f]{16}")
 _FACT_LINE = re.compile(
     r"^- \((?P<kind>[a-z_]+)\) (?P<text>.*?) <!-- cf:(?P<h>[0-9a-f]+)(?: [^>]*)? -->$"
 )
@@ -165,6 +181,85 @@ class MemoryStore:
                 self.session.index(docs)
             return new
 
+    # ------------------------------------------------------------------ edit by hand
+    def _own(self, fact_id: str) -> tuple[str, dict[str, Any]]:
+        if not isinstance(fact_id, str) or not _FACT_ID.fullmatch(fact_id):
+            raise ToolArgumentsError(f"fact id must be 16 hex digits, got {fact_id!r}")
+        key = fact_key(self.write_scope, fact_id)
+        value = self.store.get_doc(NAMESPACE, key)
+        if value is None:
+            raise ToolArgumentsError(f"no fact {fact_id!r} in this agent's memory")
+        return key, dict(value)
+
+    def add(self, text: str, *, kind: str = "conclusion", topic: str | None = None) -> str:
+        """Store one fact (in the caller's unit of work); its id. A fact stored before
+        (same normalized text) keeps its id."""
+        if not isinstance(text, str) or not clean_fact(text):
+            raise ToolArgumentsError("a fact needs a non-empty text")
+        if kind not in KINDS:
+            raise ToolArgumentsError(f"fact kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if topic is not None and (not isinstance(topic, str) or not topic.strip()):
+            raise ToolArgumentsError("a fact's topic must be a non-empty string")
+        self.flush([Fact(topic=topic or TOPIC_OF_KIND[kind], text=text, kind=kind)])
+        return fact_hash(clean_fact(text))
+
+    def edit(
+        self, fact_id: str, text: str, *, kind: str | None = None, topic: str | None = None
+    ) -> str:
+        """Replace a fact's text (and kind / topic), in the caller's unit of work; its id
+        (a new one when the text changed)."""
+        _key, old = self._own(fact_id)
+        kind = kind or str(old.get("kind") or "conclusion")
+        if kind not in KINDS:
+            raise ToolArgumentsError(f"fact kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        title = topic or str(old.get("title") or TOPIC_OF_KIND[kind])
+        cleaned = clean_fact(text) if isinstance(text, str) else ""
+        if not cleaned:
+            raise ToolArgumentsError("a fact needs a non-empty text")
+        new_id = fact_hash(cleaned)
+        new_key = fact_key(self.write_scope, new_id)
+        if new_id != fact_id:
+            if self.store.get_doc(NAMESPACE, new_key) is not None:
+                raise ToolArgumentsError(f"fact {new_id!r} already says that")
+            self.delete(fact_id)
+        value = {
+            "kind": kind,
+            "text": cleaned,
+            "title": title,
+            "file": self.topic_file(title),
+            "source": str(old.get("source") or ""),
+            "ts": utc_now(),
+            "n": 0,
+        }
+        with self._lock:
+            self._seen.add(new_key)
+            self.session.put_doc(NAMESPACE, new_key, value)
+            self.session.index([fact_doc(self.write_scope, new_id, value)])
+        return new_id
+
+    def delete(self, fact_id: str) -> None:
+        """Remove a fact of this agent (in the caller's unit of work)."""
+        key, _old = self._own(fact_id)
+        with self._lock:
+            self._seen.discard(key)
+            self.session.put_doc(NAMESPACE, key, None)
+            # a search row with no words and no text: found by nothing, shown by nothing
+            self.session.index([fact_doc(self.write_scope, fact_id, {})])
+
+    def facts(self) -> list[StoredFact]:
+        """Readable facts, oldest first."""
+        return [
+            StoredFact(
+                id=fact_hash(str(f.get("text", ""))),
+                kind=str(f.get("kind", "")),
+                text=str(f.get("text", "")),
+                topic=str(f.get("title", "")),
+                file=str(f.get("file", "")),
+                source=str(f.get("source") or "") or None,
+            )
+            for f in self._facts()
+        ]
+
     def search(self, query: str, limit: int = 10) -> list[MemoryHit]:
         """Facts ranked by the store's BM25 over their words."""
         if limit <= 0:
@@ -172,6 +267,8 @@ class MemoryStore:
         hits = self.store.search(NAMESPACE, query, scopes=self.scopes, limit=limit)
         out = []
         for h in hits:
+            if not h.meta.get("text"):
+                continue  # deleted
             fname = str(h.meta.get("file") or "misc.md")
             out.append(
                 MemoryHit(
@@ -180,6 +277,7 @@ class MemoryStore:
                     text=str(h.meta.get("text", "")),
                     score=round(h.score, 4),
                     path=fname,
+                    id=h.doc_id.rsplit("/", 1)[-1],
                 )
             )
         return out
@@ -240,7 +338,7 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
         if not hits:
             return f"No memory matches {json.dumps(query, ensure_ascii=False)}."
         lines = [f"{len(hits)} fact(s), best first:"]
-        lines.extend(f"- [{h.topic}] ({h.kind}) {h.text}" for h in hits)
+        lines.extend(f"- [{h.topic}] ({h.kind}) {h.text} (id {h.id})" for h in hits)
         lines.append('Read a whole topic with memory_get {"topic": ...}.')
         return "\n".join(lines)
 
@@ -289,6 +387,7 @@ __all__ = [
     "LLMFactExtractor",
     "MemoryHit",
     "MemoryStore",
+    "StoredFact",
     "memory_tools",
     "parse_fact_lines",
 ]

@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -108,8 +108,86 @@ def _prose(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not _CODE_LINE.match(line))
 
 
+#: "Decision: ...", "Requirement: ..." lines: stated facts whatever their wording.
+_LABELED = re.compile(
+    r"^(?P<label>decision|decided|conclusion|requirement|constraint|决定|决策|结论|需求|约束)"
+    r"\s*[:：]\s*\S",
+    re.IGNORECASE,
+)
+_LABEL_KIND = {
+    "requirement": "requirement",
+    "需求": "requirement",
+    "constraint": "constraint",
+    "约束": "constraint",
+}
+#: A sentence ending in one of these words was cut off (a wrapped line, a template's piece).
+_DANGLING = re.compile(
+    r"\b(?:is|are|was|were|be|to|the|a|an|and|or|of|for|with|that|your|our|their|in|on|at|"
+    r"by|from|as|if|than|so)$",
+    re.IGNORECASE,
+)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+>#]|\d+[.)])\s")
+_ENDS_CLAUSE = re.compile(r"[.!?:;。！？：；]\s*$")
+
+
+def _unwrap(text: str) -> str:
+    """Join hard-wrapped lines: a line that does not end a clause, followed by one that
+    starts in lower case (and is no list item), continues the same sentence."""
+    out: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if (
+            out
+            and stripped
+            and stripped[0].islower()
+            and out[-1].strip()
+            and not _ENDS_CLAUSE.search(out[-1])
+            and not _LIST_ITEM.match(line)
+        ):
+            out[-1] = out[-1].rstrip() + " " + stripped
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def _sentences(text: str) -> list[str]:
-    return [s.strip(" -*#>\t") for s in _SENT_SPLIT.split(text) if s and s.strip()]
+    parts = (s.strip(" -*#>\t") for s in _SENT_SPLIT.split(_unwrap(text)) if s and s.strip())
+    return [s for s in parts if s and not _DANGLING.search(s)]
+
+
+def _user_kind(sent: str) -> str | None:
+    """The kind of fact a user sentence states, if any."""
+    labeled = _labeled_kind(sent)
+    if labeled is not None:
+        return labeled
+    if _CONSTRAINT.search(sent):
+        return "constraint"
+    if _CONFIG.search(sent):
+        return "configuration"
+    if _REQUIREMENT.search(sent):
+        return "requirement"
+    return None
+
+
+def _assistant_kind(sent: str) -> str | None:
+    """The kind of fact an assistant sentence states (not a plan or a question), if any."""
+    labeled = _labeled_kind(sent)
+    if labeled is not None:
+        return labeled
+    if _TENTATIVE.search(sent):
+        return None
+    if _CONCLUSION.search(sent):
+        return "conclusion"
+    if _CONFIG.search(sent):
+        return "configuration"
+    return None
+
+
+def _labeled_kind(sentence: str) -> str | None:
+    m = _LABELED.match(sentence)
+    if m is None:
+        return None
+    return _LABEL_KIND.get(m.group("label").lower(), "conclusion")
 
 
 _VERBS = {
@@ -169,7 +247,12 @@ class ExtractiveFactExtractor:
     * assistant tool calls: file changes (write/edit tools; ``sed -i``, ``cat > f``, ``tee``,
       ``echo > f``, python ``open(f, 'w')``, ``git apply``, ``mv``/``cp``/``rm``, SWE-agent
       ``create``/``edit``);
-    * assistant text: conclusions ("the root cause is", "fixed", "works now", 结论 ...).
+    * assistant text: conclusions ("the root cause is", "fixed", "works now", 结论 ...) and
+      configuration it states (ports, KEY=VALUE, versions);
+    * in both: labeled lines ("Decision: ...", "Requirement: ...", "Constraint: ...", 决定：).
+
+    Hard-wrapped lines are joined first, and a sentence left dangling ("... to ensure your
+    fix is") is no fact.
     """
 
     def __init__(self, *, max_per_message: int = 12, max_user_chars: int = 20_000) -> None:
@@ -194,32 +277,31 @@ class ExtractiveFactExtractor:
         for msg in messages:
             if msg.role == "user" or msg.role == "developer":
                 text = _prose(msg.text[: self.max_user_chars])
-                n = 0
-                for sent in _sentences(text):
-                    if n >= self.max_per_message or not 6 <= len(sent) <= 600:
-                        continue
-                    if _CONSTRAINT.search(sent):
-                        add("constraint", sent, msg)
-                    elif _CONFIG.search(sent):
-                        add("configuration", sent, msg)
-                    elif _REQUIREMENT.search(sent):
-                        add("requirement", sent, msg)
-                    else:
-                        continue
-                    n += 1
+                self._sentences_of(text, 6, _user_kind, msg, add)
             elif msg.role == "assistant":
                 for change in _file_changes(msg, shell):
                     add("file_change", change[:1].upper() + change[1:], msg)
-                n = 0
-                for sent in _sentences(_prose(msg.text)):
-                    if n >= self.max_per_message or not 8 <= len(sent) <= 600:
-                        continue
-                    if _CONCLUSION.search(sent) and not _TENTATIVE.search(sent):
-                        add("conclusion", sent, msg)
-                        n += 1
+                self._sentences_of(_prose(msg.text), 8, _assistant_kind, msg, add)
             elif msg.role == "tool":
                 shell.observe_output(msg.text)
         return facts
+
+    def _sentences_of(
+        self,
+        text: str,
+        shortest: int,
+        kind_of: Callable[[str], str | None],
+        msg: Message,
+        add: Callable[[str, str, Message], None],
+    ) -> None:
+        n = 0
+        for sent in _sentences(text):
+            if n >= self.max_per_message or not shortest <= len(sent) <= 600:
+                continue
+            kind = kind_of(sent)
+            if kind is not None:
+                add(kind, sent, msg)
+                n += 1
 
 
 # --------------------------------------------------------------------------- LLM extraction

@@ -8,6 +8,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .anchors import Anchor, AnchorType
+from .errors import ConfigError
 
 if TYPE_CHECKING:
     from .storage.session import SessionStore
@@ -117,8 +118,9 @@ class CompactionRecord:
         kw["notes"] = tuple(kw.get("notes", ()))
         return cls(**kw)
 
-    def notification(self) -> str:
-        return format_notification(self)
+    def notification(self, locale: str = "en") -> str:
+        """The two-line notice (``locale`` ``"en"`` or ``"zh"``)."""
+        return format_notification(self, locale=locale)
 
 
 class RecordStore(Protocol):
@@ -157,8 +159,41 @@ def _size(n: int) -> str:
     return f"{n / 1024:.0f}KB" if n >= 1024 else f"{n}B"
 
 
-def format_notification(record: CompactionRecord) -> str:
-    """The two-line compaction notice, in English (one line when nothing was compacted)."""
+def _format_zh(record: CompactionRecord) -> str:
+    """The notice in the design notes' Chinese form (tier label, tokens, ratio; details)."""
+    if record.tier is Tier.NONE:
+        return f"无需压缩：当前 {_k(record.tokens_before)} tokens"
+    saved = 0.0
+    if record.tokens_before > 0:
+        saved = max(0.0, 1.0 - record.tokens_after / record.tokens_before) * 100
+    first = (
+        f"⚡ 上下文压缩 [{record.tier.label}] {_k(record.tokens_before)}→"
+        f"{_k(record.tokens_after)} tokens（{saved:.0f}% 压缩率）"
+    )
+    if record.tier is Tier.EMERGENCY:
+        parts = ["⚠ 紧急截断回退", f"保留尾部 {record.preserved_tail} 条"]
+    else:
+        parts = []
+        real_anchors = [a for a in record.anchors if not a.is_empty]
+        if real_anchors:
+            parts.append(f"{len(real_anchors)} 锚点")
+        if record.offloaded:
+            parts.append(f"{len(record.offloaded)} offload({_size(record.offloaded_bytes)})")
+        if record.summarized:
+            parts.append(f"{record.summarized} 条摘要")
+            parts.append(f"保留尾部 {record.preserved_tail} 条")
+        else:
+            parts.append("无摘要")
+    return first + "\n   " + " | ".join(parts)
+
+
+def format_notification(record: CompactionRecord, *, locale: str = "en") -> str:
+    """The two-line compaction notice (one line when nothing was compacted), in English or,
+    with ``locale="zh"``, in Chinese."""
+    if locale == "zh":
+        return _format_zh(record)
+    if locale != "en":
+        raise ConfigError(f"locale must be 'en' or 'zh', got {locale!r}")
     if record.tier is Tier.NONE:
         window = f" of the {record.window}-token window" if record.window else ""
         return f"No compaction needed: the view is {_k(record.tokens_before)} tokens{window}"

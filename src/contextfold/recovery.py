@@ -8,6 +8,7 @@ into the agent loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -18,12 +19,13 @@ from .evidence.calls import load_calls
 from .evidence.fields import call_fields, describe
 from .evidence.inject import build_injection
 from .evidence.intents import detect_intent
-from .evidence.model import EvidencePointer
+from .evidence.model import CompactBlock, EvidencePointer
 from .evidence.rank import CallLog
 from .evidence.search import EvidenceSearch, Hit
 from .evidence.store import EvidenceStore
 from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
+from .memory_admin import memory_admin_tools
 from .messages import Message
 from .offload import OffloadStore
 from .offload_tool import read_offloaded_tool
@@ -70,6 +72,10 @@ class Recovery:
         self.read_stored_calls: Callable[[], dict[int, Any]] | None = None
         #: positions below this without stored calls make no calls (known from the heads)
         self.calls_known = 0
+        #: the block of a range summarized by the running compaction, appended when it is done
+        self._pending_block: CompactBlock | None = None
+        #: history messages the public flush_memory() already extracted facts from
+        self.memory_flushed = 0
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -196,14 +202,7 @@ class Recovery:
     # ------------------------------------------------------------------ compaction hooks
     def before_summarize(self, msgs: Sequence[Message]) -> None:
         """Seed 002 3.1 flush-before-compact: facts go to memory before messages leave."""
-        summary = self.cm.config.summary
-        if self.fact_extractor is None:
-            return
-        if (
-            summary is not None
-            and not summary.flush_before_compact
-            and self.cm.config.tiers is None
-        ):
+        if self.fact_extractor is None or not self.cm.config.flushes_before_compact:
             return
         facts = self.fact_extractor.extract(list(msgs))
         if facts:
@@ -220,7 +219,8 @@ class Recovery:
         if not self.enabled:
             return []
         items = [(a.type.value, item) for a in anchors for item in a.items()]
-        block = self.store.index_compaction(
+        self.flush_pending_block()
+        block = self.store.build_compaction_block(
             messages=removed,
             offloaded=self._offload_map(removed),
             summary_items_source=items,
@@ -232,6 +232,9 @@ class Recovery:
             tier=tier.value,
             strategy="progressive",
         )
+        # appended once the compaction is done (after_compaction), with the record's boundary
+        # and token count; in the same unit of work
+        self._pending_block = block
         lines = []
         for p in block.evidence:
             if p.tool_use_id is None:
@@ -263,6 +266,20 @@ class Recovery:
             if m.tool_call_id and m.tool_call_id in entries
         }
 
+    def flush_pending_block(self, record: CompactionRecord | None = None) -> None:
+        """Append the block of the latest summarized range, with ``record``'s boundary and
+        tokens after the compaction when given."""
+        block, self._pending_block = self._pending_block, None
+        if block is None:
+            return
+        if record is not None:
+            block = dataclasses.replace(
+                block,
+                compact_boundary_uuid=record.boundary_uuid,
+                token_after=record.tokens_after,
+            )
+        self.store.append_block(block)
+
     def index_ingest(self, index: int, entry: OffloadEntry) -> None:
         """A result offloaded on arrival left the view at once: make it evidence now."""
         if not self.enabled:
@@ -289,6 +306,7 @@ class Recovery:
         """Outputs a compaction offloaded but left in the view as a placeholder (any tier, not
         only warn) summarize nothing, yet what they moved out is evidence too. Those already
         indexed (offloaded inside a summarized range) are not indexed twice."""
+        self.flush_pending_block(record)
         if not self.enabled or not record.offloaded:
             return
         offloaded = {e.tool_call_id for e in record.offloaded}
@@ -399,6 +417,8 @@ class Recovery:
         view = self.cm.view
         if rc is None or not rc.inject or view.newest_user is None:
             return None
+        if rc.inject_requires_summary and view.compaction is None:
+            return None  # no compact summary in the view yet
         msg = view.history[view.newest_user]
         intent = self._intent(msg)  # cached per message: the common case does no I/O at all
         if intent is None:
@@ -437,7 +457,7 @@ class Recovery:
                 allow_agents=self.cm.config.allow_agents,
             ):
                 box.register(tool)
-            for tool in memory_tools(self.memory):
+            for tool in [*memory_tools(self.memory), *memory_admin_tools(self.cm)]:
                 box.register(tool)
             box.register(recall_tool(lambda: self.search, self.store))  # read when first used
             self._toolbox = box

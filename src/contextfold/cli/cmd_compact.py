@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..config import PRESETS, resolve_preset
 from ..errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
 from ..records import CompactionRecord, Tier
 from .common import (
@@ -127,6 +128,7 @@ def _open_session(args: argparse.Namespace) -> tuple[Any, str | None]:
         session_id=args.session,
         context_window=args.window,
         summarizer=_make_summarizer(args),
+        preset=args.preset,
     )
     if cm.history:  # written by another process since the check: still never mixed
         cm.close()
@@ -179,7 +181,7 @@ def _compact(
     record = cm.last_record if cm.last_record and cm.last_record.tier is not Tier.NONE else record
     status = sys.stderr
     if record is not None and record.tier is not Tier.NONE:
-        print(record.notification(), file=status)
+        print(cm.notification(record), file=status)
     else:
         print(
             f"No compaction needed: {cm.view_tokens} tokens of a {args.window} window.", file=status
@@ -304,12 +306,16 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
     def show(record: CompactionRecord) -> None:
         records.append(record)
-        print(record.notification(), file=out)
+        print(record.notification(locale=resolve_preset(args.preset).locale), file=out)
         if record.reason:
             print(f"   why: {record.reason}", file=out)
 
     cm = ContextManager(
-        store=workspace, session_id=session_id, context_window=window, on_compaction=show
+        store=workspace,
+        session_id=session_id,
+        context_window=window,
+        on_compaction=show,
+        preset=args.preset,
     )
     peak = calls = 0
     over: list[int] = []
@@ -433,6 +439,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="auto",
         help="format of the view (default auto: the format of the input)",
     )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="progressive",
+        help="compaction preset: progressive (default), harness, or spec (the design notes "
+        "exactly: 60/70/80/95%% of the window, Chinese notices)",
+    )
     p.add_argument("--force", action="store_true", help="summarize now whatever the ratio")
     p.add_argument(
         "-o",
@@ -458,4 +471,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="context window in tokens (default 32000)",
     )
     add_workspace(p, default=None, otherwise="a new temporary folder, kept")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="progressive",
+        help="compaction preset: progressive (default), harness, or spec (the design notes "
+        "exactly: 60/70/80/95%% of the window, Chinese notices)",
+    )
     p.set_defaults(fn=cmd_demo)

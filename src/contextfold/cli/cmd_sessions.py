@@ -71,7 +71,11 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 
 def _render(entry: Any, sid: str, max_chars: int) -> str:
     # the offset the agent hint names is the message position here (``--start``)
-    return _cli_hints(render_message(entry, max_chars=max_chars, session_id=sid, offset=entry.seq))
+    return _cli_hints(
+        render_message(
+            entry, max_chars=max_chars, session_id=sid, offset=entry.seq, whole_hint=True
+        )
+    )
 
 
 def cmd_show(args: argparse.Namespace, out: TextIO) -> int:

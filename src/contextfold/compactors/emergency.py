@@ -10,6 +10,7 @@ from ..errors import ContextFoldError, StorageError
 from ..offload import OffloadPolicy, is_offloaded_text
 from .common import EMERGENCY_POLICY, _Run, calls_json
 from .pinned import fit_pinned
+from .summarize import drop_range
 
 _log = logging.getLogger("contextfold.compaction")
 
@@ -32,6 +33,15 @@ def truncate(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
     budget = comp.target_tokens
     b = start
     last_cut = v.legal_cut_at_or_before(n - 1, start) if n > start else start
+    if comp.cfg.emergency == "minimal_tail":
+        # CompactForce: truncate to the newest turn, no summary (the pinned messages stay)
+        if last_cut > start:
+            drop_range(comp, run, start, last_cut, "emergency: forced truncation")
+            run.notes.append(f"truncated {last_cut - start} messages to the minimal tail")
+        if comp.view_tokens(extra) > comp.window:
+            comp._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
+        _fit(comp, run, extra)
+        return
     while b < last_cut and comp._projected(b, extra) > budget:
         b = v.legal_cut_at_or_after(b + 1)
         b = min(b, last_cut)
@@ -48,6 +58,10 @@ def truncate(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
             _log.warning("%s", note)
     if comp.view_tokens(extra) > budget:
         comp._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
+    _fit(comp, run, extra)
+
+
+def _fit(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
     if comp.view_tokens(extra) > comp.cfg.emergency_threshold * comp.window:
         comp._squeeze(run, extra)
     if comp.view_tokens(extra) > comp.window:

@@ -4,6 +4,7 @@ overflow recovery (2.4). They reuse the progressive compactor's offload and summ
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..config import SummaryTriggerConfig
@@ -49,6 +50,9 @@ def run_trigger(
     if not trig.flush_before_compact:
         comp.before_summarize = None
     try:
+        if trig.offload_before_compact:
+            policy = replace(comp.compaction_policy, threshold=trig.offload_chars)
+            comp._offload_range(run, v.boundary, tail, policy)
         comp._summarize(run, v.boundary, tail, use_llm=True)
     finally:
         comp.before_summarize = hook

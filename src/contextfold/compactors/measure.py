@@ -47,7 +47,10 @@ class Measure:
     @property
     def room(self) -> int:
         """The part of the window compaction can change: the window minus the fixed prefix
-        (system prompt, tool schemas, reserve), at least a tenth of the window."""
+        (system prompt, tool schemas, reserve), at least a tenth of the window; the whole
+        window with ``ratio_of="window"``."""
+        if self.cfg.ratio_of == "window":
+            return max(self.window, 1)
         return max(self.window // 10, self.window - self.fixed, 1)
 
     def tier_for(self, tokens: int) -> Tier:
@@ -56,6 +59,8 @@ class Measure:
         schemas do not make every turn compact."""
         if self.window <= 0:
             return Tier.NONE
+        if self.cfg.ratio_of == "window":
+            return determine_tier(tokens / self.window, self.cfg)
         movable = max(0, tokens - self.fixed)
         tier = determine_tier(movable / self.room, self.cfg)
         if self.working_window < self.room:
@@ -88,6 +93,8 @@ class Measure:
     def target_tokens(self) -> int:
         """The view after a Soft/Full/Emergency compaction: the fixed prefix plus
         ``target_ratio`` of the working window."""
+        if self.cfg.ratio_of == "window":
+            return int(self.cfg.target_ratio * self.window)
         return self.fixed + int(self.cfg.target_ratio * self.working_window)
 
 

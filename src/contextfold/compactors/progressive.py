@@ -8,6 +8,7 @@ keeps the text, a summarizer error falls back to extractive truncation, and each
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
@@ -49,6 +50,8 @@ from .measure import Measure
 from .pinned import apply_pinned, budget_of, reduce_pinned
 from .stale import OWN_TOOLS, offload_stale
 from .summarize import offloaded_refs, set_compaction, summarize
+
+log = logging.getLogger("contextfold")
 
 __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
@@ -254,8 +257,10 @@ class ProgressiveCompactor(Measure):
         start = v.boundary
         tail = v.tail_start(self.cfg.min_tail_messages)
         if tail <= start:
-            run.notes.append("head is empty: nothing to summarize; offloading the tail instead")
-            self._offload_range(run, start, len(v), self.compaction_policy)
+            run.notes.append("head is empty: nothing to summarize")
+            if self.cfg.offload_tail:
+                run.notes[-1] += "; offloading the tail instead"
+                self._offload_range(run, start, len(v), self.compaction_policy)
             self._ensure_fits(run, extra)
             return
         end = tail
@@ -263,14 +268,19 @@ class ProgressiveCompactor(Measure):
             mid = v.legal_cut_at_or_before(start + (tail - start) // 2, start)
             end = mid if mid > start else tail
         self._offload_range(run, start, end, self.compaction_policy)
-        end = self._extend_for_target(run, start, end, tail, extra)
-        if end > start and self._projected(end, extra) >= self.view_tokens(extra):
+        if self.cfg.extend_to_target:
+            end = self._extend_for_target(run, start, end, tail, extra)
+        if (
+            self.cfg.extend_to_target
+            and end > start
+            and self._projected(end, extra) >= self.view_tokens(extra)
+        ):
             # the summary would take about as much as it replaces: wait for a longer head
             run.notes.append("summarizing the head would not make the view smaller: skipped")
             end = start
         if end > start:
             self._summarize(run, start, end, use_llm=True)
-        if self.view_tokens(extra) > self.target_tokens:
+        if self.cfg.offload_tail and self.view_tokens(extra) > self.target_tokens:
             self._offload_range(run, v.boundary, len(v), self.compaction_policy)
         self._ensure_fits(run, extra)
 
@@ -483,6 +493,8 @@ class ProgressiveCompactor(Measure):
         msgs_after = len(v.view_messages()) if persist else run.msgs_before
         changed = persist and run.tier is not Tier.NONE
         tail = len(v) - v.boundary
+        if run.tier is Tier.WARN and self.cfg.warn_preserved_tail == "tail":
+            tail = len(v) - v.tail_start(self.cfg.min_tail_messages)
         record = CompactionRecord(
             id=str(uuidlib.uuid4()),
             session_id=self.session_id,
@@ -514,6 +526,13 @@ class ProgressiveCompactor(Measure):
         if persist and self.record_store is not None:
             try:
                 self.record_store.append(record)
-            except ContextFoldError as exc:  # fail-open: seed 5.2
+            except ContextFoldError as exc:  # fail-open, but said: the record is not stored
                 self.record_errors.append(str(exc))
+                log.warning(
+                    "session %r: the %s compaction record %s was not stored: %s",
+                    self.session_id,
+                    record.tier.value,
+                    record.id,
+                    exc,
+                )
         return record

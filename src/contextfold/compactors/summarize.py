@@ -4,6 +4,7 @@ summary and is recorded."""
 
 from __future__ import annotations
 
+import logging
 import uuid as uuidlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from ..anchors import (
     merge_anchors,
     parse_summary,
     render_compaction_message,
+    replace_anchors,
     union_items,
 )
 from ..errors import ContextFoldError
@@ -25,6 +27,39 @@ from .common import COMPACTION_KIND, _Run, bound_anchors, clip_text, render_sect
 if TYPE_CHECKING:
     from .progressive import ProgressiveCompactor
 
+_log = logging.getLogger("contextfold.compaction")
+
+
+def drop_range(comp: ProgressiveCompactor, run: _Run, start: int, end: int, why: str) -> None:
+    """Token-budget truncation: messages ``start:end`` leave the view with no summary, only a
+    one-line notice in their place (their evidence is still indexed; the log keeps them)."""
+    v = comp.view
+    removed = list(v.history[start:end])
+    if comp.index_range is not None:
+        try:
+            comp.index_range(removed, list(run.offloaded), (), "", run.tier)
+        except Exception as exc:  # fail-open: the evidence index is an extra
+            run.errors.append(f"evidence indexing failed: {exc}")
+    text = (
+        f"[Context Compaction]\n{end - start} earlier messages were truncated ({why}); the "
+        "full history is kept and can be read with session_history."
+    )
+    msg = Message(
+        role="user",
+        content=text,
+        uuid=str(
+            uuidlib.uuid5(
+                uuidlib.NAMESPACE_URL, f"cf:{comp.session_id}:{end}:{comp.state.compactions}:t"
+            )
+        ),
+        metadata={"cf_kind": COMPACTION_KIND},
+    )
+    v.set_boundary(end, msg)
+    comp.state.compaction_text = text
+    comp.state.boundary_uuid = v.history[end].uuid if end < len(v) else None
+    comp.state.compactions += 1
+    run.summarized += end - start
+
 
 def summarize(
     comp: ProgressiveCompactor, run: _Run, start: int, end: int, *, use_llm: bool
@@ -35,7 +70,10 @@ def summarize(
         try:
             comp.before_summarize(msgs)
         except Exception as exc:  # fail-open by design: memory flush must not block
-            run.errors.append(f"memory flush failed: {exc}")
+            if comp.cfg.memory_errors == "record":
+                run.errors.append(f"memory flush failed: {exc}")
+            else:
+                _log.debug("memory flush failed (skipped): %s", exc)
     to_send: Sequence[Message] = msgs
     if comp.truncate_args is not None:
         to_send = truncate_tool_arguments(
@@ -64,6 +102,9 @@ def summarize(
         run.summarizer_name = type(summarizer).__name__
     except Exception as exc:  # fail-open: any summarizer failure degrades to extractive
         run.errors.append(f"LLM summary failed in Tier{run.tier.label}: {exc}")
+        if comp.cfg.llm_fallback == "truncate":
+            drop_range(comp, run, start, end, "the LLM summary failed")
+            return
         summarizer = comp.fallback_summarizer
         text = summarizer.summarize(request)
         run.summarizer_name = type(summarizer).__name__ + " (fallback)"
@@ -75,7 +116,10 @@ def summarize(
     parsed = parse_summary(text)
     if parsed.problems:
         run.errors.append("summary parse: " + "; ".join(parsed.problems))
-    anchors = merge_anchors(comp.state.last_anchors, parsed.anchors)
+    if comp.cfg.anchor_merge == "replace":
+        anchors = replace_anchors(comp.state.last_anchors, parsed.anchors)
+    else:
+        anchors = merge_anchors(comp.state.last_anchors, parsed.anchors)
     comp.state.last_artifacts = tuple(union_items(comp.state.last_artifacts, parsed.artifacts))
     summary = parsed.summary
     removed = list(v.history[start:end])

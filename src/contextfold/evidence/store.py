@@ -282,7 +282,7 @@ class EvidenceStore:
             )
         return out
 
-    def index_compaction(
+    def build_compaction_block(
         self,
         *,
         messages: Sequence[Message],
@@ -299,7 +299,8 @@ class EvidenceStore:
         parent_message_uuid: str | None = None,
         known_calls: Sequence[Message] = (),
     ) -> CompactBlock:
-        """Index the range of messages that just left the view and append its CompactBlock.
+        """The CompactBlock of the range of messages that just left the view, not appended
+        yet (:meth:`append_block`; :meth:`index_compaction` does both).
 
         ``offloaded`` maps a tool call id (or a message uuid) to the file its full result was
         written to; that file's bytes become the evidence body. Tool results whose call is
@@ -330,8 +331,18 @@ class EvidenceStore:
             strategy=strategy,
             created_at=seq + len(pointers) + 1,
         )
+        return block
+
+    def index_compaction(self, **fields: Any) -> CompactBlock:
+        """Index the range of messages that just left the view and append its CompactBlock
+        (the arguments of :meth:`build_compaction_block`)."""
+        block = self.build_compaction_block(**fields)
         self._append(block)
         return block
+
+    def append_block(self, block: CompactBlock) -> None:
+        """Append a block built by :meth:`build_compaction_block` (before any other block)."""
+        self._append(block)
 
     def add_subagent_output(
         self,

@@ -48,7 +48,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="TOML file with gateway settings")
     p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
-    p.add_argument("--preset", help="compaction preset: progressive (default) or harness")
+    p.add_argument(
+        "--preset",
+        help="compaction preset: progressive (default), harness or spec (the design notes)",
+    )
     p.add_argument(
         "--summarizer",
         choices=["extractive", "upstream"],

@@ -72,9 +72,17 @@ def _int_arg(args: Mapping[str, Any], key: str, default: int, lo: int, hi: int) 
 
 
 def render_message(
-    entry: LogEntry, *, max_chars: int, session_id: str, offset: int | None = None
+    entry: LogEntry,
+    *,
+    max_chars: int,
+    session_id: str,
+    offset: int | None = None,
+    char_offset: int = 0,
+    whole_hint: bool = False,
 ) -> str:
-    """One log entry as text: ``[seq] role: text`` plus tool calls, long text trimmed."""
+    """One log entry as text: ``[seq] role: text`` plus tool calls; a long text shows
+    ``max_chars`` characters from ``char_offset`` and says how to read the next part (with
+    ``whole_hint``, for a reader without the tool's cap: how to read all of it at once)."""
     msg: Message = entry.message
     head = f"[{entry.seq}] {msg.role}"
     if msg.role == "tool" and msg.tool_call_id:
@@ -83,15 +91,28 @@ def render_message(
         head += f" ({msg.name})"
     parts = [head + ":"]
     text = msg.text
-    if len(text) > max_chars:
-        keep = max(0, max_chars)
-        omitted = len(text) - keep
-        text = (
-            text[:keep]
-            + f"\n… [{omitted:,} more characters; read the whole message with session_history "
-            f'{{"sessionId": "{session_id}", "offset": {"OFFSET" if offset is None else offset}, '
-            f'"lastN": 1, "maxChars": {min(len(text), MAX_CHARS_CAP)}}}]'
-        )
+    total = len(text)
+    start = min(char_offset, total)
+    if start or total - start > max_chars:
+        end = min(total, start + max(0, max_chars))
+        text = text[start:end]
+        if start:
+            text = f"[characters {start:,}-{end:,} of {total:,}]\n" + text
+        if end < total and whole_hint:
+            text += (
+                f"\n… [{total - end:,} more characters; read the whole message with "
+                f'session_history {{"sessionId": "{session_id}", '
+                f'"offset": {"OFFSET" if offset is None else offset}, "lastN": 1, '
+                f'"maxChars": {total}}}]'
+            )
+        elif end < total:
+            # the next part, from where this one stops: following hints never loops
+            text += (
+                f"\n… [{total - end:,} more characters; read on with session_history "
+                f'{{"sessionId": "{session_id}", '
+                f'"offset": {"OFFSET" if offset is None else offset}, "lastN": 1, '
+                f'"maxChars": {min(total - end, MAX_CHARS_CAP)}, "charOffset": {end}}}]'
+            )
     if text:
         parts.append(text)
     for call in msg.tool_calls:
@@ -131,6 +152,7 @@ def session_tools(
         last_n = _int_arg(args, "lastN", DEFAULT_LAST_N, 1, MAX_LAST_N)
         offset = _int_arg(args, "offset", 0, 0, 10**9)
         max_chars = _int_arg(args, "maxChars", max_result_chars, 1, MAX_CHARS_CAP)
+        char_offset = _int_arg(args, "charOffset", 0, 0, 10**12)
         info = index.store.session(sid)
         if info is None:
             raise ToolArgumentsError(f"session_history: no session {sid!r}")
@@ -161,7 +183,13 @@ def session_tools(
             f"the start."
         )
         body = [
-            render_message(e, max_chars=max_chars, session_id=sid, offset=total - 1 - (start + i))
+            render_message(
+                e,
+                max_chars=max_chars,
+                session_id=sid,
+                offset=total - 1 - (start + i),
+                char_offset=char_offset,
+            )
             for i, e in enumerate(chosen)
         ]
         more = []
@@ -245,7 +273,15 @@ def session_tools(
                         "minimum": 1,
                         "description": (
                             f"Trim each message to this many characters (default "
-                            f"{max_result_chars})."
+                            f"{max_result_chars}, at most {MAX_CHARS_CAP})."
+                        ),
+                    },
+                    "charOffset": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": (
+                            "Start each message's text at this character (default 0): read a "
+                            "long message part by part."
                         ),
                     },
                 },

@@ -1,0 +1,206 @@
+"""Memory by hand: extract facts from given messages, flush the session's facts now, add /
+edit / delete one fact. Works whatever the compaction settings (memory does not wait for a
+summary); the agent gets the same as the ``memory_add`` / ``memory_edit`` / ``memory_delete`` /
+``memory_flush`` tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from .errors import ToolArgumentsError
+from .memory import StoredFact
+from .memory_extract import KINDS, ExtractiveFactExtractor, Fact, FactExtractor
+from .messages import Message
+from .tools import Tool
+from .wire import from_openai
+
+if TYPE_CHECKING:
+    from .manager import ContextManager
+
+
+def _messages(items: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
+    out: list[Message] = []
+    for i, item in enumerate(items):
+        if isinstance(item, Message):
+            out.append(item)
+        elif isinstance(item, Mapping):
+            out.append(from_openai(item, i))
+        else:
+            raise ToolArgumentsError(
+                f"message {i}: expected a message dict or Message, got {type(item).__name__}"
+            )
+    return out
+
+
+def extractor_of(cm: ContextManager) -> FactExtractor:
+    """The session's fact extractor; the extractive one when automatic extraction is off."""
+    chosen = cm.recovery.fact_extractor
+    return chosen if chosen is not None else ExtractiveFactExtractor()
+
+
+def extract_facts(
+    cm: ContextManager,
+    messages: Iterable[Mapping[str, Any] | Message],
+    *,
+    store: bool = True,
+) -> list[Fact]:
+    """The facts of ``messages``; stored in the agent's memory when ``store``."""
+    msgs = _messages(messages)
+    facts = extractor_of(cm).extract(msgs)
+    if store and facts:
+        with cm._unit():
+            cm.recovery.memory.flush(facts)
+    return facts
+
+
+def flush_memory(cm: ContextManager) -> int:
+    """Extract the facts of the session's messages not flushed by this call before and store
+    them now; how many facts were new."""
+    with cm._lock:
+        history = cm.history
+        start = min(cm.recovery.memory_flushed, len(history))
+        facts = extractor_of(cm).extract(history[start:])
+        new = 0
+        with cm._unit():
+            if facts:
+                new = cm.recovery.memory.flush(facts)
+        cm.recovery.memory_flushed = len(history)
+        return new
+
+
+def memory_admin_tools(
+    cm: ContextManager,
+) -> list[Tool]:
+    """``memory_add`` {text, kind?, topic?}, ``memory_edit`` {id, text, kind?, topic?},
+    ``memory_delete`` {id}, ``memory_flush`` {}."""
+
+    def unit(fn: Callable[[], str]) -> str:
+        with cm._unit():
+            return fn()
+
+    def text_arg(args: Mapping[str, Any], name: str, key: str) -> str:
+        value = args.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ToolArgumentsError(f"{name}: {key!r} must be a non-empty string")
+        return value
+
+    def opt(args: Mapping[str, Any], name: str, key: str) -> str | None:
+        value = args.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ToolArgumentsError(f"{name}: {key!r} must be a string")
+        return value or None
+
+    def memory_add(args: Mapping[str, Any]) -> str:
+        text = text_arg(args, "memory_add", "text")
+        kind = opt(args, "memory_add", "kind") or "conclusion"
+        topic = opt(args, "memory_add", "topic")
+        fid = unit(lambda: cm.recovery.memory.add(text, kind=kind, topic=topic))
+        return f"Stored fact {fid}."
+
+    def memory_edit(args: Mapping[str, Any]) -> str:
+        fid = text_arg(args, "memory_edit", "id")
+        text = text_arg(args, "memory_edit", "text")
+        kind = opt(args, "memory_edit", "kind")
+        topic = opt(args, "memory_edit", "topic")
+        new = unit(lambda: cm.recovery.memory.edit(fid, text, kind=kind, topic=topic))
+        return f"Fact {fid} now reads as given (id {new})."
+
+    def memory_delete(args: Mapping[str, Any]) -> str:
+        fid = text_arg(args, "memory_delete", "id")
+        with cm._unit():
+            cm.recovery.memory.delete(fid)
+        return f"Deleted fact {fid}."
+
+    def memory_flush(args: Mapping[str, Any]) -> str:
+        return f"{flush_memory(cm)} new fact(s) stored from this session."
+
+    kinds = list(KINDS)
+    fact_props: dict[str, Any] = {
+        "text": {"type": "string", "description": "The fact, one sentence."},
+        "kind": {"type": "string", "enum": kinds, "description": "Kind (conclusion)."},
+        "topic": {"type": "string", "description": "Topic file (by kind when omitted)."},
+    }
+    id_prop = {"type": "string", "description": "The fact's id (memory_search shows it)."}
+    return [
+        Tool(
+            name="memory_add",
+            description="Store a fact in long-term memory.",
+            parameters={"type": "object", "properties": fact_props, "required": ["text"]},
+            handler=memory_add,
+        ),
+        Tool(
+            name="memory_edit",
+            description="Correct a fact of long-term memory by its id.",
+            parameters={
+                "type": "object",
+                "properties": {"id": id_prop, **fact_props},
+                "required": ["id", "text"],
+            },
+            handler=memory_edit,
+        ),
+        Tool(
+            name="memory_delete",
+            description="Remove a fact from long-term memory by its id.",
+            parameters={"type": "object", "properties": {"id": id_prop}, "required": ["id"]},
+            handler=memory_delete,
+        ),
+        Tool(
+            name="memory_flush",
+            description="Extract the facts of this session so far into long-term memory now.",
+            parameters={"type": "object", "properties": {}, "required": []},
+            handler=memory_flush,
+        ),
+    ]
+
+
+def _cm(obj: object) -> ContextManager:
+    return cast("ContextManager", obj)
+
+
+class MemoryCalls:
+    """The ContextManager's memory calls (a mixin)."""
+
+    def extract_facts(
+        self, messages: Iterable[Mapping[str, Any] | Message], *, store: bool = True
+    ) -> list[Fact]:
+        """The facts (requirements, configuration, file changes, conclusions, constraints) of
+        ``messages`` (OpenAI dicts or Messages), stored in this agent's memory unless
+        ``store=False``. Works with compaction off."""
+        return extract_facts(_cm(self), messages, store=store)
+
+    def flush_memory(self) -> int:
+        """Store the facts of this session's messages now (those not flushed by an earlier
+        call); how many were new. Works with compaction off."""
+        return flush_memory(_cm(self))
+
+    def add_fact(self, text: str, *, kind: str = "conclusion", topic: str | None = None) -> str:
+        """Store one fact in this agent's memory; its id."""
+        with _cm(self)._unit():
+            return _cm(self).recovery.memory.add(text, kind=kind, topic=topic)
+
+    def edit_fact(
+        self,
+        fact_id: str,
+        text: str,
+        *,
+        kind: str | None = None,
+        topic: str | None = None,
+    ) -> str:
+        """Replace a fact's text (and kind / topic); its id (new when the text changed)."""
+        with _cm(self)._unit():
+            return _cm(self).recovery.memory.edit(fact_id, text, kind=kind, topic=topic)
+
+    def delete_fact(self, fact_id: str) -> None:
+        """Remove a fact from this agent's memory."""
+        with _cm(self)._unit():
+            _cm(self).recovery.memory.delete(fact_id)
+
+    def facts(self) -> list[StoredFact]:
+        """The facts this agent can read, oldest first."""
+        with _cm(self)._lock:
+            return _cm(self).recovery.memory.facts()
+
+
+__all__ = ["MemoryCalls", "extract_facts", "extractor_of", "flush_memory", "memory_admin_tools"]
