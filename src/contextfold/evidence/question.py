@@ -25,6 +25,7 @@ from .rank import (
     strip_ordinals,
 )
 from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
+from .understand import kind_matches, subject_matches
 
 if TYPE_CHECKING:
     from .search import EvidenceSearch
@@ -339,6 +340,8 @@ class Question:
                     failed=doc.failed,
                     pref=1.0 if is_stub else pref_of(d),
                     extra=extra.get(d, 0.0),
+                    kind=not is_stub and kind_matches(spec.kind, p, doc.failed),
+                    subject=not is_stub and subject_matches(spec.kind, spec.subject, p),
                 )
             )
         if log is None and spec.ordinal is not None:

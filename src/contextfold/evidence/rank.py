@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from .calls import CallLog, path_strength
 from .fields import normalize_path, pointer_key
 from .model import EvidencePointer
+from .understand import asked_kind, counts_runs
 
 LEVEL = 1_000.0
 _I = re.IGNORECASE
@@ -188,6 +189,11 @@ class QuerySpec:
     ordinal: Ordinal | None = None
     wants_error: bool = False
     wants_failing: bool = False
+    #: the kind of output asked for (:data:`.understand.KINDS`) and the words that said so
+    kind: str | None = None
+    kind_because: str = ""
+    #: what the kind of output is about when named with it ("the grep for X": X)
+    subject: str = ""
 
 
 def query_paths(text: str) -> tuple[str, ...]:
@@ -224,6 +230,7 @@ def parse_query(text: str, tools: Iterable[str] = ()) -> QuerySpec:
     quoted = tuple(next(g for g in m.groups() if g) for m in _QUOTED.finditer(text))
     words = set(re.findall(r"[A-Za-z_][\w\-]*", text))
     ordinal = parse_ordinal(text)
+    kind = asked_kind(text)
     return QuerySpec(
         text=text,
         quoted=quoted,
@@ -236,6 +243,9 @@ def parse_query(text: str, tools: Iterable[str] = ()) -> QuerySpec:
         ordinal=ordinal,
         wants_error=bool(_ERRORISH.search(text)),
         wants_failing=bool(_FAILISH.search(text)),
+        kind=kind.kind if kind is not None else None,
+        kind_because=kind.because if kind is not None else "",
+        subject=kind.subject if kind is not None else "",
     )
 
 
@@ -267,6 +277,10 @@ class Candidate:
     pref: float = 1.0
     #: BM25 of the question's words that are not part of the named command
     extra: float = 0.0
+    #: the output is of the kind of output the question asks for
+    kind: bool = False
+    #: ... and about the subject named with the kind (the pattern searched, the test run)
+    subject: bool = False
     level: int = field(default=0)
     score: float = field(default=0.0)
 
@@ -284,7 +298,7 @@ def _subcommand(p: EvidencePointer) -> str | None:
 
 def _level(c: Candidate, q: QuerySpec) -> int:
     p = c.pointer
-    if c.command == 2:
+    if c.command == 2 or (c.kind and c.subject):
         return 3
     if c.tool and (c.path or c.pattern or c.url):
         sub = _subcommand(p)
@@ -307,11 +321,14 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
     p = c.pointer
     if c.level < 2:
         score = c.bm25 * c.pref + 4.0 * c.anchors + 2.0 * c.path / (c.path + 1)
+        score += 8.0 if c.kind else 0.0
         return score + (2.0 if c.pattern else 0.0) + (6.0 if c.exception else 0.0)
     # the named thing is found: a file named alone means its content (a read); then a failure
     # when an error is asked for; then specific extra words; then the newest
     score = 20.0 if p.role == "tool" else 0.0  # an output, not a message quoting it
-    if q.paths and c.command < 2 and p.action == "read":
+    if q.kind is not None:
+        score += 50.0 if c.kind else 0.0  # the kind of output asked for
+    elif q.paths and c.command < 2 and p.action == "read":
         score += 50.0
     if q.wants_error and c.failed and not c.exception:
         score += 15.0  # "the error output of `cmd`": its failing run (an error type is named)
@@ -326,6 +343,8 @@ def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Can
     """The outputs an ordinal counts among: runs of the call, reads of the path, outputs
     showing the exception, or the failing commands."""
     if best.level == 3:
+        if best.kind and best.subject and best.command < 2:
+            return [c for c in pool if c.kind and c.subject]
         if best.command == 2:
             same = [c for c in pool if c.command == 2]
             if best.pointer.command:
@@ -333,6 +352,8 @@ def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Can
                 same = [c for c in same if pointer_key(c.pointer) == key] or same
             return same
         return [c for c in pool if c.level == 3]
+    if best.level >= 2 and best.path and q.kind is not None and best.kind:
+        return [c for c in pool if c.path and c.kind and c.lines >= 0]
     if best.level >= 2 and best.path:
         group = [c for c in pool if c.path and c.lines >= 0]
         reads = [c for c in group if c.pointer.action == "read"]
@@ -347,6 +368,8 @@ def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Can
     tools = [c for c in pool if c.pointer.role == "tool"] or [
         c for c in pool if c.pointer.role == "user"
     ]
+    if q.kind is not None and best.kind:
+        return [c for c in tools if c.kind]
     if q.wants_failing:
         return [c for c in tools if c.failed]
     return tools
@@ -421,8 +444,16 @@ def rerank(
 def group_key_of(c: Candidate, q: QuerySpec) -> str | None:
     """The key under which the caller lists a group's calls: ``call:<key>`` for runs of one
     call, ``read:<path>`` for reads of a file; None when the group is not about calls."""
+    if q.kind is not None and c.kind and c.subject and c.command < 2:
+        if not counts_runs(q.kind):
+            return None
+        return f"kind:{q.kind}:={q.subject}"
     if c.level == 3 and c.pointer.command:
         return "call:" + pointer_key(c.pointer)
+    if q.kind is not None and c.kind and q.kind != "read":
+        if not counts_runs(q.kind):
+            return None
+        return f"kind:{q.kind}:" + (q.paths[0] if c.path and q.paths else "")
     if c.path and q.paths:
         return "read:" + q.paths[0]
     return None
