@@ -41,6 +41,8 @@ _VALUED = frozenset(
     {"-A", "-B", "-C", "-m", "-f", "-d", "-D", "-g", "-t", "-T", "--include", "--exclude"}
     | {"--exclude-dir", "--context", "--max-count", "--glob", "--type"}
 )
+#: Programs that prepare a run ("rm -f test.db && python x.py" is a run of x.py).
+_SETUP = frozenset({"rm", "cd", "export", "mkdir", "cp", "touch", "source", "unset", "pip"})
 _SEP = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
 
 
@@ -128,6 +130,8 @@ def _shell_subject(c: Call) -> Subject | None:
     if c.reads:
         return Subject(kind="read", name=c.reads[0]) if len(c.reads) == 1 else None
     segments = _segments(c.display)
+    while len(segments) > 1 and segments[0][0] in _SETUP:
+        segments = segments[1:]  # "rm -f test.db && python x.py" runs x.py
     if not segments:
         return None
     words = segments[0]

@@ -25,7 +25,7 @@ from .rank import (
     strip_ordinals,
 )
 from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
-from .understand import kind_matches, subject_matches
+from .understand import KIND_WORDS, kind_matches, subject_matches
 
 if TYPE_CHECKING:
     from .search import EvidenceSearch
@@ -287,7 +287,8 @@ class Question:
             wanted.add(d)
         commands_named = {self.docs[d].command for d in (exact | partial) & wanted}
         named = set(tokenize(" ".join(commands_named)))  # (the words of each, once)
-        handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
+        named_with_kind = (*spec.paths, *spec.exceptions, *spec.tools, spec.kind_because)
+        handles = set(tokenize(" ".join((*named_with_kind, spec.subject)))) | KIND_WORDS
         extra_terms = [t for t in self.terms if t not in named and t not in handles]
         extra = self._bm25_of(
             [t for t in extra_terms if t not in GENERIC and t not in FILLER], strong

@@ -22,6 +22,52 @@ KINDS = ("traceback", "tests", "diff", "search", "read", "run")
 
 _I = re.IGNORECASE
 
+#: Words that say which kind of output is asked for, not which one (no extra evidence).
+KIND_WORDS = frozenset(
+    [
+        "grep",
+        "grepped",
+        "search",
+        "searched",
+        "searching",
+        "find",
+        "found",
+        "which",
+        "files",
+        "file",
+        "running",
+        "ran",
+        "executing",
+        "executed",
+        "print",
+        "printed",
+        "looked",
+        "look",
+        "opened",
+        "when",
+        "diff",
+        "patch",
+        "git",
+        "test",
+        "tests",
+        "results",
+        "result",
+        "traceback",
+        "tracebacks",
+        "stack",
+        "trace",
+        "show",
+        "showed",
+        "see",
+        "saw",
+        "搜索",
+        "查找",
+        "运行",
+        "执行",
+        "测试",
+    ]
+)
+
 #: The first match wins: a traceback of a test run is asked for as a traceback.
 _KIND_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("traceback", re.compile(r"\btrace ?backs?\b|\bstack ?traces?\b|\bbacktraces?\b", _I)),
@@ -144,9 +190,9 @@ def subject_matches(kind: str | None, subject: str, p: EvidencePointer) -> bool:
     for that very pattern, a test run of that very target, a traceback of that program."""
     if not kind or not subject:
         return False
-    if kind == "search":
+    if kind == "search":  # the pattern it searched for first (not one of a later filter)
         want = subject.strip("'\"")
-        return bool(want) and any(pat.strip("'\"") == want for pat in p.patterns)
+        return bool(want) and any(pat.strip("'\"") == want for pat in p.patterns[:1])
     return _named_in(subject, p.command or "")
 
 
@@ -190,6 +236,7 @@ def counts_runs(kind: str | None) -> bool:
 
 __all__ = [
     "KINDS",
+    "KIND_WORDS",
     "AskedKind",
     "asked_kind",
     "counts_runs",
