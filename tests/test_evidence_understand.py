@@ -9,7 +9,9 @@ import pytest
 from contextfold.evidence.model import EvidencePointer
 from contextfold.evidence.search import EvidenceSearch
 from contextfold.evidence.store import EvidenceStore
+from contextfold.evidence.tools import recall_tool
 from contextfold.evidence.understand import asked_kind, kind_matches, subject_matches
+from contextfold.tools import ToolBox
 from tests.store_helpers import session_store
 from tests.test_evidence_search import compact, pairs
 
@@ -106,3 +108,24 @@ def test_natural_questions_find_the_output_asked_for(tmp_path: Path) -> None:
     assert top("What did the first grep for `def load` show?") == "c3"
     assert top("What were the test results?") == "c8"
     assert top("show me the git diff") == "c9"
+
+
+def test_recall_says_why_it_picked_each_hit(tmp_path: Path) -> None:
+    search = _session(tmp_path)
+    hit = search.search("What did running reproduce.py print the first time?")[0]
+    assert "a program's output" in hit.why and "'running'" in hit.why
+    assert "the file named" in hit.why and "number 1 of 3" in hit.why
+    hit = search.search("What did the grep for `def load` show?")[0]
+    assert "a search result" in hit.why and "about 'def load'" in hit.why
+    hit = search.search("show me the full output of `git diff`")[0]
+    assert hit.why.startswith("the command named")
+
+
+def test_recall_tool_prints_why(tmp_path: Path) -> None:
+    search = _session(tmp_path)
+    box = ToolBox([recall_tool(search, search.store)])
+    text, is_error = box.run("recall", {"query": "Show me the first traceback from reproduce.py"})
+    assert not is_error
+    first = text.split("\n[2]")[0]
+    assert "(why: a traceback (asked: 'traceback'); about 'reproduce.py'" in first
+    assert "KeyError: 'one'" in first  # the first failing run, not the newest

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .classify import normalize_command
+from .explain import explain
 from .fields import path_suffixes, pattern_key
 from .keys import cmd_key, fits, longest_token
 from .lookups import KeySource
@@ -48,6 +49,8 @@ class Hit:
     pointer: EvidencePointer
     score: float
     text_preview: str
+    #: why it was picked: what matched, which of several it is
+    why: str = ""
 
 
 class Question:
@@ -378,7 +381,10 @@ class Question:
             body = self.search.store.restore(pointer).text
             hits.append(
                 Hit(
-                    pointer=pointer, score=round(c.score, 4), text_preview=snippet(body, self.terms)
+                    pointer=pointer,
+                    score=round(c.score, 4),
+                    text_preview=snippet(body, self.terms),
+                    why=explain(c, self.spec),
                 )
             )
         return hits

@@ -281,6 +281,8 @@ class Candidate:
     kind: bool = False
     #: ... and about the subject named with the kind (the pattern searched, the test run)
     subject: bool = False
+    #: how an ordinal chose it ("number 2 of 5 ..."), for explaining the hit
+    picked: str = ""
     level: int = field(default=0)
     score: float = field(default=0.0)
 
@@ -437,8 +439,19 @@ def rerank(
     chosen = _pick(group, q.ordinal, runs, calls.edits if calls is not None else ())
     if chosen is None:
         return ranked
+    chosen.picked = _picked_how(chosen, q.ordinal, runs or [c.seq for c in group])
     rest = [c for c in ranked if c is not chosen]
     return [chosen, *rest]
+
+
+def _picked_how(chosen: Candidate, ordinal: Ordinal, runs: Sequence[int]) -> str:
+    seqs = sorted(set(runs))
+    which = "before the fix" if ordinal.fix == "before" else "after the fix" if ordinal.fix else ""
+    if chosen.seq in seqs:
+        place = f"number {seqs.index(chosen.seq) + 1} of {len(seqs)}"
+    else:
+        place = f"the nearest of {len(seqs)} that left the view"
+    return f"{place} ({which or 'the ordinal asked'})"
 
 
 def group_key_of(c: Candidate, q: QuerySpec) -> str | None:
