@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from contextfold.evidence.search import EvidenceSearch
 from contextfold.evidence.store import EvidenceStore
 from contextfold.evidence.tools import recall_tool
 from contextfold.evidence.understand import asked_kind, kind_matches, subject_matches
+from contextfold.messages import Message
 from contextfold.tools import ToolBox
 from tests.store_helpers import session_store
 from tests.test_evidence_search import compact, pairs
@@ -67,26 +69,29 @@ def test_kind_and_subject_of_a_call() -> None:
     assert not subject_matches("tests", "tests/t.py", tests)  # another, narrower target
 
 
-def _session(tmp_path: Path) -> EvidenceSearch:
+def _session(
+    tmp_path: Path, visible: Collection[str] = (), msgs: list[Message] | None = None
+) -> EvidenceSearch:
     store = EvidenceStore(session_store(tmp_path))
-    compact(
-        store,
-        pairs(
-            [
-                ("cat > reproduce.py << 'EOF'\nimport x\nEOF", OK.format("")),
-                ("python reproduce.py", FAIL.format(TB.format("one"))),
-                ("cat reproduce.py", OK.format("import x\n")),
-                ("grep -n -A 20 'def load' pkg/x.py", OK.format("3:def load(): first\n")),
-                ("python reproduce.py", FAIL.format(TB.format("two"))),
-                ("grep -rn 'def load' pkg", OK.format("pkg/x.py:3:def load(): second\n")),
-                ("sed -i 's/a/b/' pkg/x.py", OK.format("")),
-                ("python reproduce.py", OK.format("all good\n")),
-                ("python -m pytest tests/test_x.py", OK.format("3 passed in 0.1s\n")),
-                ("git diff", OK.format("diff --git a/pkg/x.py b/pkg/x.py\n-a\n+b\n")),
-            ]
-        ),
+    compact(store, msgs if msgs is not None else _messages())
+    return EvidenceSearch(store, visible=(lambda: visible) if visible else None)
+
+
+def _messages() -> list[Message]:
+    return pairs(
+        [
+            ("cat > reproduce.py << 'EOF'\nimport x\nEOF", OK.format("")),
+            ("python reproduce.py", FAIL.format(TB.format("one"))),
+            ("cat reproduce.py", OK.format("import x\n")),
+            ("grep -n -A 20 'def load' pkg/x.py", OK.format("3:def load(): first\n")),
+            ("python reproduce.py", FAIL.format(TB.format("two"))),
+            ("grep -rn 'def load' pkg", OK.format("pkg/x.py:3:def load(): second\n")),
+            ("sed -i 's/a/b/' pkg/x.py", OK.format("")),
+            ("python reproduce.py", OK.format("all good\n")),
+            ("python -m pytest tests/test_x.py", OK.format("3 passed in 0.1s\n")),
+            ("git diff", OK.format("diff --git a/pkg/x.py b/pkg/x.py\n-a\n+b\n")),
+        ]
     )
-    return EvidenceSearch(store)
 
 
 def test_natural_questions_find_the_output_asked_for(tmp_path: Path) -> None:
@@ -129,3 +134,14 @@ def test_recall_tool_prints_why(tmp_path: Path) -> None:
     first = text.split("\n[2]")[0]
     assert "(why: a traceback (asked: 'traceback'); about 'reproduce.py'" in first
     assert "KeyError: 'one'" in first  # the first failing run, not the newest
+
+
+def test_injection_takes_what_left_the_view(tmp_path: Path) -> None:
+    question = "What was the error of the first failing run?"
+    assert _session(tmp_path / "a").search(question)[0].pointer.tool_use_id == "c1"
+    # the first failing run still in view: injection (removed_only) never takes it
+    msgs = _messages()
+    shown = [m.uuid for m in msgs if m.tool_call_id == "c1"]
+    search = _session(tmp_path / "b", visible=shown, msgs=msgs)
+    got = [h.pointer.tool_use_id for h in search.search(question, removed_only=True)]
+    assert got and "c1" not in got
