@@ -43,6 +43,8 @@ TB = "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nKeyEr
         ("第二次搜索 def from_json 的结果是什么？", "search", "def from_json"),
         ("Which files did the search for `*.py` find?", "search", "*.py"),
         ("Show me the git diff", "diff", ""),
+        ("what did the sub-agent report?", "report", ""),
+        ("子代理的结论是什么？", "report", ""),
         ("give me the output of `ls -la`", None, ""),
     ],
 )
@@ -65,6 +67,8 @@ def test_kind_and_subject_of_a_call() -> None:
     assert kind_matches("search", grep, False) and not kind_matches("read", grep, False)
     assert subject_matches("search", "def foo", grep)
     assert not subject_matches("search", "def fo", grep)
+    worker = EvidencePointer(id="d", role="assistant", source_scope="sub_agent")
+    assert kind_matches("report", worker, False) and not kind_matches("report", run, False)
     assert subject_matches("tests", "tests/t.py::x", tests)
     assert not subject_matches("tests", "tests/t.py", tests)  # another, narrower target
 

@@ -126,6 +126,27 @@ def _search_subject(words: Sequence[str]) -> Subject | None:
     return Subject(kind="search", name=args[0]) if args else None
 
 
+def _program_subject(words: Sequence[str]) -> Subject | None:
+    """A program run (python, pytest, a test runner), or None."""
+    prog = posixpath.basename(words[0])
+    if _PY.match(prog):
+        return _python_subject(words)
+    if prog in ("pytest", "tox") or words[0].endswith(("runtests.py", "bin/test")):
+        return Subject(kind="tests", name=_test_target(words[1:]))
+    return None
+
+
+def _tool_subject(words: Sequence[str]) -> Subject | None:
+    """A search (grep, find, git grep) or a git diff, or None."""
+    prog = posixpath.basename(words[0])
+    if prog in _SEARCH:
+        return _search_subject(words)
+    sub = words[1] if prog == "git" and len(words) > 1 else ""
+    if sub == "grep":
+        return _search_subject(words[1:])
+    return Subject(kind="diff", name="") if sub == "diff" else None
+
+
 def _shell_subject(c: Call) -> Subject | None:
     if c.reads:
         return Subject(kind="read", name=c.reads[0]) if len(c.reads) == 1 else None
@@ -134,21 +155,7 @@ def _shell_subject(c: Call) -> Subject | None:
         segments = segments[1:]  # "rm -f test.db && python x.py" runs x.py
     if not segments:
         return None
-    words = segments[0]
-    prog = posixpath.basename(words[0])
-    if _PY.match(prog):
-        return _python_subject(words)
-    if prog == "pytest" or prog == "tox":
-        return Subject(kind="tests", name=_test_target(words[1:]))
-    if words[0].endswith(("runtests.py", "bin/test")):
-        return Subject(kind="tests", name=_test_target(words[1:]))
-    if prog in _SEARCH:
-        return _search_subject(words)
-    if prog == "git" and len(words) > 1 and words[1] == "grep":
-        return _search_subject(words[1:])
-    if prog == "git" and len(words) > 1 and words[1] == "diff":
-        return Subject(kind="diff", name="")
-    return None
+    return _program_subject(segments[0]) or _tool_subject(segments[0])
 
 
 def subject_of(c: Call) -> Subject | None:
@@ -225,16 +232,37 @@ def _groups(
     return subjects, groups
 
 
+def _unique_names(subjects: Mapping[str, Subject]) -> dict[str, bool]:
+    """File names (without folder) that name one file only in the trajectory."""
+    bases: dict[str, set[str]] = {}
+    for s in subjects.values():
+        if s.kind in ("read", "run"):
+            bases.setdefault(posixpath.basename(s.name), set()).add(s.name)
+    return {b: len(ps) == 1 for b, ps in bases.items()}
+
+
+def _question(
+    tid: str, style: str, s: Subject, kind: str, members: Sequence[str], unique: Mapping[str, bool]
+) -> Question | None:
+    """The question for output ``tid`` as one of ``members`` (None: no plain ordinal names it)."""
+    pos = members.index(tid)
+    zh = zlib.crc32(f"{tid}/{kind}".encode()) % 5 == 0
+    ord_ = _ord_word(pos, len(members), zh)
+    if pos != len(members) - 1 and not ord_:
+        return None
+    alt = zlib.crc32(tid.encode()) % 2 == 0
+    name = s.name if kind == "search" else _file_name(s.name, unique, alt)
+    phrase = "find" if kind == "search" and s.via == "find" else kind
+    text = " ".join(_phrase(phrase, name, ord_, zh).split())
+    return Question(tid=tid, style=style, kind=kind, text=text)
+
+
 def natural_questions(
     calls: Sequence[Call], outputs: Mapping[str, str], left: Sequence[str], styles: Sequence[str]
 ) -> list[Question]:
     """The natural questions for the outputs in ``left`` whose call style is in ``styles``."""
     subjects, groups = _groups(calls, outputs)
-    paths = {s.name for s in subjects.values() if s.kind in ("read", "run")}
-    bases: dict[str, set[str]] = {}
-    for p in paths:
-        bases.setdefault(posixpath.basename(p), set()).add(p)
-    unique = {b: len(ps) == 1 for b, ps in bases.items()}
+    unique = _unique_names(subjects)
     style_of = {c.id: c.style for c in calls}
     out: list[Question] = []
     for tid in left:
@@ -242,21 +270,12 @@ def natural_questions(
         if s is None or style_of.get(tid) not in styles:
             continue
         kinds = [s.kind]
-        if tid in groups.get(("traceback", s.name), ()):
+        if s.name and tid in groups.get(("traceback", s.name), ()):
             kinds.append("traceback")
         for kind in kinds:
-            if kind == "traceback" and not s.name:
-                continue
-            members = groups[(kind, s.name)]
-            zh = zlib.crc32(f"{tid}/{kind}".encode()) % 5 == 0
-            ord_ = _ord_word(members.index(tid), len(members), zh)
-            if len(members) > 1 and members.index(tid) != len(members) - 1 and not ord_:
-                continue  # a run no plain ordinal names
-            alt = zlib.crc32(tid.encode()) % 2 == 0
-            name = _file_name(s.name, unique, alt) if kind != "search" else s.name
-            phrase = "find" if kind == "search" and s.via == "find" else kind
-            text = " ".join(_phrase(phrase, name, ord_, zh).split())
-            out.append(Question(tid=tid, style=style_of[tid], kind=kind, text=text))
+            q = _question(tid, style_of[tid], s, kind, groups[(kind, s.name)], unique)
+            if q is not None:
+                out.append(q)
     return out
 
 

@@ -11,6 +11,7 @@ _KIND_NAMES = {
     "tests": "test results",
     "search": "a search result",
     "diff": "a diff",
+    "report": "a sub-agent's report",
 }
 
 

@@ -341,40 +341,49 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
     return score
 
 
+def _same_call(best: Candidate, pool: Sequence[Candidate]) -> list[Candidate]:
+    """The runs of the call named (level 3)."""
+    if best.kind and best.subject and best.command < 2:  # the search for X, the tests of Y
+        return [c for c in pool if c.kind and c.subject]
+    if best.command != 2:
+        return [c for c in pool if c.level == 3]
+    same = [c for c in pool if c.command == 2]
+    if not best.pointer.command:
+        return same
+    key = pointer_key(best.pointer)
+    return [c for c in same if pointer_key(c.pointer) == key] or same
+
+
+def _of_path(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
+    """The outputs about the file named: of the kind asked for, else its reads."""
+    group = [c for c in pool if c.path and c.lines >= 0]
+    if q.kind is not None and best.kind:
+        return [c for c in group if c.kind]
+    return [c for c in group if c.pointer.action == "read"] or group
+
+
+def _outputs(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
+    """The outputs: tool results, or for an agent that sends them as user messages
+    (mini-swe-agent's "<returncode>..." observations) the user messages; of the kind asked
+    for, else the failing ones when a failure is asked for."""
+    tools = [c for c in pool if c.pointer.role == "tool"]
+    tools = tools or [c for c in pool if c.pointer.role == "user"]
+    if q.kind is not None and best.kind:
+        return [c for c in tools if c.kind]
+    return [c for c in tools if c.failed] if q.wants_failing else tools
+
+
 def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
     """The outputs an ordinal counts among: runs of the call, reads of the path, outputs
     showing the exception, or the failing commands."""
     if best.level == 3:
-        if best.kind and best.subject and best.command < 2:
-            return [c for c in pool if c.kind and c.subject]
-        if best.command == 2:
-            same = [c for c in pool if c.command == 2]
-            if best.pointer.command:
-                key = pointer_key(best.pointer)
-                same = [c for c in same if pointer_key(c.pointer) == key] or same
-            return same
-        return [c for c in pool if c.level == 3]
-    if best.level >= 2 and best.path and q.kind is not None and best.kind:
-        return [c for c in pool if c.path and c.kind and c.lines >= 0]
+        return _same_call(best, pool)
     if best.level >= 2 and best.path:
-        group = [c for c in pool if c.path and c.lines >= 0]
-        reads = [c for c in group if c.pointer.action == "read"]
-        return reads or group
-    if q.exceptions:
-        group = [c for c in pool if c.exception]
-        tools = [c for c in group if c.pointer.role == "tool"]
-        if group:
-            return tools or group
-    # the outputs: tool results, or for an agent that sends them as user messages
-    # (mini-swe-agent's "<returncode>..." observations) the user messages
-    tools = [c for c in pool if c.pointer.role == "tool"] or [
-        c for c in pool if c.pointer.role == "user"
-    ]
-    if q.kind is not None and best.kind:
-        return [c for c in tools if c.kind]
-    if q.wants_failing:
-        return [c for c in tools if c.failed]
-    return tools
+        return _of_path(best, pool, q)
+    shown = [c for c in pool if c.exception] if q.exceptions else []
+    if shown:
+        return [c for c in shown if c.pointer.role == "tool"] or shown
+    return _outputs(best, pool, q)
 
 
 def _pick(
@@ -439,13 +448,16 @@ def rerank(
     chosen = _pick(group, q.ordinal, runs, calls.edits if calls is not None else ())
     if chosen is None:
         return ranked
-    chosen.picked = _picked_how(chosen, q.ordinal, runs or [c.seq for c in group])
+    chosen.picked = _picked_how(chosen, q.ordinal, runs, group)
     rest = [c for c in ranked if c is not chosen]
     return [chosen, *rest]
 
 
-def _picked_how(chosen: Candidate, ordinal: Ordinal, runs: Sequence[int]) -> str:
-    seqs = sorted(set(runs))
+def _picked_how(
+    chosen: Candidate, ordinal: Ordinal, runs: Sequence[int] | None, group: Sequence[Candidate]
+) -> str:
+    """How an ordinal chose ``chosen`` among the runs counted (the group's when not known)."""
+    seqs = sorted(set(runs) if runs else {c.seq for c in group})
     which = "before the fix" if ordinal.fix == "before" else "after the fix" if ordinal.fix else ""
     if chosen.seq in seqs:
         place = f"number {seqs.index(chosen.seq) + 1} of {len(seqs)}"
@@ -456,20 +468,17 @@ def _picked_how(chosen: Candidate, ordinal: Ordinal, runs: Sequence[int]) -> str
 
 def group_key_of(c: Candidate, q: QuerySpec) -> str | None:
     """The key under which the caller lists a group's calls: ``call:<key>`` for runs of one
-    call, ``read:<path>`` for reads of a file; None when the group is not about calls."""
-    if q.kind is not None and c.kind and c.subject and c.command < 2:
-        if not counts_runs(q.kind):
-            return None
-        return f"kind:{q.kind}:={q.subject}"
+    call, ``read:<path>`` for reads of a file, ``kind:<kind>:<path or =subject>`` for the
+    outputs of a kind; None when the group is not about calls (or the log cannot tell)."""
+    by_kind = q.kind is not None and c.kind
+    if by_kind and c.subject and c.command < 2:
+        return f"kind:{q.kind}:={q.subject}" if counts_runs(q.kind) else None
     if c.level == 3 and c.pointer.command:
         return "call:" + pointer_key(c.pointer)
-    if q.kind is not None and c.kind and q.kind != "read":
-        if not counts_runs(q.kind):
-            return None
-        return f"kind:{q.kind}:" + (q.paths[0] if c.path and q.paths else "")
-    if c.path and q.paths:
-        return "read:" + q.paths[0]
-    return None
+    if by_kind and q.kind != "read":
+        about = q.paths[0] if c.path and q.paths else ""
+        return f"kind:{q.kind}:{about}" if counts_runs(q.kind) else None
+    return "read:" + q.paths[0] if c.path and q.paths else None
 
 
 def lines_match(q: tuple[int, int] | None, p: str | None) -> int:

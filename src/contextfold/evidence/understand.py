@@ -13,12 +13,13 @@ rules; ranking (:mod:`.rank`) takes a match as a strong signal next to what the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .model import EvidencePointer
 
 #: The kinds of output a question can ask for.
-KINDS = ("traceback", "tests", "diff", "search", "read", "run")
+KINDS = ("report", "traceback", "tests", "diff", "search", "read", "run")
 
 _I = re.IGNORECASE
 
@@ -70,6 +71,19 @@ KIND_WORDS = frozenset(
 
 #: The first match wins: a traceback of a test run is asked for as a traceback.
 _KIND_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "report",
+        re.compile(
+            r"\bsub-?agents?(?:'s)?\b[^?\n]{0,40}?\b(?:report|found|said|say|return|answer|"
+            r"summary|result|conclu)|\b(?:report|findings|answer|summary|result) (?:of|from) "
+            r"the (?:sub-?agent|worker|helper)\b",
+            _I,
+        ),
+    ),
+    (
+        "report",
+        re.compile(r"(?:子代理|子智能体|子 agent|subagent).{0,20}?(?:报告|结论|结果|发现|说)", _I),
+    ),
     ("traceback", re.compile(r"\btrace ?backs?\b|\bstack ?traces?\b|\bbacktraces?\b", _I)),
     ("traceback", re.compile(r"堆栈|调用栈|traceback", _I)),
     (
@@ -208,24 +222,42 @@ def _ran(p: EvidencePointer) -> bool:
     return p.action == "run" or (p.action is None and bool(p.command) and p.shell)
 
 
+def _diff(p: EvidencePointer, failed: bool) -> bool:
+    return _DIFF_COMMAND.search(p.command or "") is not None
+
+
+def _tests(p: EvidencePointer, failed: bool) -> bool:
+    return is_test_command(p.command)
+
+
+def _traceback(p: EvidencePointer, failed: bool) -> bool:
+    return (failed or p.anchors != ()) and (_ran(p) or is_test_command(p.command))
+
+
+def _program(p: EvidencePointer, failed: bool) -> bool:
+    return _ran(p) and not is_test_command(p.command) and not _diff(p, failed)
+
+
+_MATCHES: dict[str, Callable[[EvidencePointer, bool], bool]] = {
+    "read": lambda p, failed: p.action == "read",
+    "search": lambda p, failed: _search(p),
+    "diff": _diff,
+    "tests": _tests,
+    "traceback": _traceback,
+    "run": _program,
+    "report": lambda p, failed: p.source_scope == "sub_agent",
+}
+
+
 def kind_matches(kind: str | None, p: EvidencePointer, failed: bool) -> bool:
-    """True when the output of ``p`` is of ``kind`` (False for no kind)."""
-    if kind is None or p.role not in ("tool", "user"):
+    """True when the output of ``p`` is of ``kind`` (False for no kind), judged from what
+    the call was (its action, command, outcome), never from the words of the output."""
+    match = _MATCHES.get(kind) if kind is not None else None
+    if match is None:
         return False
-    command = p.command or ""
-    if kind == "read":
-        return p.action == "read"
-    if kind == "search":
-        return _search(p)
-    if kind == "diff":
-        return _DIFF_COMMAND.search(command) is not None
-    if kind == "tests":
-        return is_test_command(command)
-    if kind == "traceback":
-        return (failed or p.anchors != ()) and (_ran(p) or is_test_command(command))
-    if kind == "run":
-        return _ran(p) and not is_test_command(command) and not _DIFF_COMMAND.search(command)
-    return False
+    if kind != "report" and p.role not in ("tool", "user"):
+        return False
+    return match(p, failed)
 
 
 def counts_runs(kind: str | None) -> bool:
