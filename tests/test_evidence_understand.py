@@ -149,3 +149,18 @@ def test_injection_takes_what_left_the_view(tmp_path: Path) -> None:
     search = _session(tmp_path / "b", visible=shown, msgs=msgs)
     got = [h.pointer.tool_use_id for h in search.search(question, removed_only=True)]
     assert got and "c1" not in got
+
+
+@pytest.mark.parametrize(
+    ("question", "want"),
+    [
+        ("what did reproduce.py print before the fix?", "c4"),
+        ("修复之前运行 reproduce.py 的输出是什么？", "c4"),
+        ("the output of running reproduce.py the last time it failed", "c4"),
+        ("show me the error from the first failing run of reproduce.py", "c1"),
+        ("what was the output of reproduce.py", "c7"),
+        ("最后一次 traceback", "c4"),
+    ],
+)
+def test_which_one(tmp_path: Path, question: str, want: str) -> None:
+    assert _session(tmp_path).search(question)[0].pointer.tool_use_id == want

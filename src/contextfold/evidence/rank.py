@@ -119,6 +119,7 @@ _ERRORISH = re.compile(
     r"error|fail|traceback|stack|exception|crash|broke|报错|错误|失败|异常|堆栈|崩溃", _I
 )
 _FAILISH = re.compile(r"fail|error|broke|crash|失败|报错|出错|错误", _I)
+_FAILED_RUN = re.compile(r"\b(?:fail(?:ed|ing|s)?|broke|crash(?:ed|es|ing)?)\b|失败|出错|崩溃", _I)
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 SUBCOMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "write"})
 
@@ -189,6 +190,8 @@ class QuerySpec:
     ordinal: Ordinal | None = None
     wants_error: bool = False
     wants_failing: bool = False
+    #: asks for a run that failed ("the first time it failed", 失败的那次), not an error text
+    failed_run: bool = False
     #: the kind of output asked for (:data:`.understand.KINDS`) and the words that said so
     kind: str | None = None
     kind_because: str = ""
@@ -243,6 +246,7 @@ def parse_query(text: str, tools: Iterable[str] = ()) -> QuerySpec:
         ordinal=ordinal,
         wants_error=bool(_ERRORISH.search(text)),
         wants_failing=bool(_FAILISH.search(text)),
+        failed_run=bool(_FAILED_RUN.search(text)),
         kind=kind.kind if kind is not None else None,
         kind_because=kind.because if kind is not None else "",
         subject=kind.subject if kind is not None else "",
@@ -445,6 +449,9 @@ def rerank(
     group = _group(top, pool, q)
     key = group_key_of(top, q) if calls is not None else None
     runs = calls.runs(key) if calls is not None and key else None
+    failing = [c for c in group if c.failed] if q.failed_run else []
+    if failing:  # "the first time it failed": counted among the runs that failed
+        group, runs = failing, None
     chosen = _pick(group, q.ordinal, runs, calls.edits if calls is not None else ())
     if chosen is None:
         return ranked

@@ -123,7 +123,15 @@ _KIND_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             _I,
         ),
     ),
-    ("run", re.compile(r"运行|执行")),
+    (
+        "run",
+        re.compile(
+            r"\b(?:output|print(?:ed)?|stdout|stderr|result) (?:of|from) `?[\w./-]+\."
+            r"(?:py|sh|js|mjs|ts|rb|pl|php)\b",
+            _I,
+        ),
+    ),
+    ("run", re.compile(r"运行|执行|[\w./-]+\.(?:py|sh|js|mjs|ts|rb|pl|php)`?\s*的输出")),
 )
 
 _TEST_COMMAND = re.compile(
