@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from contextfold.evidence.intents import Intent, detect_intent
 from contextfold.evidence.model import EvidencePointer
 from contextfold.evidence.search import EvidenceSearch
 from contextfold.evidence.store import EvidenceStore
@@ -164,3 +165,24 @@ def test_injection_takes_what_left_the_view(tmp_path: Path) -> None:
 )
 def test_which_one(tmp_path: Path, question: str, want: str) -> None:
     assert _session(tmp_path).search(question)[0].pointer.tool_use_id == want
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("What was in views.py when you looked at it?", True),
+        ("What did running reproduce.py print?", True),
+        ("What did the grep for `def foo` show?", True),
+        ("What were the test results of tests/test_x.py?", True),
+        ("你看 views.py 的时候里面是什么？", True),
+        ("运行 reproduce.py 输出了什么？", True),
+        ("搜索 foo 找到了什么？", True),
+        # asking for something new, not for an output from before
+        ("Show me the git diff", False),
+        ("run the tests and tell me what they print", False),
+        ("what does running x.py print?", False),
+        ("运行 reproduce.py", False),
+    ],
+)
+def test_natural_questions_ask_for_evidence(text: str, asks: bool) -> None:
+    assert (detect_intent(text) is Intent.EXPLICIT_DETAIL) is asks
