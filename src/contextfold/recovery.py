@@ -49,6 +49,8 @@ class RestoreHit:
     source: str
     sha256_ok: bool | None
     problem: str | None = None
+    #: why recall picked it: what matched, which of several it is
+    why: str = ""
 
 
 class Recovery:
@@ -347,6 +349,7 @@ class Recovery:
                     source=restored.source,
                     sha256_ok=restored.sha256_ok,
                     problem=restored.problem,
+                    why=hit.why,
                 )
             )
         return out

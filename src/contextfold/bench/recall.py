@@ -45,6 +45,8 @@ from .metrics import content_text, percentile
 from .toolstyles import DEFAULT_CWD, convert_trace
 
 K = 5
+#: Questions that name the call (its command, tool and arguments, file, error type).
+EXACT_KINDS = ("call", "path", "error", "ordinal")
 STYLE_SETS = ("shell", "claude", "sweagent")
 MAX_SHOWN_MISSES = 40
 
@@ -312,7 +314,10 @@ def measure(
                 if orig not in joined:
                     left[tid] = None
         calls = trace_calls(messages)
+        from .natural import natural_questions
+
         asked = questions(calls, outputs, list(left), styles)
+        asked += natural_questions(calls, outputs, list(left), styles)
         results: list[dict[str, Any]] = []
         for q in asked:
             t0 = time.perf_counter()
@@ -374,12 +379,17 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "top5": round(top5 / n, 4) if n else None,
         }
 
-    by_style = {s: rates([q for _, q in qs if q["style"] == s]) for s in ("shell", "file")}
+    from .natural import NATURAL_KINDS
+
+    exact = [q for _, q in qs if q["kind"] in EXACT_KINDS]
+    by_style = {s: rates([q for q in exact if q["style"] == s]) for s in ("shell", "file")}
     by_kind = {
         f"{s}/{k}": rates([q for _, q in qs if q["style"] == s and q["kind"] == k])
         for s in ("shell", "file")
-        for k in ("call", "path", "error", "ordinal")
+        for k in EXACT_KINDS
     }
+    natural = {k: rates([q for _, q in qs if q["kind"] == k]) for k in NATURAL_KINDS}
+    natural["all"] = rates([q for _, q in qs if q["kind"] in NATURAL_KINDS])
     ms = [q["ms"] for _, q in qs]
     misses = [{"trace": r["trace"], "set": r["set"], **q} for r, q in qs if q["rank"] != 1][
         :MAX_SHOWN_MISSES
@@ -387,6 +397,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "by_style": by_style,
         "by_kind": {k: v for k, v in by_kind.items() if v["questions"]},
+        "natural": {k: v for k, v in natural.items() if v["questions"]},
         "restore_p50_ms": round(percentile(ms, 50), 3) if ms else None,
         "restore_p95_ms": round(percentile(ms, 95), 3) if ms else None,
         "outputs_left": sum(int(r.get("left", 0)) for r in runs),

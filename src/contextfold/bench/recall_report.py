@@ -30,6 +30,19 @@ def recall_targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "value": v,
                 }
             )
+    for kind, got in summary.get("natural", {}).items():
+        for key, goal in (("top1", TARGET_TOP1), ("top5", TARGET_TOP5)):
+            v = got.get(key)
+            out.append(
+                {
+                    "strategy": f"recall/natural/{kind}",
+                    "window": window,
+                    "text": f"recall natural questions ({kind}): {key} >= {goal} (got {v} over "
+                    f"{got['questions']} questions)",
+                    "met": v is not None and v >= goal,
+                    "value": v,
+                }
+            )
     p50 = summary.get("restore_p50_ms")
     out.append(
         {
@@ -47,7 +60,9 @@ def recall_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     """Header and rows of the recall table (per tool style, then per question kind)."""
     headers = ["tool style / question", "questions", "top-1", "top-5"]
     rows: list[list[str]] = []
-    for name, got in [*summary.get("by_style", {}).items(), *summary.get("by_kind", {}).items()]:
+    natural = [(f"natural/{k}", v) for k, v in summary.get("natural", {}).items()]
+    named = [*summary.get("by_style", {}).items(), *summary.get("by_kind", {}).items()]
+    for name, got in [*named, *natural]:
         if not got.get("questions"):
             continue
         rows.append(

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .fields import CallFields, call_fields, call_key, path_suffixes
+from .model import EvidencePointer
+from .understand import kind_matches, subject_matches
 
 
 def path_strength(query_paths: Sequence[str], pointer_paths: Iterable[str]) -> int:
@@ -63,7 +65,10 @@ class CallLog:
         return key
 
     def runs(self, key: str) -> list[int]:
-        """Positions of the calls under ``key`` (``call:...`` or ``read:<path>``)."""
+        """Positions of the calls under ``key`` (``call:...``, ``read:<path>`` or
+        ``kind:<kind>:<path>``: the calls whose output is of that kind, about that path)."""
+        if key.startswith("kind:"):
+            return self._kind_runs(*key[5:].split(":", 1))
         if key.startswith("read:"):
             qp = key[5:]
             name = qp.rsplit("/", 1)[-1]  # a path matching qp ends with its last component
@@ -84,6 +89,28 @@ class CallLog:
             for pos, f in enumerate(self._fields)
             if (word in f.command or len(f.tool.split()) != 1) and self._key(pos) == key
         ]
+
+    def _kind_runs(self, kind: str, about: str) -> list[int]:
+        """Calls whose output is of ``kind``: about the path ``about``, or ``=<subject>``
+        the subject named with the kind (:func:`.understand.subject_matches`)."""
+        subject = about[1:] if about.startswith("=") else ""
+        qp = "" if subject else about
+        name = qp.rsplit("/", 1)[-1]
+        out: list[int] = []
+        for pos, f in enumerate(self._fields):
+            if qp and not (any(name in p for p in f.paths) and path_strength([qp], f.paths)):
+                continue
+            p = EvidencePointer(
+                id="",
+                command=f.command,
+                tool_name=f.tool,
+                action=f.action,
+                shell=f.shell,
+                patterns=f.patterns,
+            )
+            if kind_matches(kind, p, False) and (not subject or subject_matches(kind, subject, p)):
+                out.append(pos)
+        return out
 
 
 def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:

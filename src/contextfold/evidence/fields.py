@@ -187,6 +187,35 @@ def _patch_paths(text: str) -> list[str]:
     return out
 
 
+#: Options of grep / rg / ag whose value is the next word (``-A 20``: 20 is no pattern).
+_GREP_VALUED = frozenset(
+    {"-A", "-B", "-C", "-m", "-d", "-D", "-g", "-t", "-T", "--include", "--exclude"}
+    | {"--exclude-dir", "--context", "--max-count", "--glob", "--type", "--after-context"}
+    | {"--before-context", "--max-depth"}
+)
+
+
+def _search_operands(args: list[str]) -> list[str]:
+    """A search's pattern (first) and paths: ``-e PATTERN`` or the first operand, option
+    values left out."""
+    out: list[str] = []
+    explicit: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("-e", "--regexp") and i + 1 < len(args):
+            explicit.append(args[i + 1])
+            i += 2
+            continue
+        if a in _GREP_VALUED:
+            i += 2
+            continue
+        if not a.startswith("-"):
+            out.append(a)
+        i += 1
+    return explicit[:1] + out if explicit else out
+
+
 def _shell_fields(name: str, command: str) -> CallFields:
     reader = ShellReader()
     eff = reader.read_call(name, {"command": command})
@@ -201,7 +230,8 @@ def _shell_fields(name: str, command: str) -> CallFields:
         pos = [a for a in seg.args if not a.startswith("-")]
         patterns += [p for p in pos if "::" in p]
         if seg.prog in ("grep", "egrep", "rg", "ag") and pos:
-            patterns.append(pos[0])
+            pos = _search_operands(seg.args)
+            patterns += pos[:1]
             paths += [p for p in pos[1:] if _plain_path(p)]
         elif seg.prog == "find":
             for i, a in enumerate(seg.args[:-1]):

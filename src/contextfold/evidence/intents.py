@@ -130,6 +130,26 @@ _EN_DETAIL += [
     ),
 ]
 
+# an output asked for by what it was, in the past tense: "what was in views.py when you looked
+# at it?", "what did running reproduce.py print?", "what did the grep for X show?", "what were
+# the test results of ...?" (issue 22)
+_EN_DETAIL += [
+    re.compile(
+        r"\bwhat (?:was|were) in\b[^?\n]{1,80}?\bwhen (?:you|we) (?:looked at|read|opened|viewed)\b",
+        _I,
+    ),
+    re.compile(
+        r"\bwhat did (?:running|the (?:run|execution) of)\s+\S+[^?\n]{0,40}?\b(?:print|output|"
+        r"say|show|return|report)\b",
+        _I,
+    ),
+    re.compile(
+        r"\bwhat did the (?:grep|search|find)\b[^?\n]{0,80}?\b(?:show|find|return|print|give)\b",
+        _I,
+    ),
+    re.compile(r"\bwhat were the test results\b", _I),
+]
+
 _EN_VERIFY = [
     re.compile(
         r"\bare you (?:really |absolutely |completely |100% )?(?:sure|certain|confident|positive)\b"
@@ -240,6 +260,12 @@ _ZH_DETAIL += [
         r"修复(?:之|以)?前|修改(?:之|以)?前|改(?:之|以)?前).{0,30}?(?:输出|报错|结果|内容|错误|日志)"
     ),
     re.compile(r"(?:之前|刚才|上次|当时)?读到的.{0,60}?(?:内容|输出)"),
+]
+
+_ZH_DETAIL += [
+    re.compile(r"看.{1,60}?的时候里面(?:是什么|有什么)"),
+    re.compile(r"(?:运行|执行|跑).{1,60}?(?:输出了什么|打印了什么|报了什么)"),
+    re.compile(r"(?:搜索|查找).{1,60}?(?:找到了什么|搜到了什么)"),
 ]
 
 _ZH_VERIFY = [

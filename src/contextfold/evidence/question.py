@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .classify import normalize_command
+from .explain import explain
 from .fields import path_suffixes, pattern_key
-from .keys import cmd_key, fits, longest_token, rank_pointer
+from .keys import cmd_key, fits, longest_token
 from .lookups import KeySource
 from .model import EvidencePointer
+from .qdocs import Doc, Found, doc_of, file_key, preference
 from .rank import (
     CallLog,
     Candidate,
@@ -25,6 +27,7 @@ from .rank import (
     strip_ordinals,
 )
 from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
+from .understand import KIND_WORDS, kind_matches, subject_matches
 
 if TYPE_CHECKING:
     from .search import EvidenceSearch
@@ -46,80 +49,8 @@ class Hit:
     pointer: EvidencePointer
     score: float
     text_preview: str
-
-
-class _Doc:
-    """One document met by a question: what ranking reads of its pointer (``rank``, from the
-    stored metadata; None for a tool output taken only to count an ordinal, known by a bare
-    pointer until it is among the hits) and its place in the session's evidence. The pointer
-    object is made when ranking asks for it (most documents met only count for recency)."""
-
-    __slots__ = ("_pointer", "failed", "meta", "ord", "rank")
-
-    def __init__(
-        self,
-        ord: int,
-        *,
-        meta: Mapping[str, Any] | None = None,
-        rank: Mapping[str, Any] | None = None,
-        failed: bool = False,
-        pointer: EvidencePointer | None = None,
-    ) -> None:
-        self.ord = ord
-        self.meta = meta
-        self.rank = rank
-        self.failed = failed
-        self._pointer = pointer
-
-    @property
-    def pointer(self) -> EvidencePointer:
-        if self._pointer is None:
-            rank = self.rank or {}
-            self._pointer = rank_pointer(rank) or EvidencePointer(
-                id=str(rank.get("id")), created_at=self.created
-            )
-        return self._pointer
-
-    @property
-    def created(self) -> int:
-        created = self.rank.get("createdAt") if self.rank is not None else None
-        return created if type(created) is int else 0
-
-    @property
-    def call(self) -> str:
-        """The tool call it answers (its own id for a message): what positions are of."""
-        if self.rank is None:
-            return self.pointer.tool_use_id or self.pointer.id
-        use, own = self.rank.get("toolUseId"), self.rank.get("id")
-        return use if isinstance(use, str) and use else str(own)
-
-    @property
-    def command(self) -> str:
-        if self.rank is None:
-            return self.pointer.command or ""
-        command = self.rank.get("command")
-        return command if isinstance(command, str) else ""
-
-
-def _doc(meta: Mapping[str, Any] | None) -> _Doc | None:
-    rank = meta.get("rank") if meta is not None else None
-    if meta is None or not isinstance(rank, Mapping) or not isinstance(rank.get("id"), str):
-        return None
-    ord_, fail = meta.get("ord"), meta.get("failed")
-    if type(ord_) is not int or not isinstance(fail, bool):
-        return None
-    return _Doc(ord_, meta=meta, rank=rank, failed=fail)
-
-
-def ord_of(meta: Mapping[str, Any]) -> int:
-    ord_ = meta.get("ord")
-    return ord_ if type(ord_) is int else -1
-
-
-def _after(key: str, prefix: str) -> tuple[str, str]:
-    """``prefix<word> <rest>`` -> (word, rest)."""
-    word, _, rest = key[len(prefix) :].partition(" ")
-    return word, rest
+    #: why it was picked: what matched, which of several it is
+    why: str = ""
 
 
 class Question:
@@ -130,7 +61,7 @@ class Question:
         self.src = src
         self.query = query
         self.top = top
-        self.docs: dict[str, _Doc] = {}
+        self.docs: dict[str, Doc] = {}
         self.spec = parse_query(query, ())
         clean = strip_ordinals(query)
         self.terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
@@ -172,130 +103,148 @@ class Question:
         return [k for k in keys if fits(k)], [p for p in prefixes if fits(p)]
 
     def answer(self, k: int) -> list[Hit]:
-        spec, query = self.spec, self.query
+        """The ``k`` best hits: three rounds of lookups, then :func:`.rank.rerank`."""
+        scores = self._first_bm25()
+        by = self._first_lookup()
+        f = self._named(by)
+        self._second_lookup(f)
+        wanted = self._candidates(scores, f)
+        seqs, log = self._positions(wanted)
+        cands = [
+            self._candidate(d, seqs[d], scores, f)
+            for d in sorted(self._kept(wanted, f, k), key=lambda d: (self.docs[d].ord, d))
+        ]
+        if log is None and self.spec.ordinal is not None:
+            log = self.search.internal_log()
+        calls = log if self.spec.ordinal is not None else None
+        newest = max(seqs.values(), default=0)
+        ranked = rerank(cands, self.spec, calls=calls, newest=newest)[:k]
+        return self._hits(ranked)
+
+    # ------------------------------------------------------------ round 1: its lookups
+
+    def _first_bm25(self) -> dict[str, float]:
         self.first_terms = [t for t in self.terms if t not in FILLER]
-        scores_meta = self.first = self.search.bm25(self.src, self.first_terms)
-        for d, (_, meta) in scores_meta.items():
-            got = _doc(meta)
+        self.first = self.search.bm25(self.src, self.first_terms)
+        for d, (_, meta) in self.first.items():
+            got = doc_of(meta)
             if got is not None:
                 self.docs[d] = got
-        scores = {d: s for d, (s, _) in scores_meta.items() if d in self.docs}
+        return {d: s for d, (s, _) in self.first.items() if d in self.docs}
+
+    def _first_lookup(self) -> dict[str, set[str]]:
+        """key -> its documents, for the keys the question names; the tools it names."""
         keys, prefixes = self._first_keys()
-        rows = self.src.lookup(keys, prefixes)
-        by: dict[str, set[str]] = {}  # key -> docs
-        for key, d in rows:
+        by: dict[str, set[str]] = {}
+        for key, d in self.src.lookup(keys, prefixes):
             by.setdefault(key, set()).add(d)
         tools = {key[6:] for key in by if key.startswith("tools:")}
-        words = set(_WORDS.findall(query))
-        spec = self.spec = dataclasses.replace(
-            spec,
-            tools=tuple(
-                t for t in sorted(tools) if t in words or (len(t) > 3 and f" {t} " in f" {query} ")
-            ),
-        )
-        commands: dict[str, set[str]] = {}  # normalized command -> its documents
-        filed: dict[str, str] = {}  # normalized command -> the word it is filed under
-        words_of: dict[str, set[str]] = {}  # word -> commands / anchors with it ("cmdtok:")
-        anchor_words: dict[str, set[str]] = {}
-        patterns: dict[str, set[str]] = {}
+        words = set(_WORDS.findall(self.query))
+        padded = f" {self.query} "
+        named = [t for t in sorted(tools) if t in words or (len(t) > 3 and f" {t} " in padded)]
+        self.spec = dataclasses.replace(self.spec, tools=tuple(named))
+        return by
+
+    def _named(self, by: Mapping[str, set[str]]) -> Found:
+        """What the first lookups found: commands, anchors, paths, URLs, patterns, errors."""
+        f = Found(by=by)
         for key, ds in by.items():
-            if key.startswith("cmd:"):
-                word, norm = _after(key, "cmd:")
-                commands.setdefault(norm, set()).update(ds)
-                filed[norm] = word
-            elif key.startswith("cmdtok:"):
-                word, norm = _after(key, "cmdtok:")
-                words_of.setdefault(word, set()).add(norm)
-            elif key.startswith("anctok:"):
-                word, value = _after(key, "anctok:")
-                anchor_words.setdefault(word, set()).add(value)
-            elif key.startswith("pat:"):
-                _, pat = _after(key, "pat:")
-                patterns.setdefault(pat, set()).update(ds)
-
-        def docs_of(prefix: str, values: Iterable[str]) -> set[str]:
-            return {d for v in values for d in by.get(prefix + v, ())}
-
-        exact, partial, more = self._commands(commands, filed, words_of)
-        anchors: dict[str, int] = {}  # anchor -> how many of the question's words it has
+            file_key(f, key, ds)
+        f.exact, f.partial, f.more = self._commands(f.commands, f.filed, f.words_of)
         for term in self.terms:
-            for value in anchor_words.get(term, ()):
+            for value in f.anchor_words.get(term, ()):
                 if value in self.low:
-                    anchors[value] = anchors.get(value, 0) + 1
-        # how many components a named path has in common with the call's (path_strength):
-        # all of the question's path when it is a suffix of the call's, else all of the
-        # call's path when that is a suffix of the question's
+                    f.anchors[value] = f.anchors.get(value, 0) + 1
+        f.strength = self._path_strength(by)
+        f.url_docs = f.docs_of("url:", self.spec.urls)
+        f.pattern_docs = {
+            d
+            for pat, ds in f.patterns.items()
+            if len(pat) >= 2 and f" {pat} " in self.flat_pattern
+            for d in ds
+        }
+        f.exc_docs = f.docs_of("exc:", self.spec.exceptions)
+        return f
+
+    def _path_strength(self, by: Mapping[str, set[str]]) -> dict[str, int]:
+        """How many components a named path has in common with the call's (path_strength):
+        all of the question's path when it is a suffix of the call's, else all of the call's
+        path when that is a suffix of the question's."""
         strength: dict[str, int] = {}
-        for qp in spec.paths:
+        for qp in self.spec.paths:
             ways = [(f"path:{qp}", qp), *((f"full:{s}", s) for s in path_suffixes(qp)[1:])]
             for key, path in ways:
                 for d in by.get(key, ()):
                     strength[d] = max(strength.get(d, 0), path.count("/") + 1)
-        path_docs = set(strength)
-        url_docs = docs_of("url:", spec.urls)
-        pattern_docs = {
-            d
-            for pat, ds in patterns.items()
-            if len(pat) >= 2 and f" {pat} " in self.flat_pattern
-            for d in ds
-        }
-        exc = set(spec.exceptions)
-        exc_docs = docs_of("exc:", spec.exceptions)
-        bulk = spec.ordinal is not None and not (exact or path_docs or exc_docs)
+        return strength
 
-        # ------------------------------------------------------ round 2: what those lead to
-        keys2 = [cmd_key(c) for c in more] + [f"anc:{a}" for a in anchors]
-        prefixes2: list[str] = []
-        if bulk:
-            prefixes2.append("out:1" if spec.wants_failing else "out:")
+    # ------------------------------------------------------ round 2: what those lead to
+
+    def _second_keys(self, f: Found) -> tuple[list[str], list[str]]:
+        spec = self.spec
+        keys = [cmd_key(c) for c in f.more] + [f"anc:{a}" for a in f.anchors]
+        prefixes: list[str] = []
+        if f.bulk(spec):
+            prefixes.append("out:1" if spec.wants_failing else "out:")
             if spec.wants_error:  # errors shown in messages too (observations sent as user text)
-                prefixes2.append("err:")
-            keys2 += [f"tool:{t}" for t in spec.tools]
-        anchor_hits: dict[str, int] = {}
-        outputs: dict[str, tuple[int, bool, str]] = {}  # doc -> (ord, failed, call id)
-        tool_docs: set[str] = set()
-        err_docs: set[str] = set()
-        for key, d in self.src.lookup([k for k in keys2 if fits(k)], prefixes2):
+                prefixes.append("err:")
+            keys += [f"tool:{t}" for t in spec.tools]
+        return [k for k in keys if fits(k)], prefixes
+
+    def _second_lookup(self, f: Found) -> None:
+        keys, prefixes = self._second_keys(f)
+        for key, d in self.src.lookup(keys, prefixes):
             if key.startswith("cmd:"):
-                partial.add(d)
+                f.partial.add(d)
             elif key.startswith("anc:"):
-                anchor_hits[d] = anchor_hits.get(d, 0) + anchors[key[4:]]
+                f.anchor_hits[d] = f.anchor_hits.get(d, 0) + f.anchors[key[4:]]
             elif key.startswith("out:"):
                 place, _, call = key[5:].partition(" ")
-                outputs[d] = (int(place), key[4] == "1", call)
+                f.outputs[d] = (int(place), key[4] == "1", call)
             elif key.startswith("tool:"):
-                tool_docs.add(d)
+                f.tool_docs.add(d)
             elif key.startswith("err:"):
-                err_docs.add(d)
-        partial -= exact
+                f.err_docs.add(d)
+        f.partial -= f.exact
 
-        # ------------------------------------------------------ round 3: the candidates
+    # ------------------------------------------------------ round 3: the candidates
+
+    def _candidates(self, scores: Mapping[str, float], f: Found) -> set[str]:
+        """The documents ranked: the best of BM25 and every one a lookup found."""
         best = heapq.nlargest(
             BM25_CANDIDATES,
             scores,
             key=lambda d: scores[d] * self._pref(d) * (1.0 + 0.1 * self._created(d) / self.top),
         )
-        strong = exact | partial | path_docs | url_docs | pattern_docs | exc_docs
-        wanted = set(best) | strong | set(anchor_hits) | (err_docs - outputs.keys())
+        wanted = set(best) | f.strong() | set(f.anchor_hits) | (f.err_docs - f.outputs.keys())
         self._fetch(wanted)
         wanted &= self.docs.keys()
-        for d, (at, fail, call) in outputs.items():
+        for d, (at, fail, call) in f.outputs.items():
             if d not in self.docs:  # counted for the ordinal only: what it is comes later
                 bare = EvidencePointer(id=d.partition(":")[2], role="tool", tool_use_id=call)
-                self.docs[d] = _Doc(at, pointer=bare, failed=fail)
+                self.docs[d] = Doc(at, pointer=bare, failed=fail)
             wanted.add(d)
-        commands_named = {self.docs[d].command for d in (exact | partial) & wanted}
+        self._extra_bm25(wanted, f)
+        return wanted
+
+    def _extra_bm25(self, wanted: set[str], f: Found) -> None:
+        """BM25 of the question's words that name neither a command it names, nor a path,
+        an error type, a tool or the kind of output: what tells runs of one call apart."""
+        spec = self.spec
+        commands_named = {self.docs[d].command for d in (f.exact | f.partial) & wanted}
         named = set(tokenize(" ".join(commands_named)))  # (the words of each, once)
-        handles = set(tokenize(" ".join((*spec.paths, *spec.exceptions, *spec.tools))))
-        extra_terms = [t for t in self.terms if t not in named and t not in handles]
-        extra = self._bm25_of(
-            [t for t in extra_terms if t not in GENERIC and t not in FILLER], strong
-        )
-        # where each call is in the session: stored with the documents, so the session's
-        # call log is read only for an ordinal (it counts every call) or for documents
-        # written without it; without the session's calls, the documents' own order
+        named_with_kind = (*spec.paths, *spec.exceptions, *spec.tools, spec.kind_because)
+        handles = set(tokenize(" ".join((*named_with_kind, spec.subject)))) | KIND_WORDS
+        extra = [t for t in self.terms if t not in named and t not in handles]
+        extra = [t for t in extra if t not in GENERIC and t not in FILLER]
+        f.extra = self._bm25_of(extra, f.strong())
+
+    def _positions(self, wanted: set[str]) -> tuple[dict[str, int], CallLog | None]:
+        """Where each call is in the session: stored with the documents, so the session's
+        call log is read only for an ordinal (it counts every call) or for documents written
+        without it; without the session's calls, the documents' own order."""
         log: CallLog | None = None
-        stored = self.search.calls is not None and spec.ordinal is None
+        stored = self.search.calls is not None and self.spec.ordinal is None
         stored = stored and all("pos" in (self.docs[d].meta or {}) for d in wanted)
         if self.search.calls is not None and not stored:
             log = self.search.calls()
@@ -305,48 +254,44 @@ class Question:
             doc = self.docs[d]
             if stored:
                 seq = (doc.meta or {}).get("pos")
-            elif log is not None:
-                seq = log.positions.get(doc.call)
             else:
-                seq = None
+                seq = log.positions.get(doc.call) if log is not None else None
             seqs[d] = seq if type(seq) is int else doc.ord
-        # without an ordinal or a tool named, only the command named exactly reaches the top
-        # level: when it has k outputs or more, the others cannot be among the hits (they
-        # count only for recency, through the newest place among all)
-        keep = wanted
-        if spec.ordinal is None and not spec.tools and len(exact & wanted) >= k:
-            keep = exact & wanted
-        pref_of = self._pref_error if spec.wants_error else self._pref
-        cands: list[Candidate] = []
-        for d in sorted(keep, key=lambda d: (self.docs[d].ord, d)):
-            doc = self.docs[d]
-            p = doc.pointer
-            is_stub = doc.rank is None
-            cands.append(
-                Candidate(
-                    pointer=p,
-                    seq=seqs[d],
-                    bm25=scores.get(d, 0.0) * (1.0 + 0.1 * self._created(d) / self.top),
-                    command=2 if d in exact else 1 if d in partial else 0,
-                    path=strength.get(d, 0),
-                    lines=lines_match(spec.lines, p.lines),
-                    tool=(d in tool_docs) if is_stub else p.tool_name in spec.tools,
-                    pattern=d in pattern_docs,
-                    url=d in url_docs,
-                    anchors=anchor_hits.get(d, 0),
-                    exception=d in exc_docs,
-                    primary=primary_exception(p) in exc,
-                    failed=doc.failed,
-                    pref=1.0 if is_stub else pref_of(d),
-                    extra=extra.get(d, 0.0),
-                )
-            )
-        if log is None and spec.ordinal is not None:
-            log = self.search.internal_log()
-        calls = log if spec.ordinal is not None else None
-        newest = max(seqs.values(), default=0)
-        ranked = rerank(cands, spec, calls=calls, newest=newest)[:k]
-        return self._hits(ranked)
+        return seqs, log
+
+    def _kept(self, wanted: set[str], f: Found, k: int) -> set[str]:
+        """Without an ordinal or a tool named, only the command named exactly reaches the top
+        level: when it has k outputs or more, the others cannot be among the hits (they count
+        only for recency, through the newest place among all)."""
+        exact = f.exact & wanted
+        if self.spec.ordinal is None and not self.spec.tools and len(exact) >= k:
+            return exact
+        return wanted
+
+    def _candidate(self, d: str, seq: int, scores: Mapping[str, float], f: Found) -> Candidate:
+        spec, doc = self.spec, self.docs[d]
+        p = doc.pointer
+        stub = doc.rank is None  # a bare output, taken to count an ordinal
+        pref = 1.0 if stub else self._pref_error(d) if spec.wants_error else self._pref(d)
+        return Candidate(
+            pointer=p,
+            seq=seq,
+            bm25=scores.get(d, 0.0) * (1.0 + 0.1 * self._created(d) / self.top),
+            command=2 if d in f.exact else 1 if d in f.partial else 0,
+            path=f.strength.get(d, 0),
+            lines=lines_match(spec.lines, p.lines),
+            tool=(d in f.tool_docs) if stub else p.tool_name in spec.tools,
+            pattern=d in f.pattern_docs,
+            url=d in f.url_docs,
+            anchors=f.anchor_hits.get(d, 0),
+            exception=d in f.exc_docs,
+            primary=primary_exception(p) in set(spec.exceptions),
+            failed=doc.failed,
+            pref=pref,
+            extra=f.extra.get(d, 0.0),
+            kind=not stub and kind_matches(spec.kind, p, doc.failed),
+            subject=not stub and subject_matches(spec.kind, spec.subject, p),
+        )
 
     # ------------------------------------------------------------ commands
 
@@ -398,7 +343,7 @@ class Question:
         """Read the metadata of documents not read yet (``again``: also of those given)."""
         missing = sorted(wanted) if again else sorted(d for d in wanted if d not in self.docs)
         for d, meta in self.src.metas(missing).items():
-            got = _doc(meta)
+            got = doc_of(meta)
             if got is not None:
                 self.docs[d] = got
 
@@ -406,10 +351,10 @@ class Question:
         return self.docs[d].created
 
     def _pref(self, d: str) -> float:
-        return _preference(self.docs[d], False)
+        return preference(self.docs[d], False)
 
     def _pref_error(self, d: str) -> float:
-        return _preference(self.docs[d], True)
+        return preference(self.docs[d], True)
 
     def _bm25_of(self, terms: list[str], docs: set[str]) -> dict[str, float]:
         """BM25 of ``terms`` for the given documents only."""
@@ -436,7 +381,10 @@ class Question:
             body = self.search.store.restore(pointer).text
             hits.append(
                 Hit(
-                    pointer=pointer, score=round(c.score, 4), text_preview=snippet(body, self.terms)
+                    pointer=pointer,
+                    score=round(c.score, 4),
+                    text_preview=snippet(body, self.terms),
+                    why=explain(c, self.spec),
                 )
             )
         return hits
@@ -444,23 +392,6 @@ class Question:
     def _meta(self, d: str) -> Mapping[str, Any] | None:
         doc = self.docs.get(d)
         return doc.meta if doc is not None else None
-
-
-def _preference(doc: _Doc, wants_error: bool) -> float:
-    """The seed's preferences (5.3) as a factor; recency is applied at query time."""
-    rank = doc.rank
-    if rank is None:
-        return 1.0
-    factor = 1.0
-    if rank.get("sourceScope") == "sub_agent":
-        factor *= 1.15
-    if rank.get("role") == "tool":
-        factor *= 1.1
-    if rank.get("errorish") is True:
-        factor *= 1.2 if wants_error else 1.05
-    if wants_error and doc.failed:
-        factor *= 1.25
-    return factor
 
 
 __all__ = ["BM25_CANDIDATES", "BM25_FETCH", "Hit", "Question"]

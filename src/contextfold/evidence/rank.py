@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from .calls import CallLog, path_strength
 from .fields import normalize_path, pointer_key
 from .model import EvidencePointer
+from .understand import asked_kind, counts_runs
 
 LEVEL = 1_000.0
 _I = re.IGNORECASE
@@ -118,6 +119,7 @@ _ERRORISH = re.compile(
     r"error|fail|traceback|stack|exception|crash|broke|报错|错误|失败|异常|堆栈|崩溃", _I
 )
 _FAILISH = re.compile(r"fail|error|broke|crash|失败|报错|出错|错误", _I)
+_FAILED_RUN = re.compile(r"\b(?:fail(?:ed|ing|s)?|broke|crash(?:ed|es|ing)?)\b|失败|出错|崩溃", _I)
 _EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,7}$")
 SUBCOMMANDS = frozenset({"view", "create", "str_replace", "insert", "undo_edit", "write"})
 
@@ -188,6 +190,13 @@ class QuerySpec:
     ordinal: Ordinal | None = None
     wants_error: bool = False
     wants_failing: bool = False
+    #: asks for a run that failed ("the first time it failed", 失败的那次), not an error text
+    failed_run: bool = False
+    #: the kind of output asked for (:data:`.understand.KINDS`) and the words that said so
+    kind: str | None = None
+    kind_because: str = ""
+    #: what the kind of output is about when named with it ("the grep for X": X)
+    subject: str = ""
 
 
 def query_paths(text: str) -> tuple[str, ...]:
@@ -224,6 +233,7 @@ def parse_query(text: str, tools: Iterable[str] = ()) -> QuerySpec:
     quoted = tuple(next(g for g in m.groups() if g) for m in _QUOTED.finditer(text))
     words = set(re.findall(r"[A-Za-z_][\w\-]*", text))
     ordinal = parse_ordinal(text)
+    kind = asked_kind(text)
     return QuerySpec(
         text=text,
         quoted=quoted,
@@ -236,6 +246,10 @@ def parse_query(text: str, tools: Iterable[str] = ()) -> QuerySpec:
         ordinal=ordinal,
         wants_error=bool(_ERRORISH.search(text)),
         wants_failing=bool(_FAILISH.search(text)),
+        failed_run=bool(_FAILED_RUN.search(text)),
+        kind=kind.kind if kind is not None else None,
+        kind_because=kind.because if kind is not None else "",
+        subject=kind.subject if kind is not None else "",
     )
 
 
@@ -267,6 +281,12 @@ class Candidate:
     pref: float = 1.0
     #: BM25 of the question's words that are not part of the named command
     extra: float = 0.0
+    #: the output is of the kind of output the question asks for
+    kind: bool = False
+    #: ... and about the subject named with the kind (the pattern searched, the test run)
+    subject: bool = False
+    #: how an ordinal chose it ("number 2 of 5 ..."), for explaining the hit
+    picked: str = ""
     level: int = field(default=0)
     score: float = field(default=0.0)
 
@@ -284,7 +304,7 @@ def _subcommand(p: EvidencePointer) -> str | None:
 
 def _level(c: Candidate, q: QuerySpec) -> int:
     p = c.pointer
-    if c.command == 2:
+    if c.command == 2 or (c.kind and c.subject):
         return 3
     if c.tool and (c.path or c.pattern or c.url):
         sub = _subcommand(p)
@@ -307,11 +327,14 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
     p = c.pointer
     if c.level < 2:
         score = c.bm25 * c.pref + 4.0 * c.anchors + 2.0 * c.path / (c.path + 1)
+        score += 8.0 if c.kind else 0.0
         return score + (2.0 if c.pattern else 0.0) + (6.0 if c.exception else 0.0)
     # the named thing is found: a file named alone means its content (a read); then a failure
     # when an error is asked for; then specific extra words; then the newest
     score = 20.0 if p.role == "tool" else 0.0  # an output, not a message quoting it
-    if q.paths and c.command < 2 and p.action == "read":
+    if q.kind is not None:
+        score += 50.0 if c.kind else 0.0  # the kind of output asked for
+    elif q.paths and c.command < 2 and p.action == "read":
         score += 50.0
     if q.wants_error and c.failed and not c.exception:
         score += 15.0  # "the error output of `cmd`": its failing run (an error type is named)
@@ -322,34 +345,49 @@ def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
     return score
 
 
+def _same_call(best: Candidate, pool: Sequence[Candidate]) -> list[Candidate]:
+    """The runs of the call named (level 3)."""
+    if best.kind and best.subject and best.command < 2:  # the search for X, the tests of Y
+        return [c for c in pool if c.kind and c.subject]
+    if best.command != 2:
+        return [c for c in pool if c.level == 3]
+    same = [c for c in pool if c.command == 2]
+    if not best.pointer.command:
+        return same
+    key = pointer_key(best.pointer)
+    return [c for c in same if pointer_key(c.pointer) == key] or same
+
+
+def _of_path(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
+    """The outputs about the file named: of the kind asked for, else its reads."""
+    group = [c for c in pool if c.path and c.lines >= 0]
+    if q.kind is not None and best.kind:
+        return [c for c in group if c.kind]
+    return [c for c in group if c.pointer.action == "read"] or group
+
+
+def _outputs(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
+    """The outputs: tool results, or for an agent that sends them as user messages
+    (mini-swe-agent's "<returncode>..." observations) the user messages; of the kind asked
+    for, else the failing ones when a failure is asked for."""
+    tools = [c for c in pool if c.pointer.role == "tool"]
+    tools = tools or [c for c in pool if c.pointer.role == "user"]
+    if q.kind is not None and best.kind:
+        return [c for c in tools if c.kind]
+    return [c for c in tools if c.failed] if q.wants_failing else tools
+
+
 def _group(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[Candidate]:
     """The outputs an ordinal counts among: runs of the call, reads of the path, outputs
     showing the exception, or the failing commands."""
     if best.level == 3:
-        if best.command == 2:
-            same = [c for c in pool if c.command == 2]
-            if best.pointer.command:
-                key = pointer_key(best.pointer)
-                same = [c for c in same if pointer_key(c.pointer) == key] or same
-            return same
-        return [c for c in pool if c.level == 3]
+        return _same_call(best, pool)
     if best.level >= 2 and best.path:
-        group = [c for c in pool if c.path and c.lines >= 0]
-        reads = [c for c in group if c.pointer.action == "read"]
-        return reads or group
-    if q.exceptions:
-        group = [c for c in pool if c.exception]
-        tools = [c for c in group if c.pointer.role == "tool"]
-        if group:
-            return tools or group
-    # the outputs: tool results, or for an agent that sends them as user messages
-    # (mini-swe-agent's "<returncode>..." observations) the user messages
-    tools = [c for c in pool if c.pointer.role == "tool"] or [
-        c for c in pool if c.pointer.role == "user"
-    ]
-    if q.wants_failing:
-        return [c for c in tools if c.failed]
-    return tools
+        return _of_path(best, pool, q)
+    shown = [c for c in pool if c.exception] if q.exceptions else []
+    if shown:
+        return [c for c in shown if c.pointer.role == "tool"] or shown
+    return _outputs(best, pool, q)
 
 
 def _pick(
@@ -411,21 +449,43 @@ def rerank(
     group = _group(top, pool, q)
     key = group_key_of(top, q) if calls is not None else None
     runs = calls.runs(key) if calls is not None and key else None
+    failing = [c for c in group if c.failed] if q.failed_run else []
+    if failing:  # "the first time it failed": counted among the runs that failed
+        group, runs = failing, None
     chosen = _pick(group, q.ordinal, runs, calls.edits if calls is not None else ())
     if chosen is None:
         return ranked
+    chosen.picked = _picked_how(chosen, q.ordinal, runs, group)
     rest = [c for c in ranked if c is not chosen]
     return [chosen, *rest]
 
 
+def _picked_how(
+    chosen: Candidate, ordinal: Ordinal, runs: Sequence[int] | None, group: Sequence[Candidate]
+) -> str:
+    """How an ordinal chose ``chosen`` among the runs counted (the group's when not known)."""
+    seqs = sorted(set(runs) if runs else {c.seq for c in group})
+    which = "before the fix" if ordinal.fix == "before" else "after the fix" if ordinal.fix else ""
+    if chosen.seq in seqs:
+        place = f"number {seqs.index(chosen.seq) + 1} of {len(seqs)}"
+    else:
+        place = f"the nearest of {len(seqs)} that left the view"
+    return f"{place} ({which or 'the ordinal asked'})"
+
+
 def group_key_of(c: Candidate, q: QuerySpec) -> str | None:
     """The key under which the caller lists a group's calls: ``call:<key>`` for runs of one
-    call, ``read:<path>`` for reads of a file; None when the group is not about calls."""
+    call, ``read:<path>`` for reads of a file, ``kind:<kind>:<path or =subject>`` for the
+    outputs of a kind; None when the group is not about calls (or the log cannot tell)."""
+    by_kind = q.kind is not None and c.kind
+    if by_kind and c.subject and c.command < 2:
+        return f"kind:{q.kind}:={q.subject}" if counts_runs(q.kind) else None
     if c.level == 3 and c.pointer.command:
         return "call:" + pointer_key(c.pointer)
-    if c.path and q.paths:
-        return "read:" + q.paths[0]
-    return None
+    if by_kind and q.kind != "read":
+        about = q.paths[0] if c.path and q.paths else ""
+        return f"kind:{q.kind}:{about}" if counts_runs(q.kind) else None
+    return "read:" + q.paths[0] if c.path and q.paths else None
 
 
 def lines_match(q: tuple[int, int] | None, p: str | None) -> int:

@@ -25,7 +25,8 @@ from .fields import CallFields
 from .keys import fits, indexed
 from .lookups import KeySource, MemoryKeys, StoreKeys, backfill
 from .model import EvidencePointer
-from .question import BM25_FETCH, Hit, Question, ord_of
+from .qdocs import ord_of
+from .question import BM25_FETCH, Hit, Question
 from .rank import CallLog
 from .store import NAMESPACE, EvidenceStore
 from .text import tokenize

@@ -139,6 +139,8 @@ def _many(search: EvidenceSearch, store: EvidenceStore, args: Mapping[str, Any])
             f"types: {', '.join(p.content_types) or '-'} · {len(restored.text)} chars · "
             f"{_status(restored)}"
         )
+        if hit.why:
+            out.append(f"(why: {hit.why})")
         if len(body) < len(restored.text):
             out.append(f"(truncated; recall with evidence_id={p.id!r} for the full text)")
         out.append(body)
