@@ -17,7 +17,8 @@ from starlette.routing import Route
 
 from .. import __version__
 from ..errors import ContextFoldError, InvalidMessageError, StorageError, UnsafeIdError
-from . import anthropic_proxy, edge, fastjson, openai_proxy
+from . import anthropic_proxy, edge, openai_proxy
+from .body import BodyReader, TooDeep
 from .config import GatewayConfig
 from .convert import Provider
 from .metrics import Metrics
@@ -48,6 +49,8 @@ class Gateway:
         self.config = config
         self.metrics = Metrics()
         self.pipeline = Pipeline(config, self.metrics)
+        #: request bodies, the messages a client resent unchanged not decoded again
+        self.bodies = BodyReader()
 
     # ------------------------------------------------------------------ checks
     def _authorized(self, request: Request) -> bool:
@@ -93,17 +96,14 @@ class Gateway:
         limit, not JSON, text that is not Unicode, too many messages."""
         depth = self.config.max_depth
         deep = f"the request body nests deeper than {depth} levels (--max-depth)"
-        if edge.too_deep(raw, depth):
-            return _error(provider, 400, deep)
         try:
-            body = fastjson.loads(raw)
-        except RecursionError:
+            body, where = self.bodies.read(raw, depth)
+        except (RecursionError, TooDeep):
             return _error(provider, 400, deep)
         except ValueError as exc:
             return _error(provider, 400, f"the request body is not valid JSON ({exc})")
         if not isinstance(body, dict):
             return _error(provider, 400, "the request body must be a JSON object")
-        where = edge.lone_surrogate(body) if edge.may_hold_surrogates(raw) else None
         if where is not None:
             return _error(
                 provider,
