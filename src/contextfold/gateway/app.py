@@ -22,7 +22,7 @@ from .body import BodyReader, TooDeep
 from .config import GatewayConfig
 from .convert import Provider
 from .metrics import Metrics
-from .pipeline import REQUEST_STARTED, Pipeline, RequestError, log, log_event
+from .pipeline import BODY_READ, REQUEST_STARTED, Pipeline, RequestError, log, log_event
 from .upstream import error_body, forward_headers, response_headers
 
 Handler = Callable[[Pipeline, dict[str, Any], dict[str, str], str], Awaitable[Response]]
@@ -156,6 +156,7 @@ class Gateway:
             return Response(status_code=499)
         if isinstance(raw, Response):
             return raw
+        BODY_READ.set(time.perf_counter())
         body = self._parse(raw, provider)
         if isinstance(body, Response):
             return body
