@@ -3,10 +3,10 @@
 One blob is written to a temporary file, fsynced, renamed into place and its folder fsynced.
 Many blobs (one unit of work's, :meth:`FileBlobs.put_many`) are written with a **group
 commit**: every temporary file is written, one ``syncfs`` makes them all durable, they are
-renamed into place, and a second ``syncfs`` makes the names durable. Two flushes per batch
-instead of two per blob, with the same guarantee: a name never points at bytes that are not on
-disk, and ``put_many`` returns only once every blob is durable (the rows that reference them are
-committed after it). Where ``syncfs`` is not available (not Linux), each file is fsynced.
+renamed into place, and a second ``syncfs`` makes the names durable (a batch of up to four
+new blobs is written one by one). Two flushes per batch instead of two per blob, with the same
+guarantee: a name never points at bytes that are not on disk, and ``put_many`` returns only
+once every blob is durable (the rows that reference them are committed after it). Where ``syncfs`` is not available (not Linux), each file is fsynced.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def _load_syncfs() -> Callable[[int], int] | None:
 
 
 _SYNCFS = _load_syncfs()
+#: batches of at most this many new blobs are written one by one
+_GROUP_MIN = 4
 
 
 def _write(path: Path, raw: bytes, *, sync: bool) -> None:
@@ -118,15 +120,20 @@ class FileBlobs:
         for sha, raw in zip(shas, raws, strict=True):
             if sha not in todo and not self._present(self.path(sha), len(raw)):
                 todo[sha] = raw
-        if len(todo) <= 1 or _SYNCFS is None:
+        # syncfs flushes everything written to the file system (other programs' writes too):
+        # a few blobs are cheaper one fsync at a time
+        if len(todo) <= _GROUP_MIN or _SYNCFS is None:
             for raw in todo.values():
                 self.put(raw)
             return shas
         tmps: list[tuple[Path, Path]] = []
+        made: set[Path] = set()
         try:
             for sha, raw in todo.items():
                 target = self.path(sha)
-                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.parent not in made:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(target.parent)
                 tmp = self._tmp(target, sha)
                 tmps.append((tmp, target))
                 _write(tmp, raw, sync=False)
