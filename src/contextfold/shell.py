@@ -166,8 +166,24 @@ def split_heredocs(cmd: str) -> tuple[str, list[str]]:
     return "\n".join(out), bodies
 
 
+#: Parsed command lines (the same command is read several times: at ingest, by the evidence
+#: index, by the summarizer). Bounded; cleared whole when full (values are immutable).
+_PARSED: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {}
+_PARSED_MAX = 4096
+
+
 def simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
     """Simple commands (tokens, heredoc body) of a shell command line."""
+    parsed = _PARSED.get(cmd)
+    if parsed is None:
+        parsed = tuple((tuple(tokens), body) for tokens, body in _simple_commands(cmd))
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[cmd] = parsed
+    return [(list(tokens), body) for tokens, body in parsed]
+
+
+def _simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
     text, bodies = split_heredocs(cmd.replace("\\\n", " "))
     try:
         lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")

@@ -10,6 +10,7 @@ code (mini-swe-agent's ``{"returncode": 1, "output": "..."}``) is read as the te
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -225,6 +226,7 @@ _PATH_IN_CMD = re.compile(
 _CD_PREFIX = re.compile(r"^\s*cd\s+(?:\"[^\"]*\"|'[^']*'|\S+)\s*(?:&&|;)\s*")
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_command(command: str) -> str:
     """A command as it is compared: leading ``cd DIR &&`` steps dropped, blanks collapsed."""
     cmd = command.strip()
@@ -335,57 +337,86 @@ def summary_hints(text: str) -> tuple[str, ...]:
     return tuple(hints)
 
 
-def _match_strength(hint: str, pointer: EvidencePointer) -> float:
-    """How strongly one hint links to a pointer: 1.0 specific, 0.5 loose, 0 none."""
-    kind, _, value = hint.partition(":")
-    if not value:
-        return 0.0
-    if kind == "cmd":
-        cmd = normalize_command(pointer.command or "")
-        if not cmd:
-            return 0.0
-        if cmd == value:
-            return 1.0
-        return 0.5 if value in cmd else 0.0
-    if kind in ("test", "exception"):
-        for a in pointer.anchors:
-            if a == hint:
-                return 1.0
-            if kind == "test" and a.startswith("test:") and (a.endswith(value) or value in a):
-                return 1.0
-        return 0.0
-    if kind == "file":
-        best = 0.0
-        path, _, line = value.partition(":")
-        for a in pointer.anchors:
-            if not a.startswith("file:"):
-                continue
-            apath, _, aline = a[5:].partition(":")
-            if apath == path or apath.endswith("/" + path) or path.endswith("/" + apath):
-                best = max(best, 1.0 if line and aline == line else 0.5)
-        return best
-    return 0.0
+class _Linker:
+    """The pointers of one compaction prepared for linking summary lines: how strongly a hint
+    links to a pointer (1.0 specific, 0.5 loose), with what it compares computed once per
+    pointer instead of once per line and pointer."""
+
+    def __init__(self, pointers: Sequence[EvidencePointer]) -> None:
+        self.pointers = pointers
+        self.cmds = [
+            (i, c) for i, p in enumerate(pointers) if (c := normalize_command(p.command or ""))
+        ]
+        self.anchors = [frozenset(p.anchors) for p in pointers]
+        self.tests = [
+            (i, a) for i, p in enumerate(pointers) for a in p.anchors if a.startswith("test:")
+        ]
+        #: last path component -> (pointer index, anchor path, anchor line)
+        self.files: dict[str, list[tuple[int, str, str]]] = {}
+        for i, p in enumerate(pointers):
+            for a in p.anchors:
+                if a.startswith("file:"):
+                    apath, _, aline = a[5:].partition(":")
+                    self.files.setdefault(apath.rsplit("/", 1)[-1], []).append((i, apath, aline))
+
+    def strengths(self, hint: str) -> dict[int, float]:
+        """Pointer index -> strength of ``hint`` (only the pointers it links to)."""
+        kind, _, value = hint.partition(":")
+        out: dict[int, float] = {}
+        if not value:
+            return out
+        if kind == "cmd":
+            for i, cmd in self.cmds:
+                if cmd == value:
+                    out[i] = 1.0
+                elif value in cmd:
+                    out[i] = 0.5
+        elif kind in ("test", "exception"):
+            for i, anchors in enumerate(self.anchors):
+                if hint in anchors:
+                    out[i] = 1.0
+            if kind == "test":
+                for i, a in self.tests:
+                    if value in a:
+                        out[i] = 1.0
+        elif kind == "file":
+            path, _, line = value.partition(":")
+            for i, apath, aline in self.files.get(path.rsplit("/", 1)[-1], ()):
+                if apath == path or apath.endswith("/" + path) or path.endswith("/" + apath):
+                    out[i] = max(out.get(i, 0.0), 1.0 if line and aline == line else 0.5)
+        return out
+
+    def link(self, kind: str, text: str) -> CompactSummaryItem:
+        hints = summary_hints(text)
+        scores: dict[int, float] = {}
+        strongest: dict[int, float] = {}
+        for h in hints:
+            for i, v in self.strengths(h).items():
+                scores[i] = scores.get(i, 0.0) + v
+                strongest[i] = max(strongest.get(i, 0.0), v)
+        scored = [(score, i, self.pointers[i].id) for i, score in scores.items() if score > 0]
+        best = max((strongest[i] for _, i, _ in scored), default=0.0)
+        # strongest link first; among equals, the most recent evidence first
+        scored.sort(key=lambda t: (-t[0], -t[1]))
+        ids = tuple(dict.fromkeys(pid for _, _, pid in scored))[:MAX_EVIDENCE_IDS]
+        confidence = 1.0 if best >= 1.0 else (0.7 if ids else 0.3)
+        return CompactSummaryItem(
+            kind=kind, text=text, confidence=confidence, evidence_ids=ids, query_hints=hints
+        )
 
 
 def link_summary_item(
     kind: str, text: str, pointers: Sequence[EvidencePointer]
 ) -> CompactSummaryItem:
-    hints = summary_hints(text)
-    scored: list[tuple[float, int, str]] = []
-    best = 0.0
-    for i, p in enumerate(pointers):
-        score = sum(_match_strength(h, p) for h in hints)
-        if score > 0:
-            strongest = max(_match_strength(h, p) for h in hints)
-            best = max(best, strongest)
-            scored.append((score, i, p.id))
-    # strongest link first; among equals, the most recent evidence first
-    scored.sort(key=lambda t: (-t[0], -t[1]))
-    ids = tuple(dict.fromkeys(pid for _, _, pid in scored))[:MAX_EVIDENCE_IDS]
-    confidence = 1.0 if best >= 1.0 else (0.7 if ids else 0.3)
-    return CompactSummaryItem(
-        kind=kind, text=text, confidence=confidence, evidence_ids=ids, query_hints=hints
-    )
+    return _Linker(pointers).link(kind, text)
+
+
+def link_summary_items(
+    items: Iterable[tuple[str, str]], pointers: Sequence[EvidencePointer]
+) -> tuple[CompactSummaryItem, ...]:
+    """:func:`link_summary_item` of every (kind, text), the pointers prepared once."""
+    linker = _Linker(pointers)
+    return tuple(linker.link(kind, text) for kind, text in items)
 
 
 __all__ = [
@@ -394,6 +425,7 @@ __all__ = [
     "exit_code",
     "extract_anchors",
     "link_summary_item",
+    "link_summary_items",
     "normalize_command",
     "summary_hints",
 ]

@@ -11,6 +11,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -216,6 +217,7 @@ def _search_operands(args: list[str]) -> list[str]:
     return explicit[:1] + out if explicit else out
 
 
+@functools.lru_cache(maxsize=4096)  # the same call is read at ingest, as evidence, in summaries
 def _shell_fields(name: str, command: str) -> CallFields:
     reader = ShellReader()
     eff = reader.read_call(name, {"command": command})

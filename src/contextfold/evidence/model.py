@@ -10,6 +10,7 @@ defaults for keys that are missing (an earlier version's file stays readable).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +29,7 @@ class EvidenceFormatError(ContextFoldError, ValueError):
     """A stored evidence record cannot be read (not an object, wrong field type)."""
 
 
+@functools.lru_cache(maxsize=256)
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
@@ -122,9 +124,9 @@ class EvidencePointer:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            out[_camel(f.name)] = list(value) if isinstance(value, tuple) else value
+        for name, key in _pointer_keys():
+            value = getattr(self, name)
+            out[key] = list(value) if isinstance(value, tuple) else value
         return out
 
     @classmethod
@@ -164,6 +166,12 @@ class EvidencePointer:
         if isinstance(version, int) and version < 2:
             return _upgrade_v1(pointer)
         return pointer
+
+
+@functools.cache
+def _pointer_keys() -> tuple[tuple[str, str], ...]:
+    """(field name, camelCase key) of every EvidencePointer field, in order."""
+    return tuple((f.name, _camel(f.name)) for f in dataclasses.fields(EvidencePointer))
 
 
 def _upgrade_v1(p: EvidencePointer) -> EvidencePointer:

@@ -24,7 +24,14 @@ from ..errors import StorageError, UnsafeIdError
 from ..messages import Message
 from ..scaffolding import strip_scaffolding
 from ..storage.session import SessionStore
-from .classify import classify, extract_anchors, link_summary_item, normalize_command, summary_hints
+from .classify import (
+    classify,
+    extract_anchors,
+    link_summary_item,
+    link_summary_items,
+    normalize_command,
+    summary_hints,
+)
 from .fields import CallFields, call_fields, is_own_tool, lines_text
 from .keys import (
     NAMESPACE,
@@ -318,7 +325,7 @@ class EvidenceStore:
             agent_run_id=agent_run_id,
             parent_message_uuid=parent_message_uuid,
         )
-        items = tuple(link_summary_item(k, t, pointers) for k, t in summary_items_source)
+        items = link_summary_items(summary_items_source, pointers)
         block = CompactBlock(
             id=f"cb-{state.blocks + 1}",
             compact_boundary_uuid=boundary_uuid,

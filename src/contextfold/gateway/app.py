@@ -25,9 +25,10 @@ from ..errors import (
     UnsafeIdError,
 )
 from . import edge, fastjson, providers
+from .body import BodyReader, TooDeep
 from .config import GatewayConfig
 from .metrics import Metrics
-from .pipeline import REQUEST_STARTED, Pipeline, RequestError, log, log_event
+from .pipeline import BODY_READ, REQUEST_STARTED, Pipeline, RequestError, log, log_event
 from .providers import ClientRequest, ProviderAdapter, rounds
 from .upstream import forward_headers, response_headers
 
@@ -60,6 +61,8 @@ class Gateway:
         self.metrics = Metrics()
         self.pipeline = Pipeline(config, self.metrics)
         self.adapters = providers.adapters()
+        #: request bodies, the messages a client resent unchanged not decoded again
+        self.bodies = BodyReader()
         self._unknown_routes: set[str] = set()
 
     def _provider_for(self, request: Request) -> Provider:
@@ -109,17 +112,14 @@ class Gateway:
         limit, not JSON, text that is not Unicode, too many messages."""
         depth = self.config.max_depth
         deep = f"the request body nests deeper than {depth} levels (--max-depth)"
-        if edge.too_deep(raw, depth):
-            return _error(provider, 400, deep)
         try:
-            body = fastjson.loads(raw)
-        except RecursionError:
+            body, where = self.bodies.read(raw, depth)
+        except (RecursionError, TooDeep):
             return _error(provider, 400, deep)
         except ValueError as exc:
             return _error(provider, 400, f"the request body is not valid JSON ({exc})")
         if not isinstance(body, dict):
             return _error(provider, 400, "the request body must be a JSON object")
-        where = edge.lone_surrogate(body) if edge.may_hold_surrogates(raw) else None
         if where is not None:
             return _error(
                 provider,
@@ -174,6 +174,7 @@ class Gateway:
             return Response(status_code=499)
         if isinstance(raw, Response):
             return raw
+        BODY_READ.set(time.perf_counter())
         body = self._parse(raw, provider)
         if isinstance(body, Response):
             return body

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -164,6 +165,8 @@ def _reuse(key: bytes | None, raw: list[Any]) -> list[_Parsed]:
         return []
     old, parsed = hit
     n = min(len(old), len(raw))
+    if old[:n] == raw[:n]:  # the common case, in C (the same objects compare by identity)
+        return parsed[:n]
     i = 0
     while i < n and (old[i] is raw[i] or old[i] == raw[i]):
         i += 1
@@ -205,14 +208,15 @@ def parse_openai(messages: Any) -> Conversation:
         fresh.append(((m,), (fp,)))
     done = known + fresh
     _remember(key, list(messages), done)
-    parsed = [(p[0][0], p[1][0]) for p in done]
+    n = len(done)
+    first = operator.itemgetter(0)
     return Conversation(
         provider="openai",
         raw=list(messages),
-        neutral=[m for m, _ in parsed],
-        owner=list(range(len(parsed))),
-        parts=[[i] for i in range(len(parsed))],
-        fingerprints=[fp for _, fp in parsed],
+        neutral=list(map(first, map(first, done))),
+        owner=list(range(n)),
+        parts=[[i] for i in range(n)],
+        fingerprints=list(map(first, map(operator.itemgetter(1), done))),
     )
 
 

@@ -36,6 +36,7 @@ from .sessions import (
     session_key,
 )
 from .turn import (
+    BODY_READ,
     REQUEST_STARTED,
     Committed,
     RequestError,
@@ -224,6 +225,8 @@ class Pipeline:
         self._note_sync(synced)
         timings = {
             "parse": began - started,
+            # of which the body's arrival (what a bare relay waits for too)
+            "read": BODY_READ.get(started) - started,
             "lock": t_lock - began,
             "thread": marks["queued"] - t_lock,
             "store": marks["store"],
@@ -522,6 +525,7 @@ def this_turn(
 
 
 __all__ = [
+    "BODY_READ",
     "GATEWAY_TOOLS",
     "REQUEST_STARTED",
     "Pipeline",

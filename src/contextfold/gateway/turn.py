@@ -24,6 +24,8 @@ log = logging.getLogger("contextfold.gateway")
 
 #: when the app received the current request (before reading its body)
 REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_request_started")
+#: when the request body had arrived whole (its transfer is the client's, not the gateway's work)
+BODY_READ: contextvars.ContextVar[float] = contextvars.ContextVar("cf_body_read")
 
 
 def log_event(event: str, **fields: Any) -> None:
@@ -194,6 +196,7 @@ def call_name(call: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "BODY_READ",
     "REQUEST_STARTED",
     "Committed",
     "RequestError",

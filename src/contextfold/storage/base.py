@@ -280,6 +280,15 @@ class BlobStore(Protocol):
     def size(self, sha256: str) -> int | None: ...
 
 
+def put_blobs(blobs: BlobStore, datas: Sequence[bytes]) -> list[str]:
+    """Store many blobs, durable on return: with the store's ``put_many(datas)`` when it has
+    one (one group commit for the batch; the built-in stores do), else one ``put`` each."""
+    put_many = getattr(blobs, "put_many", None)
+    if callable(put_many):
+        return list(put_many(datas))
+    return [blobs.put(d) for d in datas]
+
+
 @runtime_checkable
 class Store(Protocol):
     """A backend: event logs, blobs, search and documents behind one object.
@@ -403,4 +412,5 @@ __all__ = [
     "check_keys",
     "check_text",
     "prefix_end",
+    "put_blobs",
 ]

@@ -1,15 +1,78 @@
-"""Blob files: ``<root>/blobs/ab/<sha256>``, the embedded backend's content-addressed bytes."""
+"""Blob files: ``<root>/blobs/ab/<sha256>``, the embedded backend's content-addressed bytes.
+
+One blob is written to a temporary file, fsynced, renamed into place and its folder fsynced.
+Many blobs (one unit of work's, :meth:`FileBlobs.put_many`) are written with a **group
+commit**: every temporary file is written, one ``syncfs`` makes them all durable, they are
+renamed into place, and a second ``syncfs`` makes the names durable (a batch of up to four
+new blobs is written one by one). Two flushes per batch instead of two per blob, with the same
+guarantee: a name never points at bytes that are not on disk, and ``put_many`` returns only
+once every blob is durable (the rows that reference them are committed after it). Where ``syncfs`` is not available (not Linux), each file is fsynced.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
+import sys
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import StorageError
 from .base import BlobCorruptError, BlobNotFoundError
 from .util import check_bytes, check_sha, sha256_hex
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_SYNCFS = _load_syncfs()
+#: batches of at most this many new blobs are written one by one
+_GROUP_MIN = 4
+
+
+def _write(path: Path, raw: bytes, *, sync: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _syncfs(path: Path) -> None:
+    """Flush the file system holding ``path`` (everything written to it so far is durable)."""
+    assert _SYNCFS is not None
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        if _SYNCFS(dfd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+    finally:
+        os.close(dfd)
 
 
 class FileBlobs:
@@ -22,35 +85,68 @@ class FileBlobs:
         check_sha(sha256)
         return self.dir / sha256[:2] / sha256
 
+    def _tmp(self, target: Path, sha: str) -> Path:
+        return target.with_name(f".{sha}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+    def _present(self, target: Path, size: int) -> bool:
+        with contextlib.suppress(OSError):
+            return target.stat().st_size == size
+        return False
+
     def put(self, data: bytes) -> str:
         raw = check_bytes(data)
         sha = sha256_hex(raw)
         target = self.path(sha)
-        with contextlib.suppress(OSError):
-            if target.stat().st_size == len(raw):
-                return sha
-        tmp = target.with_name(f".{sha}.{os.getpid()}.{threading.get_ident()}.tmp")
+        if self._present(target, len(raw)):
+            return sha
+        tmp = self._tmp(target, sha)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                view = memoryview(raw)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write(tmp, raw, sync=True)
             os.replace(tmp, target)
-            dfd = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            _fsync_dir(target.parent)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             raise StorageError(f"cannot write blob {sha[:16]}… under {self.dir}: {exc}") from exc
         return sha
+
+    def put_many(self, datas: Iterable[bytes]) -> list[str]:
+        """Store every blob (idempotent), durable on return, with one group commit; returns
+        their sha256 digests in order."""
+        raws = [check_bytes(d) for d in datas]
+        shas = [sha256_hex(r) for r in raws]
+        todo: dict[str, bytes] = {}
+        for sha, raw in zip(shas, raws, strict=True):
+            if sha not in todo and not self._present(self.path(sha), len(raw)):
+                todo[sha] = raw
+        # syncfs flushes everything written to the file system (other programs' writes too):
+        # a few blobs are cheaper one fsync at a time
+        if len(todo) <= _GROUP_MIN or _SYNCFS is None:
+            for raw in todo.values():
+                self.put(raw)
+            return shas
+        tmps: list[tuple[Path, Path]] = []
+        made: set[Path] = set()
+        try:
+            for sha, raw in todo.items():
+                target = self.path(sha)
+                if target.parent not in made:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(target.parent)
+                tmp = self._tmp(target, sha)
+                tmps.append((tmp, target))
+                _write(tmp, raw, sync=False)
+            _syncfs(self.dir)  # every byte durable before any name points at it
+            for tmp, target in tmps:
+                os.replace(tmp, target)
+            _syncfs(self.dir)  # the names durable before the rows that reference them commit
+        except OSError as exc:
+            for tmp, _ in tmps:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            raise StorageError(f"cannot write {len(todo)} blobs under {self.dir}: {exc}") from exc
+        return shas
 
     def get(self, sha256: str) -> bytes:
         path = self.path(sha256)

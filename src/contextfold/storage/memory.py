@@ -89,6 +89,9 @@ class MemoryBlobs:
             self._data.setdefault(sha, raw)
         return sha
 
+    def put_many(self, datas: Sequence[bytes]) -> list[str]:
+        return [self.put(d) for d in datas]
+
     def get(self, sha256: str) -> bytes:
         check_sha(sha256)
         with self._owner._lock:

@@ -302,6 +302,24 @@ class PgBlobStore:
         self._store._run(f"store blob {digest[:12]} ({len(data)} bytes)", put)
         return digest
 
+    def put_many(self, datas: Sequence[bytes]) -> list[str]:
+        """Every blob in one transaction (one commit for the batch)."""
+        raws = [check_bytes(d) for d in datas]
+        digests = [sha256_hex(r) for r in raws]
+        rows = list({d: (d, len(r), r) for d, r in zip(digests, raws, strict=True)}.values())
+
+        def put(conn: Conn) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {self._s}.blobs (sha256, size, data) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (sha256) DO NOTHING",
+                    rows,
+                )
+
+        if rows:
+            self._store._run(f"store {len(rows)} blobs", put)
+        return digests
+
     def get(self, sha256: str) -> bytes:
         check_sha(sha256)
         rows = self._store._rows(

@@ -5,8 +5,11 @@ own: they *emit* events, documents and index rows into the current **unit**. The
 one unit per public call (``add_many``, one compaction, one state save); when the outermost
 unit ends, everything it collected is committed in one :meth:`Store.transaction` with
 ``expected_seq`` = the head this writer last saw. A failure anywhere (including a conflict with
-another writer) commits nothing. Blobs are written at once, before the unit commits (they are
-content-addressed: an orphan left by a failed unit is harmless).
+another writer) commits nothing. The blobs a unit stores are collected with it and written when
+it commits, all together with one group commit (see ``FileBlobs.put_many``) and durable before
+the rows that reference them are committed (the first blob of a unit that is not staged is
+written at once: a blob store that cannot be written fails there) (content-addressed: an orphan left when the rows then
+fail is harmless).
 
 Outside a unit, each emit is committed on its own (a unit of one).
 
@@ -24,7 +27,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import StorageError
-from .base import JSON, ConcurrentWriteError, Event, EventHead, NewEvent, SearchDoc, Store
+from .base import (
+    JSON,
+    ConcurrentWriteError,
+    Event,
+    EventHead,
+    NewEvent,
+    SearchDoc,
+    Store,
+    put_blobs,
+)
 from .util import check_bytes, sha256_hex
 
 
@@ -36,9 +48,13 @@ class _Unit:
         self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
         self.after_commit: list[Any] = []
-        #: a staged unit's blobs (sha256 -> bytes), written when it commits, before the rows
+        #: the unit's blobs (sha256 -> bytes), written when it commits, before the rows
         self.blobs: dict[str, bytes] = {}
-        self.defer_blobs = False
+        #: a staged unit defers all its blobs; another writes its first blob at once (a blob
+        #: store that cannot be written fails where the caller handles it, e.g. an offload
+        #: that keeps its text) and defers the others
+        self.staged = False
+        self.probed = False
 
     def __bool__(self) -> bool:
         return bool(self.events or self.docs or self.index or self.keys or self.blobs)
@@ -110,7 +126,7 @@ class SessionStore:
             if self._depth:
                 raise StorageError(f"internal: session {self.session_id!r} stages inside a unit")
             self._unit = _Unit()
-            self._unit.defer_blobs = True
+            self._unit.staged = True
             self._depth = 1
             try:
                 yield
@@ -163,8 +179,8 @@ class SessionStore:
                 raise
             return
         try:
-            for data in unit.blobs.values():  # content-addressed: an orphan is harmless
-                self.store.blobs.put(data)
+            if unit.blobs:  # content-addressed: an orphan is harmless
+                put_blobs(self.store.blobs, list(unit.blobs.values()))
             with self.store.transaction() as txn:
                 if unit.events:
                     txn.append(
@@ -239,12 +255,16 @@ class SessionStore:
                 self._commit(unit)
 
     def put_blob(self, data: bytes) -> str:
-        """Store ``data`` under its sha256 (returned): at once, or in a staged unit when it
-        commits (:meth:`blob` reads it meanwhile)."""
+        """Store ``data`` under its sha256 (returned): at once outside a unit, or with the unit
+        when it commits, before its rows (:meth:`blob` reads it meanwhile)."""
         with self._lock:
             unit = self._unit
-            if unit is None or not unit.defer_blobs:
+            if unit is None:
                 return self.store.blobs.put(data)
+            if not unit.staged and not unit.probed:
+                sha = self.store.blobs.put(data)
+                unit.probed = True
+                return sha
             sha = sha256_hex(check_bytes(data))
             unit.blobs[sha] = bytes(data)
             return sha

@@ -166,6 +166,7 @@ class SQLiteTransaction:
             for doc_id, ks in keys.items()
             for k in check_keys(ks, f"keys of {namespace}/{doc_id}")
         ]
+        rows.sort()  # in primary-key order: far fewer B-tree pages touched per row
         self._con.executemany("INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)", rows)
 
     def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:

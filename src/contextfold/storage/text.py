@@ -84,12 +84,35 @@ def clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     return text[:half] + "\n" + text[-half:]
 
 
+#: Space-joined tokens of texts indexed recently, by content: the same text is indexed more
+#: than once (a message when it arrives, its evidence when it leaves the view). Bounded by the
+#: characters it holds; cleared whole when full.
+_JOINED: dict[str, str] = {}
+_JOINED_CHARS = [0]
+_JOINED_MAX_CHARS = 16_000_000
+_JOINED_MIN = 256  # shorter texts are tokenized again (cheaper than holding them)
+
+
+def tokens_joined(text: str) -> str:
+    """``" ".join(tokenize(clip(text)))``, from the cache when this text was seen recently."""
+    if len(text) < _JOINED_MIN:
+        return " ".join(tokenize(clip(text)))
+    joined = _JOINED.get(text)
+    if joined is None:
+        joined = " ".join(tokenize(clip(text)))
+        if _JOINED_CHARS[0] + len(text) > _JOINED_MAX_CHARS:
+            _JOINED.clear()
+            _JOINED_CHARS[0] = 0
+        if len(text) <= _JOINED_MAX_CHARS // 16:
+            _JOINED[text] = joined
+            _JOINED_CHARS[0] += len(text) + len(joined)
+    return joined
+
+
 def split_fields(fields: Mapping[str, str]) -> tuple[str, str]:
     """(body tokens, hint tokens), each as one space-joined string."""
-    body = " ".join(tokenize(clip(fields.get("body", ""))))
-    hints = " ".join(
-        " ".join(tokenize(clip(v))) for k, v in sorted(fields.items()) if k != "body" and v
-    )
+    body = tokens_joined(fields.get("body", ""))
+    hints = " ".join(tokens_joined(v) for k, v in sorted(fields.items()) if k != "body" and v)
     return body, hints
 
 

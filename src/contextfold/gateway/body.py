@@ -1,0 +1,329 @@
+"""Reading a request body, without decoding again the part the client resent unchanged.
+
+A stateless client sends its whole conversation on every call: the previous request's bytes
+plus a few new messages. Decoding and checking megabytes of JSON per request would make every
+turn cost in proportion to the history. So the reader remembers, for recent bodies, where each
+element of the ``messages`` array ends (a byte offset). A new body that starts with the same
+bytes as a remembered one up to the end of its ``k``-th message holds exactly the same first
+``k`` messages: those parsed objects are reused (the same objects: later stages compare them by
+identity first), and only the rest of the body is decoded and checked (nesting depth, lone
+surrogates). Everything else - another encoding, a duplicate ``messages`` key, anything the
+scan does not follow - goes through the standard library's parser, which also words the error.
+
+The values are those ``json.loads`` gives (the same C scanner decodes every value).
+"""
+
+from __future__ import annotations
+
+import json
+import json.decoder
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import edge, fastjson
+
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: the standard library's string decoder (the C one), as its scanner uses it
+_scanstring: Callable[[str, int], tuple[str, int]] = getattr(json.decoder, "scanstring")  # noqa: B009
+_ws = re.compile(r"[ \t\n\r]*").match
+
+#: bytes of a body's start that group remembered bodies (a new body is compared with those)
+_HEAD = 256
+#: remembered bodies, at most this many and this many bytes in all (least recent dropped)
+MAX_BODIES = 64
+MAX_BYTES = 256 * 1024 * 1024
+#: bodies this small are read whole (nothing worth remembering)
+MIN_BYTES = 64 * 1024
+
+
+class TooDeep(ValueError):
+    """The body nests deeper than the limit."""
+
+
+class _Irregular(Exception):
+    """The scan cannot follow this text: the standard parser reads it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    raw: bytes
+    #: byte offset just after the ``[`` that opens ``messages``
+    opened: int
+    #: byte offset just after each element of ``messages``
+    ends: tuple[int, ...]
+    messages: list[Any]
+
+
+@dataclass(slots=True)
+class _Scan:
+    body: dict[str, Any]
+    #: char offsets just after each element of ``messages`` (None: no ``messages`` array)
+    ends: list[int] | None
+    messages: list[Any] | None
+    #: char offset just after the ``[`` that opens ``messages``
+    opened: int = -1
+
+
+def _skip(text: str, pos: int) -> int:
+    m = _ws(text, pos)
+    return m.end() if m else pos
+
+
+def _value(text: str, pos: int) -> tuple[Any, int]:
+    try:
+        value, end = _scan_once(text, pos)
+    except StopIteration:
+        raise _Irregular from None
+    return value, end
+
+
+def _array(text: str, pos: int, items: list[Any], ends: list[int]) -> int:
+    """Elements of an array from ``pos`` (after ``[`` or after an element); returns the offset
+    after its ``]``."""
+    pos = _skip(text, pos)
+    if not items and text.startswith("]", pos):
+        return pos + 1
+    if items:
+        if text.startswith("]", pos):
+            return pos + 1
+        if not text.startswith(",", pos):
+            raise _Irregular
+        pos = _skip(text, pos + 1)
+    while True:
+        value, pos = _value(text, pos)
+        items.append(value)
+        ends.append(pos)
+        pos = _skip(text, pos)
+        if text.startswith(",", pos):
+            pos = _skip(text, pos + 1)
+        elif text.startswith("]", pos):
+            return pos + 1
+        else:
+            raise _Irregular
+
+
+def _members(text: str, pos: int, scan: _Scan, *, first: bool) -> int:
+    """Members of the top-level object from ``pos`` (after ``{`` or after a value); returns
+    the offset after its ``}``."""
+    pos = _skip(text, pos)
+    if text.startswith("}", pos):
+        return pos + 1
+    if not first:
+        if not text.startswith(",", pos):
+            raise _Irregular
+        pos = _skip(text, pos + 1)
+    while True:
+        if not text.startswith('"', pos):
+            raise _Irregular
+        try:
+            key, pos = _scanstring(text, pos + 1)
+        except ValueError:
+            raise _Irregular from None
+        pos = _skip(text, pos)
+        if not text.startswith(":", pos):
+            raise _Irregular
+        pos = _skip(text, pos + 1)
+        if key == "messages":
+            if scan.messages is not None or not text.startswith("[", pos):
+                raise _Irregular  # a second one, or not an array: the standard parser
+            scan.messages, scan.ends, scan.opened = [], [], pos + 1
+            pos = _array(text, pos + 1, scan.messages, scan.ends)
+            scan.body[key] = scan.messages
+        else:
+            scan.body[key], pos = _value(text, pos)
+        pos = _skip(text, pos)
+        if text.startswith("}", pos):
+            return pos + 1
+        if not text.startswith(",", pos):
+            raise _Irregular
+        pos = _skip(text, pos + 1)
+
+
+def _end(text: str, pos: int) -> None:
+    if _skip(text, pos) != len(text):
+        raise _Irregular  # trailing data
+
+
+def _byte_ends(text: str, char_ends: list[int], base: int) -> tuple[int, ...]:
+    """Byte offsets (from ``base``) of char offsets of ``text`` (UTF-8)."""
+    if text.isascii():
+        return tuple(base + c for c in char_ends)
+    out: list[int] = []
+    at, b = 0, base
+    for c in char_ends:
+        b += len(text[at:c].encode("utf-8", "surrogatepass"))
+        at = c
+        out.append(b)
+    return tuple(out)
+
+
+class BodyReader:
+    """Parses request bodies (see the module doc); one per gateway process."""
+
+    def __init__(self, max_bodies: int = MAX_BODIES, max_bytes: int = MAX_BYTES) -> None:
+        self.max_bodies = max_bodies
+        self.max_bytes = max_bytes
+        self._known: OrderedDict[int, _Known] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        #: messages the last :meth:`read` reused (for tests and metrics)
+        self.reused = 0
+
+    def read(self, raw: bytes, depth: int) -> tuple[Any, str | None]:
+        """The parsed body and where it holds a lone surrogate (None: nowhere). Raises
+        :class:`TooDeep`, ``ValueError`` (not JSON) or ``RecursionError``."""
+        self.reused = 0
+        if len(raw) >= MIN_BYTES:
+            known, k = self._match(raw)
+            if known is not None and k:
+                try:
+                    out = self._resume(raw, known, k, depth)
+                except (_Irregular, UnicodeDecodeError):
+                    out = None
+                if out is not None:
+                    self.reused = k
+                    return out
+        return self._whole(raw, depth)
+
+    # ------------------------------------------------------------------ reading
+    def _whole(self, raw: bytes, depth: int) -> tuple[Any, str | None]:
+        if edge.too_deep(raw, depth):
+            raise TooDeep
+        scan: _Scan | None = None
+        text = ""
+        if len(raw) < MIN_BYTES:
+            body = fastjson.loads(raw)
+            return body, self._surrogate(body, raw)
+        try:
+            text = raw.decode("utf-8")
+            if not text.startswith("\ufeff"):
+                scan = _Scan(body={}, ends=None, messages=None)
+                pos = _skip(text, 0)
+                if not text.startswith("{", pos):
+                    raise _Irregular
+                _end(text, _members(text, pos + 1, scan, first=True))
+        except (_Irregular, UnicodeDecodeError):
+            scan = None
+        if scan is None:  # the standard parser: its value, or its error
+            body = fastjson.loads(raw)
+            return body, self._surrogate(body, raw)
+        where = self._surrogate(scan.body, raw)
+        if where is None and scan.ends and scan.messages is not None:
+            opened, *ends = _byte_ends(text, [scan.opened, *scan.ends], 0)
+            self._remember(_Known(raw, opened, tuple(ends), scan.messages))
+        return scan.body, where
+
+    def _resume(
+        self, raw: bytes, known: _Known, k: int, depth: int
+    ) -> tuple[Any, str | None] | None:
+        """The body, its first ``k`` messages those of ``known`` (the same bytes)."""
+        cut = known.ends[k - 1]
+        rest = raw[cut:]
+        # the bytes before ``cut`` are those of a body already checked; after it: inside the
+        # top-level object and the messages array, outside any string
+        if edge.too_deep(b"{[" + rest, depth):
+            raise TooDeep
+        scan = _Scan(body={}, ends=None, messages=None)
+        # the members before "messages", read up to its opening bracket
+        if not self._head(raw[: known.opened].decode("utf-8"), scan):
+            return None
+        text = rest.decode("utf-8")
+        items = list(known.messages[:k])
+        char_ends: list[int] = []
+        pos = _array(text, 0, items, char_ends)
+        scan.messages, scan.ends = items, char_ends
+        scan.body["messages"] = items
+        _end(text, _members(text, pos, scan, first=False))
+        # the first k messages passed this check before (a pair of surrogates is in one string)
+        where = edge.lone_surrogate(scan.body) if edge.may_hold_surrogates(rest) else None
+        if where is None:
+            ends = known.ends[:k] + _byte_ends(text, char_ends, cut)
+            self._remember(_Known(raw, known.opened, ends, items), replaces=known)
+        return scan.body, where
+
+    @staticmethod
+    def _head(head: str, scan: _Scan) -> bool:
+        """Read ``{ members..., "messages": [`` into ``scan.body``; False when the head is not
+        that."""
+        pos = _skip(head, 0)
+        if not head.startswith("{", pos):
+            return False
+        pos = _skip(head, pos + 1)
+        while True:
+            if not head.startswith('"', pos):
+                return False
+            try:
+                key, pos = _scanstring(head, pos + 1)
+            except ValueError:
+                return False
+            pos = _skip(head, pos)
+            if not head.startswith(":", pos):
+                return False
+            pos = _skip(head, pos + 1)
+            if key == "messages":
+                return head.startswith("[", pos) and pos + 1 == len(head)
+            scan.body[key], pos = _value(head, pos)
+            pos = _skip(head, pos)
+            if not head.startswith(",", pos):
+                return False
+            pos = _skip(head, pos + 1)
+
+    @staticmethod
+    def _surrogate(body: Any, raw: bytes) -> str | None:
+        return edge.lone_surrogate(body) if edge.may_hold_surrogates(raw) else None
+
+    # ------------------------------------------------------------------ remembering
+    def _match(self, raw: bytes) -> tuple[_Known | None, int]:
+        """The remembered body sharing the most leading messages with ``raw``, and how many."""
+        with self._lock:
+            candidates = [kn for kn in self._known.values() if raw[:_HEAD] == kn.raw[:_HEAD]]
+        best: tuple[_Known | None, int] = (None, 0)
+        for kn in candidates:
+            k = self._shared(raw, kn)
+            if k > best[1]:
+                best = (kn, k)
+        return best
+
+    @staticmethod
+    def _shared(raw: bytes, kn: _Known) -> int:
+        """How many leading messages of ``kn`` the body ``raw`` holds byte for byte."""
+        old = memoryview(kn.raw)
+
+        def same(i: int) -> bool:  # the first i + 1 messages (one memcmp, no copy)
+            return raw.startswith(old[: kn.ends[i]])
+
+        n = len(kn.ends)
+        if same(n - 1):
+            return n
+        lo, hi = 0, n - 1  # same(lo - 1) holds (or lo == 0); same(hi) does not
+        if not same(0):
+            return 0
+        lo = 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if same(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _remember(self, kn: _Known, replaces: _Known | None = None) -> None:
+        with self._lock:
+            if replaces is not None and self._known.pop(id(replaces), None) is not None:
+                self._bytes -= len(replaces.raw)
+            if len(kn.raw) > self.max_bytes // 4:
+                return
+            self._known[id(kn)] = kn
+            self._bytes += len(kn.raw)
+            while self._known and (
+                len(self._known) > self.max_bodies or self._bytes > self.max_bytes
+            ):
+                _, gone = self._known.popitem(last=False)
+                self._bytes -= len(gone.raw)
+
+
+__all__ = ["BodyReader", "TooDeep"]
