@@ -96,7 +96,7 @@
     for (const f of [0, 0.5, 1]) {
       const t = svg("text", { x: L - 6, y: y(max * f) + 4, "text-anchor": "end" }); t.textContent = fmt(Math.round(max * f)); root.append(t);
     }
-    const lab = svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }); lab.textContent = "model call →"; root.append(lab);
+    const lab = svg("text", { x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle" }); lab.textContent = "model call →"; root.append(lab);
     const one = svg("text", { x: L, y: H - 8 }); one.textContent = "1"; root.append(one);
     const last = svg("text", { x: x(calls.length), y: H - 8, "text-anchor": "middle" }); last.textContent = String(calls.length); root.append(last);
     for (const c of tl.compactions) {
@@ -151,7 +151,7 @@
       el("summary", {}, el("strong", { text: `#${c.number} ` }), tier(c.tier),
         ` ${fmt(c.tokens_before)} → ${fmt(c.tokens_after)} tokens (ratio ${Number(c.ratio).toFixed(2)}) before call ${c.call || "–"}; `,
         `${c.summarized} summarized, ${c.offloaded.length} offloaded, tail ${c.preserved_tail}`,
-        c.reason ? el("div", { class: "muted", text: "why: " + c.reason }) : null,
+        c.reason ? el("span", { class: "muted reason", text: "why: " + c.reason }) : null,
         c.error ? el("div", { class: "error", text: c.error }) : null),
       el("p", { class: "muted", text: `${c.strategy}, ${c.summarizer || "no summarizer"}, ${Math.round(c.duration_ms)} ms, ${when(c.timestamp)}; history messages 0–${Math.max(0, c.boundary - 1)} left the view` }),
       anchors.length ? el("table", { class: "anchors" }, el("tbody", {}, anchors.map((a) => el("tr", {}, el("td", { text: a.type }), el("td", { text: a.content }))))) : null,
@@ -217,6 +217,7 @@
     callInput.addEventListener("change", () => pickCall(callInput.value));
     const del = state.config && state.config.can_delete ? el("button", { type: "button", class: "danger", id: "delete", onclick: async () => {
       if (!confirm(`Delete session ${sid} and its whole history (${tl.messages} messages)? This cannot be undone.`)) return;
+      stopPolling();
       try { await api(`sessions/${encodeURIComponent(sid)}`, { method: "DELETE" }); location.hash = "#/"; } catch (e) { alert(e.message || e); }
     }, text: "delete session…" }) : null;
     main.replaceChildren(
@@ -235,6 +236,7 @@
       try {
         const h = await api(`sessions/${encodeURIComponent(sid)}/head`);
         document.getElementById("live").hidden = false;
+        if (h.head === 0) { stopPolling(); main.prepend(el("p", { class: "error", id: "gone", text: "this session is no longer in the store" })); return; }
         if (h.head !== state.head) { state.head = h.head; if (!document.getElementById("restore").hidden) return; showSession(sid, call); }
       } catch (e) { document.getElementById("live").hidden = true; }
     }, 2000);
@@ -262,7 +264,7 @@
   const tokenInput = document.getElementById("token");
   tokenInput.value = state.token;
   if (state.token) document.getElementById("token-box").hidden = false;
-  tokenInput.addEventListener("change", () => { state.token = tokenInput.value.trim(); sessionStorage.setItem("cf-token", state.token); state.config = null; route(); });
+  tokenInput.addEventListener("change", () => { if (tokenInput.value.trim() === state.token) return; state.token = tokenInput.value.trim(); sessionStorage.setItem("cf-token", state.token); state.config = null; document.body.removeAttribute("data-ready"); route(); });
   window.addEventListener("hashchange", () => { document.body.removeAttribute("data-ready"); route(); });
   route();
 })();
