@@ -17,7 +17,7 @@ def cmd_ui(args: argparse.Namespace, out: TextIO) -> int:
         from ..inspector.server import InspectorServer
     except ImportError as exc:
         raise ConfigError(
-            f"contextfold ui needs the gateway extra (pip install 'contextfold[gateway]'): {exc}"
+            f"contextfold ui needs the gateway extra (pip install '.[gateway]' in the checkout): {exc}"
         ) from None
     store = open_existing_store(store_spec(args) or "")
     try:
