@@ -123,8 +123,17 @@ def test_view_at_a_call_marks_what_left_and_restores_it_byte_exact(
     assert got["text"] == original and got["role"] == replayed.messages[pos]["role"]
 
 
+def _heads(replayed: Replayed) -> list[tuple[str, int]]:
+    store = open_store(str(replayed.folder))
+    try:
+        return [(i.session_id, store.head(i.session_id)) for i in store.sessions()]
+    finally:
+        store.close()
+
+
 def test_recall_memory_and_bad_input(server: InspectorServer, replayed: Replayed) -> None:
     sid = replayed.session_id
+    before = _heads(replayed)
     hits = _get(server, f"api/sessions/{sid}/recall", params={"q": "pytest L060", "k": 3}).json()
     assert hits["hits"] and any("test session starts" in h["text"] for h in hits["hits"])
     facts = _get(server, f"api/sessions/{sid}/memory").json()["facts"]
@@ -148,6 +157,8 @@ def test_recall_memory_and_bad_input(server: InspectorServer, replayed: Replayed
     # a page under another host name (DNS rebinding) is refused
     r = _get(server, "api/sessions", headers={"host": "evil.example:80"})
     assert r.status_code == 403
+    # reading, restoring and searching wrote nothing
+    assert _heads(replayed) == before
 
 
 def test_the_page_and_its_files_load_nothing_from_elsewhere(server: InspectorServer) -> None:
