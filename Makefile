@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo agents test test-all lint typecheck bench clean
+.PHONY: venv demo agents browser test test-all lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -17,17 +17,21 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/contextfold demo
 
+# Chromium for the inspector's browser tests (Debian's package; apt only as root, only if missing)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { test "$$(id -u)" = 0 && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium unavailable: the browser tests will be skipped (a failure with CONTEXTFOLD_REQUIRE_ALL=1)"
+
 # the real agent programs the tests drive through the gateway, installed once into
 # $${CONTEXTFOLD_AGENT_CACHE:-~/.cache/contextfold/agents} (outside the checkout)
 agents:
 	$(PY) scripts/install_agents.py
 
 # the short version of every test (a short session per agent program)
-test: $(STAMP) agents
+test: $(STAMP) agents browser
 	$(BIN)/python -m pytest -m "not long"
 
 # everything, the agents' long sessions too
-test-all: $(STAMP) agents
+test-all: $(STAMP) agents browser
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

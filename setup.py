@@ -11,7 +11,7 @@ setup(
     packages=[*find_packages("src"), "contextfold._bench_traces"],
     package_dir={"": "src", "contextfold._bench_traces": "benchmarks/traces"},
     package_data={
-        "contextfold": ["py.typed", "data/*"],
+        "contextfold": ["py.typed", "data/*", "inspector/static/*"],
         "contextfold._bench_traces": ["*.json", "README.md"],
     },
     include_package_data=False,

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import calling, client_rewrite, reopen
+from . import calling, client_rewrite, reopen, telemetry
 from .aio import run_off_loop
 from .compactors.pinned import pinned_indices
 from .compactors.progressive import ProgressiveCompactor
@@ -529,7 +529,8 @@ class ContextManager(MemoryCalls):
         without compaction O(new messages); treat them as read-only or pass ``copy=True``."""
         if format not in ("openai", "anthropic"):
             raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
-        with self._lock:
+        attrs = {"gen_ai.conversation.id": self.session_id, "contextfold.agent.id": self.agent_id}
+        with self._lock, telemetry.span("contextfold.prepare", attrs) as current:
             self._fresh()
             schema_tokens = self._schema_tokens(tools)
             extra = self.config.reserve_output_tokens + schema_tokens
@@ -537,7 +538,11 @@ class ContextManager(MemoryCalls):
             self._announce(record)
             self._check_fits(extra, schema_tokens, record)
             self._last_fixed = schema_tokens
-            return self._render(format, copy=copy)
+            view = self._render(format, copy=copy)
+            if telemetry.recording(current):
+                telemetry.set_attributes(current, telemetry.compaction_attributes(record))
+                telemetry.set_attributes(current, {"contextfold.view.tokens": self.view_tokens})
+            return view
 
     def _compact_now(self, extra: int) -> CompactionRecord:
         """prepare()'s compaction unit. A compaction is derived from the log, so when another
@@ -825,13 +830,27 @@ class ContextManager(MemoryCalls):
 
     def handle_tool_call(self, call: Mapping[str, Any]) -> dict[str, Any]:
         """Run one of contextfold's agent tools; returns the tool message (errors included)."""
-        with self._lock:
+        name = call.get("name") if isinstance(call, Mapping) else None
+        if name is None and isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+            name = call["function"].get("name")
+        attrs = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name if isinstance(name, str) else None,
+            "gen_ai.conversation.id": self.session_id,
+        }
+        with self._lock, telemetry.span("contextfold.tool", attrs):
             return self.toolbox.handle(call)
 
     def restore(self, query: str, k: int = 5) -> list[RestoreHit]:
         """Evidence that left the view, best match first, with its original text."""
-        with self._lock:
-            return self.recovery.restore(query, k)
+        attrs: dict[str, telemetry.Attr | None] = {
+            "gen_ai.conversation.id": self.session_id,
+            "contextfold.k": k,
+        }
+        with self._lock, telemetry.span("contextfold.restore", attrs) as current:
+            hits = self.recovery.restore(query, k)
+            telemetry.set_attributes(current, {"contextfold.hits": len(hits)})
+            return hits
 
     def add_subagent_output(
         self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None = None

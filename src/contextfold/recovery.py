@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from . import telemetry
 from .anchors import Anchor
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
 from .evidence.calls import load_calls
@@ -409,7 +410,12 @@ class Recovery:
     def safe_injection(self) -> str | None:
         """:meth:`injection`, fail-open: an unreadable evidence store never breaks prepare()."""
         try:
-            return self.injection()
+            with telemetry.span("contextfold.evidence.inject") as current:
+                text = self.injection()
+                telemetry.set_attributes(
+                    current, {"contextfold.injected.chars": len(text) if text else 0}
+                )
+                return text
         except (ContextFoldError, OSError, ValueError) as exc:
             self.note_problem(f"evidence injection skipped: {exc}")
             return None

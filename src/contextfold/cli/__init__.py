@@ -1,4 +1,4 @@
-"""Command line: compact, demo, records, restore, blocks, sessions, export, mcp, serve, bench.
+"""Command line: compact, demo, records, restore, blocks, sessions, export, mcp, ui, serve, bench.
 
 Each subcommand lives in its own module with a ``register(subparsers)`` function; add a new
 one to :data:`COMMAND_MODULES`. The modules are imported inside :func:`main`, so that Ctrl-C
@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "contextfold.cli.cmd_evidence",
     "contextfold.cli.cmd_sessions",
     "contextfold.cli.cmd_mcp",
+    "contextfold.cli.cmd_ui",
     "contextfold.export",
     "contextfold.gateway.cli",  # `contextfold serve`: its parser lives with the gateway
 )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from .. import telemetry
 from ..anchors import (
     Anchor,
 )
@@ -172,6 +173,14 @@ class ProgressiveCompactor(Measure):
 
         Before the tier is decided, oversized pinned messages are shortened and stale tool
         outputs leave in one batch when that pays for its cache miss (:mod:`.stale`)."""
+        forced = force.value if force is not None else None
+        with telemetry.span("contextfold.compaction", {"contextfold.forced": forced}) as current:
+            record = self._run(extra_tokens=extra_tokens, force=force, reason=reason)
+            if telemetry.recording(current):
+                telemetry.set_attributes(current, telemetry.compaction_attributes(record))
+            return record
+
+    def _run(self, *, extra_tokens: int, force: Tier | None, reason: str) -> CompactionRecord:
         first = self.view_tokens(extra_tokens)
         run = _Run(
             tier=Tier.NONE,
@@ -212,7 +221,8 @@ class ProgressiveCompactor(Measure):
             return self._record(run, before, extra_tokens, persist=bool(shortened))
         if tier is Tier.WARN:
             if not stale_only:
-                self._warn(run)
+                with telemetry.span("contextfold.compaction.offload", {"contextfold.tier": "warn"}):
+                    self._warn(run)
             if force is None and self.cfg.warn_escalates and self._warn_falls_short(extra_tokens):
                 # the view would be back at the warn line within a few turns: summarize now
                 # rather than rewrite it again and again (each rewrite is a cache miss)
@@ -224,10 +234,16 @@ class ProgressiveCompactor(Measure):
         if tier is Tier.WARN:
             pass
         elif tier in (Tier.SOFT, Tier.FULL):
-            self._summarize_tier(run, extra_tokens)
+            with telemetry.span(
+                "contextfold.compaction.summarize", {"contextfold.tier": tier.value}
+            ):
+                self._summarize_tier(run, extra_tokens)
         else:
             run.errors.append("emergency fallback: forced truncation")
-            self._truncate(run, extra_tokens)
+            with telemetry.span(
+                "contextfold.compaction.truncate", {"contextfold.tier": "emergency"}
+            ):
+                self._truncate(run, extra_tokens)
         if not stale_only and force is None:
             # the tier changed the view: decide the stale batch again on the new view, now, so
             # the next prepare() with nothing new returns the same view (one cache miss)

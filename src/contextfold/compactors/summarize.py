@@ -9,6 +9,7 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .. import telemetry
 from ..anchors import (
     Anchor,
     merge_anchors,
@@ -19,7 +20,7 @@ from ..anchors import (
 )
 from ..errors import ContextFoldError
 from ..messages import Message
-from ..summarizers.base import SummaryRequest
+from ..summarizers.base import Summarizer, SummaryRequest
 from ..summarizers.transcript import truncate_tool_arguments
 from .artifacts import files_section
 from .common import COMPACTION_KIND, _Run, bound_anchors, clip_text, render_sections_message
@@ -94,7 +95,7 @@ def summarize(
     summarizer = comp.summarizer if use_llm else comp.fallback_summarizer
     text = ""
     try:
-        text = summarizer.summarize(request)
+        text = _summarize(summarizer, request, run.tier.value)
         if not isinstance(text, str):
             raise ContextFoldError(f"summarizer returned {type(text).__name__}, not text")
         if not text.strip():
@@ -106,7 +107,7 @@ def summarize(
             drop_range(comp, run, start, end, "the LLM summary failed")
             return
         summarizer = comp.fallback_summarizer
-        text = summarizer.summarize(request)
+        text = _summarize(summarizer, request, run.tier.value)
         run.summarizer_name = type(summarizer).__name__ + " (fallback)"
     if summarizer is not comp.fallback_summarizer:
         prompt_tokens = sum(comp.count_text(m.text) for m in to_send) + 300
@@ -224,3 +225,20 @@ def offloaded_refs(comp: ProgressiveCompactor, end: int) -> list[tuple[str, str]
                 )
             )
     return out[-20:]
+
+
+def _summarize(summarizer: Summarizer, request: SummaryRequest, tier: str) -> str:
+    """One summarizer call, in a ``contextfold.summarize`` span."""
+    model = getattr(summarizer, "model", None)
+    attrs: dict[str, telemetry.Attr | None] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model if isinstance(model, str) else None,
+        "contextfold.summarizer": type(summarizer).__name__,
+        "contextfold.tier": tier,
+        "contextfold.messages": len(request.messages),
+    }
+    with telemetry.span("contextfold.summarize", attrs) as current:
+        text = summarizer.summarize(request)
+        if isinstance(text, str):
+            telemetry.set_attributes(current, {"contextfold.summary.chars": len(text)})
+        return text

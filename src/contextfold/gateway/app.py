@@ -13,8 +13,8 @@ import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
 
 from .. import __version__
 from ..errors import (
@@ -312,6 +312,18 @@ class Gateway:
         log.error("unexpected gateway error: %s", type(exc).__name__)
         return _error(self._provider_for(request), 500, "internal gateway error")
 
+    def inspector_app(self) -> Starlette:
+        """The session inspector over the gateway's store; with a gateway token, every one
+        of its API calls needs it (the page itself holds no data)."""
+        from ..inspector.app import Inspector
+
+        token = self.config.auth_token
+        registry = self.pipeline.registry
+        inspector = Inspector(
+            registry.store, token=token, reads_need_token=token is not None, on_delete=registry.drop
+        )
+        return inspector.app()
+
     # ------------------------------------------------------------------ app
     def app(self) -> Starlette:
         @contextlib.asynccontextmanager
@@ -332,6 +344,8 @@ class Gateway:
         routes += [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_endpoint, methods=["GET"]),
+            Route("/ui", lambda _: RedirectResponse("/ui/"), methods=["GET"]),
+            Mount("/ui", self.inspector_app()),
         ]
         return Starlette(
             routes=routes,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from anyio import to_thread
 
+from .. import telemetry
 from ..errors import ContextFoldError
 from ..messages import Message
 from ..overflow import is_context_overflow
@@ -444,6 +445,8 @@ class Pipeline:
     async def record(self, turn: Turn, message: Message, input_tokens: int | None) -> None:
         """Keep the answer for the session's next write (see ``record_delay``), or write it
         now when there is no delay or no background writer."""
+        if telemetry.enabled():
+            turn_span(turn, input_tokens)
         if self.config.record_delay > 0 and self._writer is not None:
             self.registry.hold(turn.session, message, input_tokens)
             return
@@ -522,6 +525,25 @@ def this_turn(
     without one), so the response header and the log describe this turn, not the
     session's latest compaction."""
     return replace(prepared, record=latest if latest is not earlier else None)
+
+
+def turn_span(turn: Turn, input_tokens: int | None) -> None:
+    """A ``contextfold.gateway.turn`` span for a turn that got its answer: from the request's
+    start to now, with the GenAI attributes and what the view did this turn."""
+    prepared = turn.prepared
+    attrs: dict[str, telemetry.Attr | None] = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": turn.provider,
+        "gen_ai.request.model": turn.model,
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.conversation.id": turn.session.session_id,
+        "contextfold.view.tokens": prepared.view_tokens,
+        "contextfold.history.tokens": prepared.history_tokens,
+        "contextfold.upstream.seconds": turn.upstream_seconds,
+    }
+    if prepared.record is not None:
+        attrs.update(telemetry.compaction_attributes(prepared.record))
+    telemetry.finished_span("contextfold.gateway.turn", time.perf_counter() - turn.started, attrs)
 
 
 __all__ = [
