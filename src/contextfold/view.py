@@ -129,9 +129,10 @@ class HistoryView:
             self.state_pins.append(n)
             if msg.role == "user":
                 self.scaffold.add(n)
-        elif msg.role == "user" and (self.first_user is None or self.first_user in self.scaffold):
-            if is_scaffolding(text):
-                self.scaffold.add(n)
+            return
+        undecided = self.first_user is None or self.first_user in self.scaffold
+        if msg.role == "user" and undecided and is_scaffolding(text):
+            self.scaffold.add(n)
 
     def fresh(self) -> HistoryView:
         """An empty view with the same token counter."""
