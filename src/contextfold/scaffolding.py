@@ -28,6 +28,7 @@ __all__ = [
     "AgentRules",
     "agent_rules",
     "detect_agent",
+    "is_pinned_state",
     "is_scaffolding",
     "strip_scaffolding",
     "task_text",
@@ -53,6 +54,10 @@ class AgentRules:
     #: In a task request: where the task text starts / ends (the template around it dropped).
     task_start: re.Pattern[str] | None = None
     task_end: re.Pattern[str] | None = None
+    #: Messages (matched at the start) that carry the client's current state, re-sent each
+    #: turn (aider's files block, repository map, read-only files): scaffolding, never the
+    #: task, but pinned in the view like the system prompt.
+    pin: tuple[re.Pattern[str], ...] = ()
 
 
 def _compile(items: object, where: str) -> tuple[re.Pattern[str], ...]:
@@ -91,6 +96,7 @@ def parse_rules(data: object) -> tuple[AgentRules, ...]:
                 messages=_compile(item.get("messages", []), f"{name}.messages"),
                 task_start=_optional(item.get("task_start"), f"{name}.task_start"),
                 task_end=_optional(item.get("task_end"), f"{name}.task_end"),
+                pin=_compile(item.get("pin", []), f"{name}.pin"),
             )
         )
     generic = data.get("generic", {})
@@ -168,7 +174,15 @@ def is_scaffolding(text: str, agent: str | None = None) -> bool:
     rest = strip_scaffolding(text, agent)
     if not rest:
         return True
-    return any(p.match(rest) for r in _named(agent) for p in r.messages)
+    return any(p.match(rest) for r in _named(agent) for p in (*r.messages, *r.pin))
+
+
+def is_pinned_state(text: str, agent: str | None = None) -> bool:
+    """True when the message carries the client's current state (its files block, its
+    repository map): the client re-sends it every turn as its current view, so the view keeps
+    it wherever compaction puts the boundary."""
+    rest = text.lstrip()
+    return any(p.match(rest) for r in _named(agent) for p in r.pin)
 
 
 def task_text(text: str, agent: str | None = None) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import InvalidMessageError, StorageError
 from .messages import Message, check_message
+from .scaffolding import is_pinned_state, is_scaffolding
 from .wire import to_openai
 
 CountFn = Callable[[Message], int]
@@ -108,6 +109,30 @@ class HistoryView:
         #: summarized, moved or refreshed messages, see :meth:`retract`): kept in the history,
         #: never in the view
         self.retracted: set[int] = set()
+        #: user positions that are client scaffolding (few-shot examples, files block): never
+        #: taken for the task while a real request exists
+        self.scaffold: set[int] = set()
+        #: positions of messages carrying the client's current state (its files block, its
+        #: repository map, see :func:`contextfold.scaffolding.is_pinned_state`): pinned
+        self.state_pins: list[int] = []
+
+    #: at most this many state messages are pinned (the newest)
+    MAX_STATE_PINS = 6
+
+    def _classify(self, n: int, msg: Message) -> None:
+        """Note whether history[n] is scaffolding (a user message, while the task is not
+        known yet) or carries the client's current state."""
+        if msg.role not in ("user", "assistant") or msg.tool_calls:
+            return
+        text = msg.text
+        if is_pinned_state(text):
+            self.state_pins.append(n)
+            if msg.role == "user":
+                self.scaffold.add(n)
+            return
+        undecided = self.first_user is None or self.first_user in self.scaffold
+        if msg.role == "user" and undecided and is_scaffolding(text):
+            self.scaffold.add(n)
 
     def fresh(self) -> HistoryView:
         """An empty view with the same token counter."""
@@ -191,8 +216,11 @@ class HistoryView:
                     self.boundary = n + 1
             else:
                 self.later_system.append(n)
+        self._classify(n, msg)
         if msg.role == "user":
-            if self.first_user is None:
+            if self.first_user is None or (
+                self.first_user in self.scaffold and n not in self.scaffold
+            ):
                 self.first_user = n
             self.newest_user = n
         self._push_form(self._assistant_form(msg, n) if msg.tool_calls else msg)
@@ -297,6 +325,7 @@ class HistoryView:
             del self._results[cid]
         self._open_calls = {c: i for c, i in self._open_calls.items() if i not in gone}
         self.later_system = [i for i in self.later_system if i not in gone]
+        self.state_pins = [i for i in self.state_pins if i not in gone]
         self._pick_users()
 
     def _zero(self, index: int) -> None:
@@ -309,7 +338,8 @@ class HistoryView:
 
     def _pick_users(self) -> None:
         users = [i for i, r in enumerate(self.roles) if r == "user" and i not in self.retracted]
-        self.first_user = users[0] if users else None
+        real = [i for i in users if i not in self.scaffold]
+        self.first_user = real[0] if real else users[0] if users else None
         self.newest_user = users[-1] if users else None
 
     def visible(self, start: int, end: int) -> list[int]:
@@ -448,6 +478,8 @@ class HistoryView:
         self.first_user, self.newest_user = first_user, newest_user
         self._open_calls = open_calls
         self.roles = [h[1] for h in heads]
+        for i in sorted(loaded):  # the messages not loaded are classified as they are read
+            self._classify(i, loaded[i])
         self._adopt_retracts(retracts, gone)
         forms: list[Message | None] = [None] * n
         for i, msg in loaded.items():
@@ -475,7 +507,8 @@ class HistoryView:
             )
             self.later_system = [j for j in self.later_system if j not in gone]
         self.retracted = gone
-        if gone:
+        self.state_pins = [i for i in self.state_pins if i not in gone]
+        if gone or self.scaffold:
             self._pick_users()
 
     @staticmethod
@@ -517,6 +550,11 @@ class HistoryView:
             form = self._assistant_form(msg, i) if msg.tool_calls else msg
             forms.items[i] = form
             self._tokens[i] = 0 if i in self.retracted else self._count(form)
+            if i not in self.retracted:
+                self._classify(i, msg)
+        self.state_pins.sort()
+        if self.scaffold:
+            self._pick_users()
         history.filled()
         forms.filled()
         self._cum[1:] = list(itertools.accumulate(self._tokens))
@@ -537,10 +575,13 @@ class HistoryView:
         out: list[int] = []
         if self.first_user is not None and self.prefix_len <= self.first_user < boundary:
             out.append(self.first_user)
-        later = [i for i in self.later_system[-5:] if i < boundary]  # the newest five
+        later = {i for i in self.later_system[-5:] if i < boundary}  # the newest five
         nu = self.newest_user
         if nu is not None and self.prefix_len <= nu < boundary and nu != self.first_user:
-            later.append(nu)
+            later.add(nu)
+        for i in self.state_pins[-self.MAX_STATE_PINS :]:
+            if self.prefix_len <= i < boundary and i != self.first_user:
+                later.add(i)
         out.extend(sorted(later))
         return out
 

@@ -77,7 +77,7 @@ def squeeze(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
     """Last resort: cut oversized non-pinned texts and tool-call arguments to head+tail,
     saving the whole of them to a file first (so every byte stays recoverable)."""
     v = comp.view
-    pinned = {v.first_user, v.newest_user}
+    pinned: set[int | None] = {v.first_user, v.newest_user, *v.state_pins}
     big = max(400, min(2_000, comp.window // 2))  # characters: "long" in a small window too
     order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
     for i in order:

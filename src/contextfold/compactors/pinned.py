@@ -93,13 +93,15 @@ def _reduced_content(original: Content, reduced: str) -> Content:
 
 def pinned_indices(comp: ProgressiveCompactor) -> list[int]:
     """History indices in the view that compaction never moves: the leading system messages,
-    the first and newest user message and the later instructions the view keeps."""
+    the first and newest user message, the later instructions the view keeps and the
+    messages carrying the client's current state (its files block, repository map)."""
     v = comp.view
     out = set(range(v.prefix_len))
     for i in (v.first_user, v.newest_user):
         if i is not None:
             out.add(i)
     out.update(v.later_system[-5:])
+    out.update(i for i in v.state_pins[-v.MAX_STATE_PINS :] if i not in v.retracted)
     return sorted(out)
 
 
