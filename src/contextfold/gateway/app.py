@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from .. import __version__
 from ..errors import (
@@ -24,7 +24,7 @@ from ..errors import (
     StorageError,
     UnsafeIdError,
 )
-from . import edge, fastjson, providers
+from . import edge, providers
 from .body import BodyReader, TooDeep
 from .config import GatewayConfig
 from .metrics import Metrics
@@ -332,7 +332,7 @@ class Gateway:
             yield
             await self.pipeline.aclose()
 
-        routes = [
+        routes: list[BaseRoute] = [
             Route(
                 spec.path,
                 self._proxied(adapter, spec.path) if spec.turn else self.passthrough,
