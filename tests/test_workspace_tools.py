@@ -27,8 +27,15 @@ def test_same_schemas_as_the_agent_tools_plus_a_session_id(tmp_path: Path) -> No
     cm = _session(tmp_path, "s1", "a")
     tools = WorkspaceTools(tmp_path, agent_id="a")
     ours = {t.name: t for t in tools.tools()}
-    theirs = {s["function"]["name"]: s["function"] for s in cm.tool_schemas()}
+    # the workspace tools only read: the agent's memory-writing tools are not among them
+    writes = {"memory_add", "memory_edit", "memory_delete", "memory_flush"}
+    theirs = {
+        s["function"]["name"]: s["function"]
+        for s in cm.tool_schemas()
+        if s["function"]["name"] not in writes
+    }
     assert set(ours) == set(theirs)
+    assert writes <= {s["function"]["name"] for s in cm.tool_schemas()}
     for name, fn in theirs.items():
         props = dict(ours[name].parameters["properties"])
         if name in ("recall", "read_offloaded"):

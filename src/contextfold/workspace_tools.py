@@ -4,9 +4,11 @@ The MCP server and the ``contextfold sessions`` command answer for sessions they
 write and that other processes may still be writing. :class:`WorkspaceTools` offers the same
 tools an agent gets from ``ContextManager.toolbox`` (``recall``, ``read_offloaded``,
 ``session_list`` / ``session_history`` / ``session_search``, ``memory_search`` /
-``memory_get``), answered by the same handlers, with two differences: ``recall`` and
-``read_offloaded`` take a ``sessionId`` (there is no current session), and every call sees
-what other processes have committed to the store (nothing is cached or rebuilt here).
+``memory_get``), answered by the same handlers, with three differences: ``recall`` and
+``read_offloaded`` take a ``sessionId`` (there is no current session), every call sees
+what other processes have committed to the store (nothing is cached or rebuilt here), and
+nothing is written (the agent's ``memory_add`` / ``memory_edit`` / ``memory_delete`` /
+``memory_flush`` are not offered).
 
 Access is scoped like the session tools: an agent reads its own sessions and those of the
 agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error.
