@@ -198,8 +198,10 @@ def test_public_methods_have_no_any_return(tmp_path: Path) -> None:
     assert set(view) == {"system", "messages"}
 
 
-def test_prepare_overloads_type_check(tmp_path: Path) -> None:
+def test_prepare_overloads_type_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """mypy sees list[dict[str, Any]] for the OpenAI view and AnthropicView for Anthropic."""
+    # the checkout's sources: an editable install is an import hook, which mypy cannot follow
+    monkeypatch.setenv("MYPYPATH", str(REPO_ROOT / "src"))
     snippet = tmp_path / "snippet.py"
     snippet.write_text(
         "from contextfold import ContextManager\n"
