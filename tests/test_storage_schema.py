@@ -118,6 +118,41 @@ def test_read_only_old_workspace_reads_without_heads(tmpfs: Path) -> None:  # no
     store.close()
 
 
+def _drop_branch_columns(con: sqlite3.Connection) -> None:
+    """What schema 5 added: the parent and fork point of branch sessions."""
+    con.execute("DROP INDEX sessions_parent")
+    con.execute("ALTER TABLE sessions DROP COLUMN parent_id")
+    con.execute("ALTER TABLE sessions DROP COLUMN fork_at")
+
+
+def test_schema_4_store_gets_branch_columns_and_reads_as_before(tmp_path: Path) -> None:
+    """A schema-4 store (no branches) is migrated to schema 5: its sessions read as before,
+    stand alone (no parent), and a branch can then be made of them."""
+    store = SQLiteStore(tmp_path / "ws")
+    with store.transaction() as txn:
+        txn.append("s", [NewEvent(kind="message", data={"i": i}) for i in range(3)],
+                   expected_seq=0, agent_id="a")
+    store.close()
+    con = sqlite3.connect(tmp_path / "ws" / DB_NAME)
+    _drop_branch_columns(con)
+    con.execute("UPDATE store_meta SET value='4' WHERE key='schema'")
+    con.commit()
+    con.close()
+    store = SQLiteStore(tmp_path / "ws")
+    info = store.session("s")
+    assert info is not None and (info.events, info.parent_id, info.fork_at) == (3, None, 0)
+    with store.transaction() as txn:
+        txn.branch("b", parent_id="s", at=2, agent_id="a")
+        txn.append("b", [NewEvent(kind="message", data={"i": 9})], expected_seq=2, agent_id="a")
+    assert [e.data["i"] for e in store.read("b")] == [0, 1, 9]
+    con = sqlite3.connect(tmp_path / "ws" / DB_NAME)
+    version = con.execute("SELECT value FROM store_meta WHERE key='schema'").fetchone()
+    own = con.execute("SELECT count(*) FROM events WHERE session_id='b'").fetchone()
+    con.close()
+    assert version == ("5",) and own == (1,), "a branch stores its own events only"
+    store.close()
+
+
 def _as_schema_3(path: Path) -> int:
     """Rewrite a current store as schema 3 wrote it: message heads as objects holding what
     each call was about, no detail column. Returns how many heads held calls."""
@@ -138,6 +173,7 @@ def _as_schema_3(path: Path) -> int:
     con.execute("ALTER TABLE events DROP COLUMN detail")
     con.execute("CREATE INDEX events_heads ON events(session_id, kind, seq, head)")
     con.execute("CREATE INDEX events_kind ON events(session_id, kind, seq)")
+    _drop_branch_columns(con)
     con.execute("UPDATE store_meta SET value='3' WHERE key='schema'")
     con.commit()
     con.close()

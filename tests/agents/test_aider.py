@@ -117,6 +117,7 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     whole = _store_bytes(Path(st.store))
     stored = _message_bytes(Path(st.store))
     distinct = sum(len(m.encode()) for m in seen)
+    print({"whole": whole, "stored": stored, "distinct": distinct})
     assert branches == 0, f"the gateway opened {branches} branches for one aider session"
     for text in script.main_requests:
         assert "def total(values):" in text, "a request lost aider's files block"

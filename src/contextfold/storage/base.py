@@ -186,8 +186,12 @@ class SessionInfo:
     created_at: str
     updated_at: str
     title: str
+    #: events and messages counted as the session reads: a branch's shared prefix included
     events: int
     messages: int
+    #: a branch: the session whose first ``fork_at`` events it shares (None: no branch)
+    parent_id: str | None = None
+    fork_at: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -237,6 +241,22 @@ class Transaction(Protocol):
         session does not have exactly ``expected_seq`` events. Creates the session (owned by
         ``agent_id``) when ``expected_seq == 0``; appending to an existing session with another
         ``agent_id`` raises StorageError."""
+        ...
+
+    def branch(
+        self,
+        session_id: str,
+        *,
+        parent_id: str,
+        at: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> None:
+        """Create ``session_id`` as a branch of ``parent_id``: its first ``at`` events are the
+        parent's (shared, never copied; see :mod:`.branches`), so it starts with ``at`` events
+        and the next :meth:`append` gives ``expected_seq=at``. The parent must exist, have at
+        least ``at`` events and be owned by ``agent_id``; a session that exists already raises
+        ConcurrentWriteError (another writer created it first)."""
         ...
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None: ...
@@ -347,10 +367,15 @@ class Store(Protocol):
         """Sessions owned by those agents (all when None), newest first."""
         ...
 
+    def branches(self, session_id: str) -> list[str]:
+        """The sessions that are branches of ``session_id`` (direct ones), oldest id first."""
+        ...
+
     def delete_session(self, session_id: str) -> None:
         """Events, the session row, documents whose key starts with ``"<session_id>/"`` (in any
         namespace) and index rows of the session, in one step. Blobs are shared by content and
-        are not deleted."""
+        are not deleted. Branches of the session keep their whole history: the events they
+        still share with it move into them in the same step."""
         ...
 
     # -- documents

@@ -32,6 +32,7 @@ from .base import (
     check_keys,
     check_text,
 )
+from .branches import check_branch, relink, segments, walk_chain
 from .keys import KeyTable
 from .text import bm25_scores, query_terms, split_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
@@ -66,6 +67,14 @@ class _Session:
     #: the (head, detail) of each event (same positions as ``events``)
     heads: list[tuple[JSON, JSON]] = field(default_factory=list)
     messages: int = 0
+    #: a branch: the parent whose first ``fork_at`` events it shares; ``events`` and ``heads``
+    #: hold its own events only (seq ``fork_at`` on)
+    parent: str | None = None
+    fork_at: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.fork_at + len(self.events)
 
 
 @dataclass
@@ -136,9 +145,45 @@ class _MemoryTransaction:
             events=list(cur.events),
             heads=list(cur.heads),
             messages=cur.messages,
+            parent=cur.parent,
+            fork_at=cur.fork_at,
         )
         self._sessions[session_id] = copy
         return copy
+
+    def branch(
+        self,
+        session_id: str,
+        *,
+        parent_id: str,
+        at: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> None:
+        check_append(session_id, agent_id, 0, title)
+        existing = self._session(session_id)
+        if existing is not None:
+            raise ConcurrentWriteError(session_id, 0, existing.count)
+        parent = self._session(parent_id) if isinstance(parent_id, str) and parent_id else None
+        at = check_branch(
+            session_id,
+            parent_id,
+            at,
+            parent_events=parent.count if parent else None,
+            parent_agent=parent.agent_id if parent else None,
+            agent_id=agent_id,
+        )
+        shared = self._store._composed(parent_id, stop=at, view=self._session)
+        now = utc_now()
+        self._sessions[session_id] = _Session(
+            agent_id=agent_id,
+            created_at=now,
+            updated_at=now,
+            title=title or "",
+            messages=sum(1 for e, _ in shared if e.kind == "message"),
+            parent=parent_id,
+            fork_at=at,
+        )
 
     def append(
         self,
@@ -151,7 +196,7 @@ class _MemoryTransaction:
     ) -> list[Event]:
         check_append(session_id, agent_id, expected_seq, title)
         sess = self._session(session_id)
-        actual = len(sess.events) if sess is not None else 0
+        actual = sess.count if sess is not None else 0
         if actual != expected_seq:
             raise ConcurrentWriteError(session_id, expected_seq, actual)
         now = utc_now()
@@ -306,6 +351,35 @@ class MemoryStore:
             finally:
                 self._local.txn = None
 
+    def _composed(
+        self,
+        session_id: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        view: Any = None,
+    ) -> list[tuple[Event, tuple[JSON, JSON]]]:
+        """The events ``start <= seq < stop`` of a session as it reads (a branch's shared
+        prefix included, labelled with ``session_id``), each with its (head, detail)."""
+        get = view or self._view
+
+        def link(sid: str) -> tuple[str | None, int] | None:
+            s = get(sid)
+            return None if s is None else (s.parent, s.fork_at)
+
+        out: list[tuple[Event, tuple[JSON, JSON]]] = []
+        for owner, lo, hi in segments(walk_chain(session_id, link), start, stop):
+            sess = get(owner)
+            if sess is None:
+                continue
+            a = lo - sess.fork_at
+            b = None if hi is None else max(hi - sess.fork_at, 0)
+            for ev, hd in zip(sess.events[a:b], sess.heads[a:b], strict=True):
+                if owner != session_id:
+                    ev = dataclasses.replace(ev, session_id=session_id)
+                out.append((ev, hd))
+        return out
+
     def _view(self, session_id: str) -> _Session | None:
         txn = getattr(self._local, "txn", None)
         if txn is not None and session_id in txn._sessions:
@@ -317,7 +391,7 @@ class MemoryStore:
         with self._lock:
             self._check_open()
             sess = self._view(session_id)
-            return len(sess.events) if sess else 0
+            return sess.count if sess else 0
 
     def read(
         self,
@@ -329,8 +403,7 @@ class MemoryStore:
     ) -> Iterator[Event]:
         with self._lock:
             self._check_open()
-            sess = self._view(session_id)
-            events = list(sess.events[start:stop]) if sess else []
+            events = [e for e, _ in self._composed(session_id, start=start, stop=stop)]
         wanted = set(kinds) if kinds is not None else None
         return iter([e for e in events if wanted is None or e.kind in wanted])
 
@@ -345,10 +418,7 @@ class MemoryStore:
     ) -> list[EventHead]:
         with self._lock:
             self._check_open()
-            sess = self._view(session_id)
-            if sess is None:
-                return []
-            pairs = list(zip(sess.events[start:stop], sess.heads[start:stop], strict=True))
+            pairs = self._composed(session_id, start=start, stop=stop)
         wanted = set(kinds) if kinds is not None else None
         return [
             EventHead(seq=e.seq, kind=e.kind, head=h, detail=d if details else None)
@@ -363,8 +433,7 @@ class MemoryStore:
             return []
         with self._lock:
             self._check_open()
-            sess = self._view(session_id)
-            events = sess.events if sess else []
+            events = [e for e, _ in self._composed(session_id)]
             wanted = set(kinds) if kinds is not None else None
             out: list[Event] = []
             for e in reversed(events):
@@ -382,8 +451,10 @@ class MemoryStore:
             created_at=s.created_at,
             updated_at=s.updated_at,
             title=s.title,
-            events=len(s.events),
+            events=s.count,
             messages=s.messages,
+            parent_id=s.parent,
+            fork_at=s.fork_at,
         )
 
     def session(self, session_id: str) -> SessionInfo | None:
@@ -403,9 +474,30 @@ class MemoryStore:
         out.sort(key=lambda i: (i.updated_at, i.session_id), reverse=True)
         return out
 
+    def branches(self, session_id: str) -> list[str]:
+        with self._lock:
+            self._check_open()
+            return sorted(sid for sid, s in self._sessions.items() if s.parent == session_id)
+
+    def _keep_branches(self, session_id: str, gone: _Session) -> None:
+        """Before ``session_id`` is deleted: its branches take the events they share with it."""
+        for sid in self.branches(session_id):
+            child = self._sessions[sid]
+            parent, fork_at, lo, hi = relink(gone.fork_at, gone.parent, child.fork_at)
+            moved = [
+                (dataclasses.replace(e, session_id=sid), hd)
+                for e, hd in self._composed(session_id, start=lo, stop=hi)
+            ]
+            child.events[:0] = [e for e, _ in moved]
+            child.heads[:0] = [hd for _, hd in moved]
+            child.parent, child.fork_at = parent, fork_at
+
     def delete_session(self, session_id: str) -> None:
         with self._lock:
             self._check_open()
+            gone = self._sessions.get(session_id)
+            if gone is not None:
+                self._keep_branches(session_id, gone)
             self._sessions.pop(session_id, None)
             prefix = f"{session_id}/"
             for k in [k for k in self._docs if k[1].startswith(prefix)]:

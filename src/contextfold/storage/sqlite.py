@@ -34,6 +34,7 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
+from .branches import Chain, relink, segments, walk_chain
 from .files import FileBlobs
 from .sqlite_schema import (
     DB_NAME,
@@ -182,6 +183,8 @@ class SQLiteStore:
         self._details = int(version[0]) >= 4
         #: a read-only database of an older version may have no key table: lookups find nothing
         self._keys_table = int(version[0]) >= 3
+        #: ... and no branches before version 5 (every session stands alone)
+        self._branches = int(version[0]) >= 5
 
     def _con(self) -> sqlite3.Connection:
         if self._closed:
@@ -259,6 +262,33 @@ class SQLiteStore:
             session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
         )
 
+    def _chain(self, con: sqlite3.Connection, session_id: str) -> Chain:
+        """The session and the parents whose events it shares (see :mod:`.branches`)."""
+        if not self._branches:
+            return [(session_id, 0)]
+
+        def link(sid: str) -> tuple[str | None, int] | None:
+            row: tuple[str | None, int] | None = con.execute(
+                "SELECT parent_id, fork_at FROM sessions WHERE session_id=?", (sid,)
+            ).fetchone()
+            return row
+
+        return walk_chain(session_id, link)
+
+    @staticmethod
+    def _segment_sql(
+        columns: str, owner: str, lo: int, hi: int | None, kinds: Sequence[str] | None
+    ) -> tuple[str, list[Any]]:
+        sql = f"SELECT {columns} FROM events WHERE session_id=? AND seq>=?"
+        args: list[Any] = [owner, lo]
+        if hi is not None:
+            sql += " AND seq<?"
+            args.append(hi)
+        if kinds is not None:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        return sql, args
+
     def _range_rows(
         self,
         columns: str,
@@ -267,19 +297,16 @@ class SQLiteStore:
         stop: int | None,
         kinds: Sequence[str] | None,
     ) -> list[Any]:
-        """Rows of the session's events with ``start <= seq < stop`` (of those kinds), in order."""
+        """Rows of the session's events with ``start <= seq < stop`` (of those kinds), in
+        order: a branch's shared prefix from its parents' rows."""
         if kinds is not None and not kinds:
             return []
-        sql = f"SELECT {columns} FROM events WHERE session_id=? AND seq>=?"
-        args: list[Any] = [session_id, start]
-        if stop is not None:
-            sql += " AND seq<?"
-            args.append(stop)
-        if kinds is not None:
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
+        rows: list[Any] = []
         with self._reading(f"reading session {session_id!r}") as con:
-            return con.execute(sql + " ORDER BY seq", args).fetchall()
+            for owner, lo, hi in segments(self._chain(con, session_id), start, stop):
+                sql, args = self._segment_sql(columns, owner, lo, hi, kinds)
+                rows += con.execute(sql + " ORDER BY seq", args).fetchall()
+        return rows
 
     def read(
         self,
@@ -334,18 +361,16 @@ class SQLiteStore:
     ) -> list[Event]:
         if n <= 0:
             return []
-        sql = "SELECT seq, kind, ts, data FROM events WHERE session_id=?"
-        args: list[Any] = [session_id]
-        if kinds is not None:
-            if not kinds:
-                return []
-            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
-            args.extend(kinds)
-        sql += " ORDER BY seq DESC LIMIT ?"
-        args.append(n)
+        if kinds is not None and not kinds:
+            return []
+        rows: list[Any] = []
         try:
             with self._reading(f"reading session {session_id!r}") as con:
-                rows = con.execute(sql, args).fetchall()
+                for owner, lo, hi in reversed(segments(self._chain(con, session_id), 0, None)):
+                    sql, args = self._segment_sql("seq, kind, ts, data", owner, lo, hi, kinds)
+                    rows += con.execute(sql + " ORDER BY seq DESC LIMIT ?", [*args, n - len(rows)])
+                    if len(rows) >= n:
+                        break
             return [self._event(r, session_id) for r in reversed(rows)]
         except ValueError as exc:
             raise StorageError(f"session {session_id!r} has a damaged event: {exc}") from exc
@@ -360,15 +385,34 @@ class SQLiteStore:
             title=row[4],
             events=int(row[5]),
             messages=int(row[6]),
+            parent_id=row[7] if len(row) > 7 else None,
+            fork_at=int(row[8]) if len(row) > 8 else 0,
         )
+
+    @property
+    def _session_cols(self) -> str:
+        cols = "session_id, agent_id, created_at, updated_at, title, events, messages"
+        return cols + ", parent_id, fork_at" if self._branches else cols
 
     def session(self, session_id: str) -> SessionInfo | None:
         with self._reading("reading a session") as con:
-            row = con.execute("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+            row = con.execute(
+                f"SELECT {self._session_cols} FROM sessions WHERE session_id=?", (session_id,)
+            ).fetchone()
         return self._info(row) if row else None
 
+    def branches(self, session_id: str) -> list[str]:
+        if not self._branches:
+            return []
+        with self._reading("listing branches") as con:
+            rows = con.execute(
+                "SELECT session_id FROM sessions WHERE parent_id=? ORDER BY session_id",
+                (session_id,),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
     def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
-        sql = "SELECT * FROM sessions"
+        sql = f"SELECT {self._session_cols} FROM sessions"
         args: list[Any] = []
         if agent_ids is not None:
             if not agent_ids:
@@ -396,9 +440,33 @@ class SQLiteStore:
                 )
         con.execute(f"DELETE FROM search_docs WHERE {where}", args)
 
+    def _keep_branches(self, con: sqlite3.Connection, session_id: str) -> None:
+        """Before ``session_id`` is deleted: its branches take the events they share with it
+        (see :func:`.branches.relink`)."""
+        row = con.execute(
+            "SELECT parent_id, fork_at FROM sessions WHERE session_id=?", (session_id,)
+        ).fetchone()
+        if row is None:
+            return
+        for child, child_fork in con.execute(
+            "SELECT session_id, fork_at FROM sessions WHERE parent_id=?", (session_id,)
+        ).fetchall():
+            parent, fork_at, lo, hi = relink(int(row[1]), row[0], int(child_fork))
+            con.execute(
+                "INSERT INTO events (session_id, seq, kind, ts, data, head, detail) "
+                "SELECT ?, seq, kind, ts, data, head, detail FROM events "
+                "WHERE session_id=? AND seq>=? AND seq<?",
+                (child, session_id, lo, hi),
+            )
+            con.execute(
+                "UPDATE sessions SET parent_id=?, fork_at=? WHERE session_id=?",
+                (parent, fork_at, child),
+            )
+
     def delete_session(self, session_id: str) -> None:
         with self.transaction() as txn:
             con = txn._con
+            self._keep_branches(con, session_id)
             con.execute("DELETE FROM events WHERE session_id=?", (session_id,))
             con.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
             con.execute(

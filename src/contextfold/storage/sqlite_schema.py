@@ -75,6 +75,14 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX events_heads ON events(session_id, kind, seq, head, detail)",
         "DROP INDEX IF EXISTS events_kind",
     ),
+    # branches share their parent's events up to the fork point instead of copying them
+    # (see storage/branches.py): the parent and the fork point, on the branch's row
+    5: (
+        "ALTER TABLE sessions ADD COLUMN parent_id TEXT",
+        "ALTER TABLE sessions ADD COLUMN fork_at INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id) "
+        "WHERE parent_id IS NOT NULL",
+    ),
 }
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = max(MIGRATIONS)
@@ -112,10 +120,20 @@ def create_or_migrate(con: sqlite3.Connection, fts5: bool) -> int:
     ran = 0
     for number in range(version + 1, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[number]:
-            con.execute(statement)
+            _run(con, statement)
         ran += 1
     con.execute("UPDATE store_meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
     return ran
+
+
+def _run(con: sqlite3.Connection, statement: str) -> None:
+    """One migration statement; a column that is there already (a store whose version number
+    was put back by hand) is kept as it is."""
+    try:
+        con.execute(statement)
+    except sqlite3.OperationalError as exc:
+        if not (statement.startswith("ALTER TABLE") and "duplicate column" in str(exc)):
+            raise
 
 
 #: SQLite's result codes for a database that cannot be written here: READONLY, CANTOPEN, PERM

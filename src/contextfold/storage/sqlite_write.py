@@ -20,6 +20,7 @@ from .base import (
     check_keys,
     check_text,
 )
+from .branches import check_branch
 from .sqlite_schema import session_tag
 from .text import split_fields
 from .util import utc_now
@@ -92,7 +93,8 @@ class SQLiteTransaction:
         n_msg = sum(1 for e in out if e.kind == "message")
         if row is None:
             con.execute(
-                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?)",
+                "INSERT INTO sessions (session_id, agent_id, created_at, updated_at, title, events, "
+                "messages) VALUES (?,?,?,?,?,?,?)",
                 (session_id, agent_id, now, now, title or "", len(out), n_msg),
             )
         else:
@@ -102,6 +104,43 @@ class SQLiteTransaction:
                 (len(out), n_msg, now, title or "", session_id),
             )
         return out
+
+    def branch(
+        self,
+        session_id: str,
+        *,
+        parent_id: str,
+        at: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> None:
+        check_append(session_id, agent_id, 0, title)
+        con = self._con
+        row = con.execute("SELECT events FROM sessions WHERE session_id=?", (session_id,))
+        found = row.fetchone()
+        if found is not None:
+            raise ConcurrentWriteError(session_id, 0, int(found[0]))
+        check_text(parent_id, "parent session id")
+        parent = con.execute(
+            "SELECT events, agent_id FROM sessions WHERE session_id=?", (parent_id,)
+        ).fetchone()
+        at = check_branch(
+            session_id,
+            parent_id,
+            at,
+            parent_events=int(parent[0]) if parent else None,
+            parent_agent=parent[1] if parent else None,
+            agent_id=agent_id,
+        )
+        messages = sum(
+            1 for r in self._store._range_rows("kind", parent_id, 0, at, ["message"]) if r
+        )
+        now = utc_now()
+        con.execute(
+            "INSERT INTO sessions (session_id, agent_id, created_at, updated_at, title, events, "
+            "messages, parent_id, fork_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            (session_id, agent_id, now, now, title or "", at, messages, parent_id, at),
+        )
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
         check_text(namespace, "document namespace")
