@@ -142,6 +142,14 @@ _MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX IF NOT EXISTS events_big_heads ON {s}.events (session_id, kind, seq) "
         f"WHERE {BIG_HEAD}",
     ),
+    # branches share their parent's events up to the fork point instead of copying them
+    # (see storage/branches.py): the parent and the fork point, on the branch's row
+    5: (
+        "ALTER TABLE {s}.sessions ADD COLUMN IF NOT EXISTS parent_id text",
+        "ALTER TABLE {s}.sessions ADD COLUMN IF NOT EXISTS fork_at bigint NOT NULL DEFAULT 0",
+        "CREATE INDEX IF NOT EXISTS sessions_parent ON {s}.sessions (parent_id) "
+        "WHERE parent_id IS NOT NULL",
+    ),
 }
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = max(_MIGRATIONS)

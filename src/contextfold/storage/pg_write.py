@@ -21,6 +21,7 @@ from .base import (
     check_keys,
     check_text,
 )
+from . import pg_branches
 from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 
@@ -154,6 +155,19 @@ class PgTransaction:
             raise ConcurrentWriteError(session_id, expected_seq, actual)
         self.rows += len(out)
         return out
+
+    def branch(
+        self,
+        session_id: str,
+        *,
+        parent_id: str,
+        at: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> None:
+        self._use(f"create branch {session_id!r}")
+        pg_branches.create(self._conn, self._s, session_id, parent_id, at, agent_id, title)
+        self.pending.clear()
 
     def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
         check_text(namespace, "document namespace")

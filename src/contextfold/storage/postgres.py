@@ -46,6 +46,8 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
+from .branches import Chain, segments
+from .pg_branches import chain_sql, keep_branches, to_chain
 from .pg_connect import public_url, split_param, split_schema
 from .pg_pool import Connections, resolve_timeout
 from .pg_schema import (
@@ -287,6 +289,19 @@ class PostgresStore:
         """Events in order, fetched a page at a time (no connection is held between pages;
         events are immutable once written, so pages are consistent)."""
         self._check_open()
+        for owner, lo, hi in segments(self._chain(session_id), start, stop):
+            for row in self._read_rows(owner, lo, hi, kinds):
+                yield _event(row, session_id)
+
+    def _chain(self, session_id: str) -> Chain:
+        rows = self._rows(
+            f"read the branches of session {session_id!r}", chain_sql(self.s), (session_id,)
+        )
+        return to_chain(session_id, rows)
+
+    def _read_rows(
+        self, owner: str, start: int, stop: int | None, kinds: Sequence[str] | None
+    ) -> Iterator[Any]:
         cursor = max(start, 0)
         kind_sql = " AND kind = ANY(%s)" if kinds is not None else ""
         stop_sql = " AND seq < %s" if stop is not None else ""
@@ -295,14 +310,13 @@ class PostgresStore:
             f"{stop_sql}{kind_sql} ORDER BY seq LIMIT {PAGE}"
         )
         while True:
-            params: list[Any] = [session_id, cursor]
+            params: list[Any] = [owner, cursor]
             if stop is not None:
                 params.append(stop)
             if kinds is not None:
                 params.append(list(kinds))
-            rows = self._rows(f"read session {session_id!r}", query, params)
-            for row in rows:
-                yield _event(row)
+            rows = self._rows(f"read session {owner!r}", query, params)
+            yield from rows
             if len(rows) < PAGE:
                 return
             cursor = int(rows[-1][1]) + 1
@@ -319,6 +333,19 @@ class PostgresStore:
         self._check_open()
         if kinds is not None and not kinds:
             return []
+        out: list[EventHead] = []
+        for owner, lo, hi in segments(self._chain(session_id), start, stop):
+            out += self._heads(owner, lo, hi, kinds, details)
+        return out
+
+    def _heads(
+        self,
+        session_id: str,
+        start: int,
+        stop: int | None,
+        kinds: Sequence[str] | None,
+        details: bool,
+    ) -> list[EventHead]:
         params: list[Any] = [session_id, max(start, 0)]
         where = "session_id = %s AND seq >= %s"
         if stop is not None:
@@ -367,16 +394,20 @@ class PostgresStore:
         if n <= 0:
             return []
         kind_sql = " AND kind = ANY(%s)" if kinds is not None else ""
-        params: list[Any] = [session_id]
-        if kinds is not None:
-            params.append(list(kinds))
-        rows = self._rows(
-            f"read the last events of session {session_id!r}",
-            f"SELECT {EVENT_COLS} FROM {self.s}.events WHERE session_id = %s{kind_sql} "
-            "ORDER BY seq DESC LIMIT %s",
-            [*params, n],
-        )
-        return [_event(r) for r in reversed(rows)]
+        rows: list[Any] = []
+        for owner, lo, hi in reversed(segments(self._chain(session_id), 0, None)):
+            params: list[Any] = [owner, lo, hi if hi is not None else 2**62]
+            if kinds is not None:
+                params.append(list(kinds))
+            rows += self._rows(
+                f"read the last events of session {session_id!r}",
+                f"SELECT {EVENT_COLS} FROM {self.s}.events WHERE session_id = %s AND seq >= %s "
+                f"AND seq < %s{kind_sql} ORDER BY seq DESC LIMIT %s",
+                [*params, n - len(rows)],
+            )
+            if len(rows) >= n:
+                break
+        return [_event(r, session_id) for r in reversed(rows)]
 
     def session(self, session_id: str) -> SessionInfo | None:
         rows = self._rows(
@@ -396,6 +427,14 @@ class PostgresStore:
         rows = self._rows("list sessions", query + " ORDER BY updated_at DESC, session_id", params)
         return [_session(r) for r in rows]
 
+    def branches(self, session_id: str) -> list[str]:
+        rows = self._rows(
+            f"list the branches of session {session_id!r}",
+            f"SELECT session_id FROM {self.s}.sessions WHERE parent_id = %s ORDER BY session_id",
+            (session_id,),
+        )
+        return [str(r[0]) for r in rows]
+
     def delete_session(self, session_id: str) -> None:
         def delete(conn: Conn) -> None:
             with conn.transaction():
@@ -403,6 +442,7 @@ class PostgresStore:
                     f"SELECT 1 FROM {self.s}.sessions WHERE session_id = %s FOR UPDATE",
                     (session_id,),
                 )
+                keep_branches(conn, self.s, session_id)
                 conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
                 conn.execute(
                     f"DELETE FROM {self.s}.search_keys WHERE session_id = %s", (session_id,)
@@ -489,7 +529,9 @@ class PostgresStore:
         return {str(d): dict(m) for d, m in rows}
 
 
-_SESSION_COLS = "session_id, agent_id, created_at, updated_at, title, head, messages"
+_SESSION_COLS = (
+    "session_id, agent_id, created_at, updated_at, title, head, messages, parent_id, fork_at"
+)
 
 
 def _session(row: Sequence[Any]) -> SessionInfo:
@@ -501,15 +543,22 @@ def _session(row: Sequence[Any]) -> SessionInfo:
         title=str(row[4]),
         events=int(row[5]),
         messages=int(row[6]),
+        parent_id=None if row[7] is None else str(row[7]),
+        fork_at=int(row[8]),
     )
 
 
 _DECODER = json.JSONDecoder()
 
 
-def _event(row: Sequence[Any]) -> Event:
+def _event(row: Sequence[Any], session_id: str | None = None) -> Event:
+    """An event row, labelled with the session read (a branch reads its parent's rows)."""
     return Event(
-        session_id=str(row[0]), seq=int(row[1]), kind=str(row[2]), ts=str(row[3]), data=row[4]
+        session_id=session_id if session_id is not None else str(row[0]),
+        seq=int(row[1]),
+        kind=str(row[2]),
+        ts=str(row[3]),
+        data=row[4],
     )
 
 
