@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from contextfold.errors import StorageError
-from contextfold.storage import ConcurrentWriteError, NewEvent, Store
+from contextfold.storage import ConcurrentWriteError, NewEvent, SearchDoc, Store
 from tests.storage_contract import StoreFactory, append
 
 
@@ -120,6 +120,52 @@ def test_branch_seen_by_another_store(store_factory: StoreFactory) -> None:
     assert [e.data["i"] for e in reader.read("c")] == [0, 1, 2, 3, 100, 200]
     info = reader.session("c")
     assert info is not None and info.parent_id == "b"
+
+
+def _doc(sid: str, doc_id: str, body: str, seq: int, keys: tuple[str, ...] = ()) -> SearchDoc:
+    return SearchDoc(
+        namespace="session",
+        doc_id=doc_id,
+        scope="a",
+        session_id=sid,
+        fields={"body": body},
+        meta={"event": seq},
+        keys=keys,
+    )
+
+
+def test_branch_search_and_lookup_cover_the_shared_past(store_factory: StoreFactory) -> None:
+    """The shared past is indexed once, in the parent: a branch's session-scoped search and
+    lookup find the parent's documents made before the fork point, never those after it."""
+    store = store_factory.new()
+    _family(store)
+    with store.transaction() as txn:
+        txn.index(
+            [
+                _doc("p", "p:1", "traceback zebra before", 1, ("cmd:make",)),
+                _doc("p", "p:5", "traceback zebra after", 5, ("cmd:make",)),
+                _doc("b", "b:4", "traceback zebra mine", 4, ("cmd:make",)),
+                _doc("c", "c:5", "giraffe only here", 5),
+            ]
+        )
+    found = store.search("session", "zebra", session_id="b", limit=10)
+    assert {h.doc_id for h in found} == {"p:1", "b:4"}
+    assert {h.session_id for h in found} == {"b"}
+    assert {h.doc_id for h in store.search("session", "zebra", session_id="c")} == {"p:1", "b:4"}
+    assert [h.doc_id for h in store.search("session", "zebra", session_id="b", limit=1)] in (
+        ["p:1"],
+        ["b:4"],
+    )
+    assert {h.doc_id for h in store.search("session", "zebra", session_id="p")} == {"p:1", "p:5"}
+    assert store.lookup("session", session_id="b", keys=["cmd:make"]) == [
+        ("cmd:make", "b:4"),
+        ("cmd:make", "p:1"),
+    ]
+    assert store.lookup("session", session_id="c", prefixes=["cmd:"]) == [
+        ("cmd:make", "b:4"),
+        ("cmd:make", "p:1"),
+    ]
+    assert {h.doc_id for h in store.search("session", "zebra")} == {"p:1", "p:5", "b:4"}
 
 
 __all__ = [n for n in dir() if n.startswith("test_")]

@@ -16,9 +16,10 @@ The functions here are the backend-independent arithmetic; each backend walks it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import StorageError
+from .base import JSON, SearchHit
 
 #: A chain of links, the session first: ``(session_id, fork_at)``, then its parent with the
 #: parent's own fork point, up to a session that is no branch (fork point 0).
@@ -111,4 +112,162 @@ def relink(
     return grandparent, parent_fork, parent_fork, child_fork
 
 
-__all__ = ["MAX_DEPTH", "Chain", "Segment", "check_branch", "relink", "segments", "walk_chain"]
+def shared_seq(meta: Mapping[str, JSON]) -> int | None:
+    """The event an index document was made from, from its meta (``event``: a message's,
+    ``block``: an evidence block's); None when it names none."""
+    for key in ("event", "block"):
+        value = meta.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _bounds(chain: Sequence[tuple[str, int]]) -> list[tuple[str, int | None]]:
+    """Each owner of the chain with the seq its documents must be below to be part of the
+    session's past (None: the session itself, all of its documents)."""
+    out: list[tuple[str, int | None]] = []
+    bound: int | None = None
+    for sid, fork_at in chain:
+        if bound is not None and bound <= 0:
+            break
+        out.append((sid, bound))
+        bound = fork_at if bound is None else min(bound, fork_at)
+    return out
+
+
+def chain_search(
+    chain: Sequence[tuple[str, int]],
+    one: Callable[[str, int], list[SearchHit]],
+    limit: int,
+) -> list[SearchHit]:
+    """A session-scoped search of a branch: its own documents, and its parents' documents made
+    from events before the fork point (the shared past is indexed once, in the session that
+    wrote it). ``one(owner, n)``: the backend's search of one session's documents."""
+    hits: list[SearchHit] = []
+    for sid, bound in _bounds(chain):
+        if bound is None:
+            hits += one(sid, limit)
+            continue
+        for hit in one(sid, limit * OVERFETCH):
+            seq = shared_seq(hit.meta)
+            if seq is not None and seq < bound:
+                hits.append(
+                    SearchHit(
+                        doc_id=hit.doc_id, session_id=chain[0][0], score=hit.score, meta=hit.meta
+                    )
+                )
+    hits.sort(key=lambda h: (-h.score, h.doc_id))
+    return hits[:limit]
+
+
+def chain_lookup(
+    chain: Sequence[tuple[str, int]],
+    one: Callable[[str], list[tuple[str, str]]],
+    metas: Callable[[list[str]], Mapping[str, Mapping[str, JSON]]],
+) -> list[tuple[str, str]]:
+    """An exact lookup in a branch: its own keys, and its parents' keys of documents made
+    before the fork point (``one(owner)``: the backend's lookup in one session)."""
+    found: list[tuple[str, str]] = []
+    for sid, bound in _bounds(chain):
+        rows = one(sid)
+        if bound is None:
+            found += rows
+            continue
+        known = metas(list(dict.fromkeys(d for _, d in rows)))
+        for key, doc_id in rows:
+            seq = shared_seq(known.get(doc_id, {}))
+            if seq is not None and seq < bound:
+                found.append((key, doc_id))
+    return sorted(set(found))
+
+
+#: how many more hits a parent's search is asked for than the branch wants (some are from
+#: after the fork point and are left out)
+OVERFETCH = 4
+
+
+class BranchSearch:
+    """``search`` and ``lookup`` of a backend, branch-aware: the backend provides
+    ``_chain_of(session_id)``, ``_search`` and ``_lookup`` (one session's documents, the
+    arguments of :meth:`Store.search` / :meth:`Store.lookup`) and ``metas``."""
+
+    def _chain_of(self, session_id: str) -> Chain:
+        raise NotImplementedError
+
+    def _search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        raise NotImplementedError
+
+    def _lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    def metas(self, namespace: str, doc_ids: Sequence[str]) -> dict[str, dict[str, JSON]]:
+        raise NotImplementedError
+
+    def search(
+        self,
+        namespace: str,
+        query: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        session_id: str | None = None,
+        limit: int = 10,
+    ) -> list[SearchHit]:
+        """See :meth:`Store.search`; a branch's search covers its shared past too."""
+        chain = self._chain_of(session_id) if session_id is not None else []
+        if len(chain) > 1:
+            return chain_search(
+                chain,
+                lambda sid, n: self._search(
+                    namespace, query, scopes=scopes, session_id=sid, limit=n
+                ),
+                limit,
+            )
+        return self._search(namespace, query, scopes=scopes, session_id=session_id, limit=limit)
+
+    def lookup(
+        self,
+        namespace: str,
+        *,
+        session_id: str,
+        keys: Sequence[str] = (),
+        prefixes: Sequence[str] = (),
+    ) -> list[tuple[str, str]]:
+        """See :meth:`Store.lookup`; a branch's lookup covers its shared past too."""
+        chain = self._chain_of(session_id)
+        if len(chain) > 1:
+            return chain_lookup(
+                chain,
+                lambda sid: self._lookup(namespace, session_id=sid, keys=keys, prefixes=prefixes),
+                lambda ids: self.metas(namespace, ids),
+            )
+        return self._lookup(namespace, session_id=session_id, keys=keys, prefixes=prefixes)
+
+
+__all__ = [
+    "MAX_DEPTH",
+    "BranchSearch",
+    "Chain",
+    "Segment",
+    "chain_lookup",
+    "chain_search",
+    "check_branch",
+    "relink",
+    "segments",
+    "shared_seq",
+    "walk_chain",
+]

@@ -32,7 +32,7 @@ from .base import (
     check_keys,
     check_text,
 )
-from .branches import check_branch, relink, segments, walk_chain
+from .branches import BranchSearch, Chain, check_branch, relink, segments, walk_chain
 from .keys import KeyTable
 from .text import bm25_scores, query_terms, split_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
@@ -303,7 +303,7 @@ class _MemoryTransaction:
                 st._keys.pop((ns, sid), None)
 
 
-class MemoryStore:
+class MemoryStore(BranchSearch):
     """Everything in process memory; gone when the object is."""
 
     def __init__(self) -> None:
@@ -526,7 +526,16 @@ class MemoryStore:
                 if ns == namespace and k.startswith(prefix)
             }
 
-    def search(
+    def _chain_of(self, session_id: str) -> Chain:
+        with self._lock:
+
+            def link(sid: str) -> tuple[str | None, int] | None:
+                s = self._view(sid)
+                return None if s is None else (s.parent, s.fork_at)
+
+            return walk_chain(session_id, link)
+
+    def _search(
         self,
         namespace: str,
         query: str,
@@ -567,7 +576,7 @@ class MemoryStore:
             for i, score in ranked[:limit]
         ]
 
-    def lookup(
+    def _lookup(
         self,
         namespace: str,
         *,

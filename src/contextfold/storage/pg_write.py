@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from ..errors import StorageError
+from . import pg_branches
 from .base import (
     JSON,
     BlobCorruptError,
@@ -21,7 +22,6 @@ from .base import (
     check_keys,
     check_text,
 )
-from . import pg_branches
 from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 

@@ -46,7 +46,7 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
-from .branches import Chain, segments
+from .branches import BranchSearch, Chain, segments
 from .pg_branches import chain_sql, keep_branches, to_chain
 from .pg_connect import public_url, split_param, split_schema
 from .pg_pool import Connections, resolve_timeout
@@ -67,7 +67,7 @@ ANALYZE_EVERY = 20_000
 PAGE = 2_000
 
 
-class PostgresStore:
+class PostgresStore(BranchSearch):
     """Event logs, blobs, search and documents in a PostgreSQL database.
 
     ``url`` is a libpq URL (``postgresql://user:password@host:5432/db``); ``schema`` (default
@@ -482,7 +482,10 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ search
 
-    def search(
+    def _chain_of(self, session_id: str) -> Chain:
+        return self._chain(session_id)
+
+    def _search(
         self,
         namespace: str,
         query: str,
@@ -505,7 +508,7 @@ class PostgresStore:
         hits: list[SearchHit] = self._run(f"search {namespace!r} for {query[:60]!r}", run)
         return hits
 
-    def lookup(
+    def _lookup(
         self,
         namespace: str,
         *,

@@ -34,7 +34,7 @@ from .base import (
     SearchHit,
     SessionInfo,
 )
-from .branches import Chain, relink, segments, walk_chain
+from .branches import BranchSearch, Chain, relink, segments, walk_chain
 from .files import FileBlobs
 from .sqlite_schema import (
     DB_NAME,
@@ -62,7 +62,7 @@ def _busy(exc: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-class SQLiteStore:
+class SQLiteStore(BranchSearch):
     """SQLite (WAL) + blob files under ``root``. See the module docstring."""
 
     def __init__(self, root: str | Path, *, fts5: bool | None = None) -> None:
@@ -506,7 +506,11 @@ class SQLiteStore:
         return out
 
     # ------------------------------------------------------------------ search
-    def search(
+    def _chain_of(self, session_id: str) -> Chain:
+        with self._reading(f"reading the branches of {session_id!r}") as con:
+            return self._chain(con, session_id)
+
+    def _search(
         self,
         namespace: str,
         query: str,
@@ -535,7 +539,7 @@ class SQLiteStore:
             tag = session_tag(namespace, session_id) if session_id is not None else None
             return fts_search(con, table, terms, tag, where, args, limit, narrowed=scopes is None)
 
-    def lookup(
+    def _lookup(
         self,
         namespace: str,
         *,
