@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -40,6 +41,46 @@ def test_fork_copies_up_to_a_message_and_leaves_the_source(tmp_path: Path) -> No
         assert ops.delete_session(store, "copy").messages == 4
         with pytest.raises(ConfigError, match="no session 'copy'"):
             ops.show_session(store, "copy")
+    finally:
+        store.close()
+
+
+def _own_rows(ws: Path, sid: str) -> int:
+    con = sqlite3.connect(ws / "store.sqlite")
+    try:
+        row = con.execute("SELECT count(*) FROM events WHERE session_id=?", (sid,)).fetchone()
+        return int(row[0])
+    finally:
+        con.close()
+
+
+def test_fork_shares_the_source_history_and_continues_on_its_own(tmp_path: Path) -> None:
+    """A fork by the same agent is a branch: the source's messages are stored once, the fork
+    stores what is added to it, reads as one session, and outlives its source."""
+    _session(tmp_path, "src", 6, agent="a")
+    store = open_store(tmp_path)
+    try:
+        before = _own_rows(tmp_path, "src")
+        assert ops.fork_session(store, "src", "copy", upto=3) == 4
+        info = ops.get_session(store, "copy")
+        assert (info.parent_id, info.messages) == ("src", 4)
+        assert _own_rows(tmp_path, "copy") == 0 and _own_rows(tmp_path, "src") == before
+        with ContextManager(store=store, session_id="copy", agent_id="a") as cm:
+            cm.add({"role": "user", "content": "a different turn"})
+            assert [m["content"] for m in cm.prepare()][-2:] == ["turn 2", "a different turn"]
+        texts = [e.message.text for e in ops.show_session(store, "copy")]
+        assert texts == [e.message.text for e in ops.show_session(store, "src", stop=4)] + [
+            "a different turn"
+        ]
+        assert ops.get_session(store, "src").messages == 6
+        assert 0 < _own_rows(tmp_path, "copy") < before
+        ops.delete_session(store, "src")  # the fork keeps the history it shared
+        assert [e.message.text for e in ops.show_session(store, "copy")] == texts
+        with ContextManager(store=store, session_id="copy", agent_id="a") as cm:
+            assert [m["content"] for m in cm.prepare()][-1] == "a different turn"
+        # another agent's fork is a copy (the source's index is scoped to its owner)
+        assert ops.fork_session(store, "copy", "theirs", agent_id="b") == 5
+        assert ops.get_session(store, "theirs").parent_id is None
     finally:
         store.close()
 

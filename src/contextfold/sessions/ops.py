@@ -73,10 +73,15 @@ def fork_session(
     upto: int | None = None,
     agent_id: str | None = None,
 ) -> int:
-    """Copy the messages ``0..upto`` (all when None) of a session into a new session, owned by
-    the same agent unless ``agent_id`` says otherwise; returns how many were copied. The new
-    session is built like any other (its view, search index and compactions its own); the
-    source is not touched. Refuses a target that already exists, before writing anything."""
+    """Start a new session from the messages ``0..upto`` (all when None) of a session;
+    returns how many it starts with. The source is not touched. Refuses a target that already
+    exists, before writing anything.
+
+    Owned by the same agent (the default), the new session is a *branch*: it shares the
+    source's history up to that point (stored once, with everything the source had done by
+    then: its compactions and evidence) and stores only what is added to it. Owned by another
+    agent (``agent_id``), the messages are copied into a session built like any other (its view,
+    search index and compactions its own), since the source's index is scoped to its owner."""
     from ..manager import ContextManager
 
     info = get_session(store, session_id)
@@ -92,6 +97,12 @@ def fork_session(
         entries = entries[: upto + 1]
     if not entries:
         raise ConfigError(f"session {session_id!r} has no messages to copy")
+    if agent_id is None or agent_id == info.agent_id:
+        heads = store.read_heads(session_id, kinds=["message"])
+        at = heads[len(entries)].seq if len(entries) < len(heads) else store.head(session_id)
+        with store.transaction() as txn:
+            txn.branch(new_session_id, parent_id=session_id, at=at, agent_id=info.agent_id)
+        return len(entries)
     with ContextManager(
         store=store, session_id=new_session_id, agent_id=agent_id or info.agent_id
     ) as cm:
