@@ -14,6 +14,8 @@ import openai
 import pytest
 
 from contextfold import ContextManager
+from contextfold.sessions.log import entry_of
+from contextfold.storage import open_store
 from tests.gateway_fakes import Call, Reply
 from tests.gateway_helpers import running
 from tests.store_helpers import session_ids
@@ -87,8 +89,16 @@ def test_a_clients_own_compaction_continues_the_session_and_an_edited_past_branc
     cm.close()
     branch = stored[f"{base}.b1"]
     assert [m.text for m in branch] == [str(m.get("content")) for m in edited]
-    note = branch[0].metadata["cf_gateway"]
-    assert note["branch_of"] == base and note["diverged_at"] == 2
+    # the branch shares the 2 messages it has in common with the base session's conversation
+    # (stored once, in the base session) and notes where it came from in its own log
+    store = open_store(tmp_path / "ws")
+    info = store.session(f"{base}.b1")
+    assert info is not None and info.parent_id == base and info.messages == len(edited)
+    (event,) = store.read(f"{base}.b1", kinds=["branch"])
+    assert event.data["branch_of"] == base and event.data["diverged_at"] == 2
+    own = store.read(f"{base}.b1", start=info.fork_at, kinds=["message"])
+    assert [entry_of(e).message.text for e in own] == [m["content"] for m in edited[2:]]
+    store.close()
 
 
 def test_conversations_sharing_a_system_prompt_stay_apart(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..errors import ContextFoldError, StorageError, UnsafeIdError
 from ..messages import Message
 from ..paths import MAX_NAME, check_session_id
-from ..storage import ConcurrentWriteError
+from ..storage import ConcurrentWriteError, NewEvent
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation
@@ -391,15 +391,11 @@ class SessionRegistry:
         common: int,
         model: str,
     ) -> Synced:
-        """A real fork: the same past continued another way starts a branch session."""
+        """A real fork: the same past continued another way starts a branch session, which
+        shares the parent's stored history up to the fork (see :mod:`..storage.branches`)."""
         first_sess = self.get(family[0], model)
         empty = not first_sess.fps and first_sess.pending is None
         sid = family[0] if empty else f"{base}.b{len(family)}"
-        sess = first_sess if empty else self.get(sid, model)
-        sess.key = base
-        if sess.fps:
-            # another replica created this branch since the family was read: read it again
-            raise ConcurrentWriteError(sid, 0, len(sess.fps))
         fps = conv.fingerprints
         note = {
             "branch_of": parent.session_id,
@@ -410,6 +406,25 @@ class SessionRegistry:
                 else "the client resent a shorter history"
             ),
         }
+        at = None if empty else fork_point(parent, common)
+        if at is not None:  # the shared past is the parent's: only the branch's own part is new
+            with self.store_lock, self.store.transaction() as txn:
+                agent = parent.cm.agent_id
+                txn.branch(sid, parent_id=parent.session_id, at=at, agent_id=agent)
+                txn.append(
+                    sid, [NewEvent(kind="branch", data=note)], expected_seq=at, agent_id=agent
+                )
+            sess = self.get(sid, model)
+            sess.key = base
+            with self.store_lock:
+                sess.append(conv.neutral[common:], fps[common:])
+            family.append(sid)
+            return Synced(session=sess, added=len(fps) - common, branched_from=parent.session_id)
+        sess = first_sess if empty else self.get(sid, model)
+        sess.key = base
+        if sess.fps:
+            # another replica created this branch since the family was read: read it again
+            raise ConcurrentWriteError(sid, 0, len(sess.fps))
         first = conv.neutral[0]
         meta = dict(first.metadata)
         meta["cf_gateway"] = note
@@ -492,3 +507,20 @@ __all__ = [
     "open_shared_store",
     "session_key",
 ]
+
+
+def fork_point(parent: Session, common: int) -> int | None:
+    """The event seq up to which a branch continuing the first ``common`` messages of
+    ``parent``'s conversation shares the parent's stored history; None when it cannot (nothing
+    in common, an answer not stored yet, or those messages are not the parent's first stored
+    ones: the client had rewritten them). The parent's compactions of that past come with it."""
+    if common <= 0 or parent.pending is not None:
+        return None
+    positions, _ = parent.conversation()
+    if positions[:common] != list(range(common)):
+        return None
+    store = parent.cm.store
+    heads = store.read_heads(parent.session_id, kinds=["message"])
+    if len(heads) < common:
+        return None
+    return heads[common].seq if common < len(heads) else store.head(parent.session_id)
