@@ -176,8 +176,9 @@ def test_restore_priority_and_sha_mismatch(tmp_path: Path) -> None:
     transcript: dict[str, str] = {}
     store = EvidenceStore(session_store(tmp_path), transcript_lookup=transcript.get)
     msgs = [call("c1", "pytest"), result("c1", TRACEBACK)]
-    transcript[msgs[1].uuid] = TRACEBACK
+    # (not in the transcript when indexed, e.g. a message the log lacks: its body is archived)
     p = index(store, msgs).evidence[-1]  # type: ignore[attr-defined]
+    transcript[msgs[1].uuid] = TRACEBACK
     archived = blob_path(tmp_path, p.sha256)
 
     # tampered archive: reported, never returned; the next source (checked) is used
@@ -193,16 +194,36 @@ def test_restore_priority_and_sha_mismatch(tmp_path: Path) -> None:
     assert got.problem and "sha256 mismatch" in got.problem
     transcript[msgs[1].uuid] = TRACEBACK
 
-    # archive missing and no tool-result file: the transcript
+    # archive missing and no tool-result file: the message log, which holds the body byte
+    # for byte (checked), stands for the archived copy
     archived.unlink()
     got = store.restore(p)
-    assert got.source == "transcript" and got.text == TRACEBACK and got.sha256_ok is True
+    assert got.source == "archived" and got.text == TRACEBACK and got.sha256_ok is True
 
     # transcript has lost it too: the preview, flagged
     transcript.clear()
     got = store.restore(p)
     assert got.source == "preview" and got.sha256_ok is None
     assert got.text == p.preview and got.problem and "preview" in got.problem
+
+
+def test_a_body_the_message_log_holds_is_not_archived_again(tmp_path: Path) -> None:
+    """The text of a logged message is evidence as it is: no second copy is stored, and it is
+    restored from the log byte for byte (checked against the sha256), as the archived copy."""
+    transcript: dict[str, str] = {}
+    store = EvidenceStore(session_store(tmp_path), transcript_lookup=transcript.get)
+    msgs = [call("c1", "pytest"), result("c1", TRACEBACK)]
+    transcript[msgs[1].uuid] = TRACEBACK
+    p = index(store, msgs).evidence[-1]  # type: ignore[attr-defined]
+    assert p.sha256 == hashlib.sha256(TRACEBACK.encode()).hexdigest()
+    assert not blob_path(tmp_path, p.sha256).exists(), "the body was stored a second time"
+    got = store.restore(p)
+    assert (got.text, got.source, got.sha256_ok, got.problem) == (TRACEBACK, "archived", True, None)
+    # the log changed since (it never does; if it did): reported, never passed off as the body
+    transcript[msgs[1].uuid] = TRACEBACK.replace("abc", "xyz")
+    got = store.restore(p)
+    assert got.source == "transcript" and got.sha256_ok is False
+    assert got.problem and "unreadable" in got.problem and "sha256 mismatch" in got.problem
 
 
 def test_restore_refuses_paths_outside_the_session(tmp_path: Path) -> None:

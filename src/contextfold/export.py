@@ -17,6 +17,7 @@ on first open).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -79,6 +80,18 @@ def _jsonl(rows: Iterable[Any]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
+def _evidence_body(
+    store: Store, sha: str | None, uuid: str | None, texts: dict[str, str]
+) -> bytes | None:
+    """An evidence body by its sha256: its blob, or the message of the log it is exactly."""
+    if not sha:
+        return None
+    if store.blobs.has(sha):
+        return store.blobs.get(sha)
+    data = texts.get(uuid or "", "").encode("utf-8", "surrogatepass")
+    return data if uuid in texts and hashlib.sha256(data).hexdigest() == sha else None
+
+
 def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
     """Write the session's human-readable files under ``out``; returns counts."""
     check_session_id(session_id)
@@ -86,6 +99,7 @@ def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
     if info is None:
         raise ConfigError(f"no session {session_id!r} in {store.url}")
     log = []
+    texts: dict[str, str] = {}  # message uuid -> text (evidence bodies the log holds)
     offloads: list[OffloadEntry] = []
     for ev in store.read(session_id, kinds=["message", "offload"]):
         if ev.kind == "offload":
@@ -95,6 +109,7 @@ def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
                 continue
             continue
         e = entry_of(ev)
+        texts[e.uuid] = e.message.text
         log.append(
             {
                 "seq": e.seq,
@@ -120,10 +135,9 @@ def export_session(store: Store, session_id: str, out: Path) -> dict[str, int]:
         files += 1
     for block in blocks:
         for p in block.evidence:
-            if p.sha256 and store.blobs.has(p.sha256):
-                _write(
-                    out / "evidence" / p.sha256[:2] / f"{p.sha256}.txt", store.blobs.get(p.sha256)
-                )
+            body = _evidence_body(store, p.sha256, p.message_uuid, texts)
+            if body is not None and p.sha256:
+                _write(out / "evidence" / p.sha256[:2] / f"{p.sha256}.txt", body)
                 files += 1
     state = store.read_last(session_id, 1, kinds=["session_state"])
     if state:

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 from ..errors import StorageError, UnsafeIdError
 from ..messages import Message
 from ..scaffolding import strip_scaffolding
+from ..storage.base import BlobNotFoundError
 from ..storage.session import SessionStore
 from .classify import (
     classify,
@@ -176,6 +177,27 @@ class EvidenceStore:
             raise StorageError(f"{path!r} is not a stored body of this session")
         return data
 
+    def _body_name(self, data: bytes, message_uuid: str | None, in_log: bool) -> tuple[str, str]:
+        """The name and sha256 of a body. A body that is byte for byte the text of a message
+        of the session's log is not stored again: the log holds it, and a restore reads it
+        from there (checked against the sha256). Any other body is archived as a blob."""
+        if in_log and message_uuid and self.transcript_lookup is not None:
+            logged = self.transcript_lookup(message_uuid)
+            if logged is not None and _encode(logged) == data:
+                sha = sha256_hex(data)
+                return f"evidence/{sha[:2]}/{sha}.txt", sha
+        return self.archive_bytes(data)
+
+    def _logged(self, pointer: EvidencePointer) -> bytes | None:
+        """The body of ``pointer`` from the message log, when it is exactly that message."""
+        if not pointer.message_uuid or not pointer.sha256 or self.transcript_lookup is None:
+            return None
+        text = self.transcript_lookup(pointer.message_uuid)
+        if text is None:
+            return None
+        data = _encode(text)
+        return data if sha256_hex(data) == pointer.sha256 else None
+
     def _read_offloaded(self, info: OffloadInfo) -> bytes | None:
         try:
             return self.session.blob(str(info.sha256))
@@ -205,8 +227,9 @@ class EvidenceStore:
         source_scope: Literal["main_agent", "sub_agent"] = "main_agent",
         agent_run_id: str | None = None,
         parent_message_uuid: str | None = None,
+        in_log: bool = False,
     ) -> EvidencePointer:
-        rel, sha = self.archive_bytes(data)
+        rel, sha = self._body_name(data, message_uuid, in_log)
         command = call.command if call is not None else None
         key = "\x00".join(
             [source_scope, agent_run_id or "", message_uuid or "", tool_use_id or "", sha]
@@ -259,6 +282,7 @@ class EvidenceStore:
             if msg.role == "user" and not strip_scaffolding(text):
                 continue  # empty, or only an agent's reminders / environment context
             data = _encode(text)
+            in_log = True  # the body is the message's own text (not an offloaded file's)
             tool_result_path: str | None = None
             call: CallFields | None = None
             if msg.role == "tool":
@@ -273,6 +297,7 @@ class EvidenceStore:
                     if body is not None:
                         data = body
                         text = _decode(body)
+                        in_log = data == _encode(msg.text)
             seq += 1
             out.append(
                 self._pointer(
@@ -284,6 +309,7 @@ class EvidenceStore:
                     tool_use_id=msg.tool_call_id,
                     tool_result_path=tool_result_path,
                     call=call,
+                    in_log=in_log and scope.get("source_scope", "main_agent") == "main_agent",
                     **scope,
                 )
             )
@@ -532,6 +558,10 @@ class EvidenceStore:
             notes.append(f"{source} path refused: {exc}")
             return None
         except StorageError as exc:
+            missing = source == "archived" and isinstance(exc, BlobNotFoundError)
+            logged = self._logged(pointer) if missing else None
+            if logged is not None:  # archived in the message log itself (see _body_name)
+                return self._checked(_decode(logged), logged, pointer, source, notes)
             notes.append(f"{source} copy {path!r} unreadable ({exc})")
             return None
         return self._checked(_decode(data), data, pointer, source, notes)

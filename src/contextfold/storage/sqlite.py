@@ -50,6 +50,7 @@ from .sqlite_schema import (
 from .sqlite_search import doc_metas, fts_search, key_lookup, scan_search
 from .sqlite_write import SQLiteTransaction
 from .text import query_terms
+from .util import unpack
 
 _DECODER = json.JSONDecoder()
 BUSY_MS = 10_000
@@ -259,7 +260,11 @@ class SQLiteStore(BranchSearch):
     @staticmethod
     def _event(row: Sequence[Any], session_id: str) -> Event:
         return Event(
-            session_id=session_id, seq=row[0], kind=row[1], ts=row[2], data=json.loads(row[3])
+            session_id=session_id,
+            seq=row[0],
+            kind=row[1],
+            ts=row[2],
+            data=json.loads(unpack(row[3])),
         )
 
     def _chain(self, con: sqlite3.Connection, session_id: str) -> Chain:
@@ -432,11 +437,16 @@ class SQLiteStore(BranchSearch):
                 table = self._fts(con, ns, create=False)
                 if table is None:
                     continue
-                con.execute(
-                    f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
-                    f"SELECT 'delete', id, body, hints, tags FROM search_docs "
-                    f"WHERE namespace=? AND ({where})",
+                rows = con.execute(
+                    f"SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND ({where})",
                     [ns, *args],
+                ).fetchall()
+                # (the indexed text is kept compressed: the contentless index needs it back
+                # to take a document out)
+                con.executemany(
+                    f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
+                    "VALUES ('delete', ?, ?, ?, ?)",
+                    [(r[0], unpack(r[1]), r[2], r[3]) for r in rows],
                 )
         con.execute(f"DELETE FROM search_docs WHERE {where}", args)
 

@@ -23,7 +23,7 @@ from .base import (
 from .branches import check_branch
 from .sqlite_schema import session_tag
 from .text import split_fields
-from .util import utc_now
+from .util import pack, unpack, utc_now
 
 if TYPE_CHECKING:
     from .sqlite import SQLiteStore
@@ -69,13 +69,13 @@ class SQLiteTransaction:
                 f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
             )
         out: list[Event] = []
-        rows: list[tuple[str, int, str, str, str, str | None, str | None]] = []
+        rows: list[tuple[str, int, str, str, str | bytes, str | None, str | None]] = []
         for i, ev in enumerate(events):
             what = f"event {ev.kind!r} of session {session_id!r}"
             text = dump_json(ev.data, what)
             head = None if ev.head is None else dump_json(ev.head, f"the head of {what}")
             detail = None if ev.detail is None else dump_json(ev.detail, f"the detail of {what}")
-            rows.append((session_id, actual + i, ev.kind, now, text, head, detail))
+            rows.append((session_id, actual + i, ev.kind, now, pack(text), head, detail))
             out.append(
                 Event(
                     session_id=session_id,
@@ -171,13 +171,24 @@ class SQLiteTransaction:
                     con.execute(
                         f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
                         "VALUES('delete', ?, ?, ?, ?)",
-                        old,
+                        (old[0], unpack(old[1]), old[2], old[3]),
                     )
                 con.execute("DELETE FROM search_docs WHERE id=?", (old[0],))
             cur = con.execute(
                 "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints, "
                 "tags) VALUES (?,?,?,?,?,?,?,?)",
-                (d.namespace, d.doc_id, d.scope, d.session_id, meta, body, hints, tags),
+                # with FTS5 the text is only read back to take the document out of the
+                # contentless index: kept compressed (the scan without FTS5 reads it as text)
+                (
+                    d.namespace,
+                    d.doc_id,
+                    d.scope,
+                    d.session_id,
+                    meta,
+                    pack(body) if fts else body,
+                    hints,
+                    tags,
+                ),
             )
             if fts:
                 con.execute(
