@@ -130,8 +130,12 @@ def test_schema_4_store_gets_branch_columns_and_reads_as_before(tmp_path: Path) 
     stand alone (no parent), and a branch can then be made of them."""
     store = SQLiteStore(tmp_path / "ws")
     with store.transaction() as txn:
-        txn.append("s", [NewEvent(kind="message", data={"i": i}) for i in range(3)],
-                   expected_seq=0, agent_id="a")
+        txn.append(
+            "s",
+            [NewEvent(kind="message", data={"i": i}) for i in range(3)],
+            expected_seq=0,
+            agent_id="a",
+        )
     store.close()
     con = sqlite3.connect(tmp_path / "ws" / DB_NAME)
     _drop_branch_columns(con)

@@ -92,18 +92,16 @@ def _message_bytes(folder: Path) -> int:
 @pytest.mark.parametrize("store", ["embedded"])
 def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     """aider rewrites its history every turn (summaries, the files block moving): the gateway
-    records that as the client's own rewrite, not as a fork, stores what is new only (less than
-    twice the bytes of the distinct messages, measured once the gateway has closed the store),
-    and every request still holds the files block and the output the user asked about in that
-    turn.
+    records that as the client's own rewrite, not as a fork, stores what is new only, and every
+    request still holds the files block and the output the user asked about in that turn.
 
-    What is measured against the distinct messages is what the store keeps of the messages: the
-    message events of its log and its blob files (the byte-exact archive of their texts). The
-    SQLite file as a whole also holds the full-text search index (each message and each
-    evidence record indexed, with the FTS tables and page slack), a derived index that grows
-    by a fixed factor per message whatever the client does; counting it would measure the
-    index, not re-stored messages. The whole store is still bounded (a client rewrite stored
-    again every turn, as before, grows it with the square of the turns)."""
+    Measured once the gateway has closed the store, against the bytes of the distinct messages
+    aider sent: what the store keeps of the messages (the message events of its log and its
+    blob files, the byte-exact archive: an evidence body that is a logged message is not
+    archived again) is well under that; the store's files as a whole (the log, the full-text
+    index of the messages and of the evidence, its documents and SQLite's fixed pages) stay
+    within a small constant factor of it, where storing a client rewrite again every turn
+    grows them with the square of the turns."""
     with stack(tmp_path, store, limit=LIMIT) as st:
         script = aider_session(tmp_path, st, Plan(runs=12), times=1)
         check_session(st, route="/v1/chat/completions")
@@ -117,14 +115,16 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     whole = _store_bytes(Path(st.store))
     stored = _message_bytes(Path(st.store))
     distinct = sum(len(m.encode()) for m in seen)
-    print({"whole": whole, "stored": stored, "distinct": distinct})
+    print({"whole": whole, "stored": stored, "distinct": distinct, "ratio": whole / distinct})
     assert branches == 0, f"the gateway opened {branches} branches for one aider session"
     for text in script.main_requests:
         assert "def total(values):" in text, "a request lost aider's files block"
     for k, text in script.notes:
         assert marker(k) in text, f"the request about run {k} lacks run {k}'s output"
-    assert stored < 2 * distinct, f"the store holds {stored} bytes for {distinct} of messages"
-    assert whole < 8 * distinct, f"the store's files hold {whole} bytes for {distinct} of messages"
+    assert stored < distinct, f"the store holds {stored} bytes for {distinct} of messages"
+    assert whole < 3.5 * distinct, (
+        f"the store's files hold {whole} bytes for {distinct} of messages"
+    )
 
 
 @pytest.mark.long
