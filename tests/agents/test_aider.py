@@ -89,7 +89,24 @@ def _message_bytes(folder: Path) -> int:
     return int(row[0] or 0) + blobs
 
 
-@pytest.mark.parametrize("store", ["embedded"])
+def _pg_bytes(url: str) -> int:
+    """Bytes of the gateway's PostgreSQL tables: each table of its schema with its indexes and
+    TOAST data (``pg_total_relation_size``)."""
+    import psycopg
+
+    base, _, query = url.partition("?")
+    schema = dict(p.split("=", 1) for p in query.split("&"))["schema"]
+    with psycopg.connect(base) as con:
+        row = con.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "AND c.relkind = 'r'",
+            (schema,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("store", STORES)
 def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     """aider rewrites its history every turn (summaries, the files block moving): the gateway
     records that as the client's own rewrite, not as a fork, stores what is new only, and every
@@ -101,7 +118,9 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     archived again) is well under that; the store's files as a whole (the log, the full-text
     index of the messages and of the evidence, its documents and SQLite's fixed pages) stay
     within a small constant factor of it, where storing a client rewrite again every turn
-    grows them with the square of the turns."""
+    grows them with the square of the turns. On PostgreSQL the whole store is the tables of
+    the gateway's schema with their indexes and TOAST data (``pg_total_relation_size``),
+    measured before the schema is dropped."""
     with stack(tmp_path, store, limit=LIMIT) as st:
         script = aider_session(tmp_path, st, Plan(runs=12), times=1)
         check_session(st, route="/v1/chat/completions")
@@ -112,19 +131,26 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
             for r in st.fake.received
             for m in (r.body or {}).get("messages", [])
         }
-    whole = _store_bytes(Path(st.store))
-    stored = _message_bytes(Path(st.store))
-    distinct = sum(len(m.encode()) for m in seen)
-    print({"whole": whole, "stored": stored, "distinct": distinct, "ratio": whole / distinct})
+        distinct = sum(len(m.encode()) for m in seen)
+        if store == "postgresql":
+            whole = _pg_bytes(st.store)
+            print(
+                {"pg_total_relation_size": whole, "distinct": distinct, "ratio": whole / distinct}
+            )
+    if store == "embedded":
+        whole = _store_bytes(Path(st.store))
+        stored = _message_bytes(Path(st.store))
+        print({"whole": whole, "stored": stored, "distinct": distinct, "ratio": whole / distinct})
+        assert stored < distinct, f"the store holds {stored} bytes for {distinct} of messages"
     assert branches == 0, f"the gateway opened {branches} branches for one aider session"
     for text in script.main_requests:
         assert "def total(values):" in text, "a request lost aider's files block"
     for k, text in script.notes:
         assert marker(k) in text, f"the request about run {k} lacks run {k}'s output"
-    assert stored < distinct, f"the store holds {stored} bytes for {distinct} of messages"
-    assert whole < 3.5 * distinct, (
-        f"the store's files hold {whole} bytes for {distinct} of messages"
-    )
+    # (measured: embedded 3.1x; PostgreSQL 8.2x, of which 1.1x are the empty tables and
+    # indexes, most of the rest the tsvector index of each output as a message and as evidence)
+    bound = 3.5 if store == "embedded" else 9.0
+    assert whole < bound * distinct, f"the store holds {whole} bytes for {distinct} of messages"
 
 
 @pytest.mark.long
