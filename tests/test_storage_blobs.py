@@ -97,3 +97,11 @@ def test_every_output_a_compaction_took_out_is_in_the_blobs_after_reopening(tmp_
         got = evidence.restore(p)
         assert p.sha256 == sha and got.text == text and got.sha256_ok is True
         assert got.source == "archived" and got.problem is None
+    # and the export writes each body byte for byte, wherever it is stored
+    from contextfold.export import export_session
+
+    export_session(again.store, "s", tmp_path / "out")
+    for p in pointers.values():
+        assert p.sha256 is not None
+        body = (tmp_path / "out" / "evidence" / p.sha256[:2] / f"{p.sha256}.txt").read_bytes()
+        assert hashlib.sha256(body).hexdigest() == p.sha256
