@@ -167,7 +167,7 @@ def test_no_stage_of_a_turn_changes_the_parsed_objects_later_requests_share(
     trace = long_trace(100)
     cuts = [k for k in range(40, len(trace)) if trace[k - 1]["role"] in ("tool", "user")][::6]
     headers = {"content-type": "application/json", "authorization": "Bearer sk-shared"}
-    with running(tmp_path, context_window=12_000) as (fake, gw):
+    with running(tmp_path, context_window=12_000) as (_fake, gw):
         (reader,) = readers
         url = gw.url + "/v1/chat/completions"
         reused = 0
@@ -198,7 +198,7 @@ def test_no_stage_of_a_turn_changes_the_parsed_objects_later_requests_share(
                     "model": "claude-x",
                     "max_tokens": 64,
                     "system": "Be brief.",
-                    "messages": turns + [{"role": "user", "content": "go"}],
+                    "messages": [*turns, {"role": "user", "content": "go"}],
                 }
                 resp = httpx.post(
                     url,

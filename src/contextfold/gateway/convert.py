@@ -69,9 +69,7 @@ class Spans(Sequence[list[int]]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return len(self) == len(other) and all(
-                a == b for a, b in zip(self, other, strict=True)
-            )
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
