@@ -20,7 +20,10 @@ Reported per history length:
 The fake upstream answers at once (``--upstream-ms`` to change it). Targets (issue 19): a first
 request with 20,000 messages answered with <= 1 s added; its follow-ups add <= 10 ms. Run:
 python -m benchmarks.gateway_history [--lengths 1000,5000,20000] [--follow-ups 10]
-  [--window 128000] [--store FOLDER_OR_URL]
+  [--window 128000] [--stores embedded,postgresql | --store FOLDER_OR_URL]
+
+Both stores by default: a fresh workspace folder, then a fresh schema on the PostgreSQL server
+(``$CONTEXTFOLD_TEST_POSTGRES_URL``, default 127.0.0.1:5432 database ``test``), dropped after.
 """
 
 from __future__ import annotations
@@ -170,29 +173,46 @@ def report(r: dict[str, Any]) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.gateway_history")
-    ap.add_argument("--lengths", default="1000,5000,20000", help="history lengths, comma separated")
-    ap.add_argument("--follow-ups", type=int, default=10)
-    ap.add_argument("--window", type=int, default=128_000)
-    ap.add_argument("--store", help="workspace folder or postgresql:// URL (default: temp folder)")
-    ap.add_argument("--profile", help="run the gateway under cProfile, stats written here")
-    ap.add_argument("--out", default=str(ROOT / "bench-results" / "gateway_history.json"))
-    args = ap.parse_args(argv)
-    lengths = [int(x) for x in args.lengths.split(",") if x]
+def _store_for(kind: str, tmp: str) -> tuple[str, tuple[str, str] | None]:
+    """The ``--store`` of one round: a fresh workspace folder, or a fresh PostgreSQL schema
+    (created now, dropped by :func:`_drop`)."""
+    if kind == "embedded":
+        return str(Path(tmp) / "ws"), None
+    if kind == "postgresql":
+        import uuid
+
+        from contextfold.storage import open_store
+
+        server = os.environ.get("CONTEXTFOLD_TEST_POSTGRES_URL") or (
+            "postgresql://postgres@127.0.0.1:5432/test"
+        )
+        schema = (server, f"cf_history_bench_{uuid.uuid4().hex[:8]}")
+        url = f"{server}?schema={schema[1]}"
+        open_store(url).close()  # created once, before the gateway starts
+        return url, schema
+    return kind, None  # a folder or URL given as is
+
+
+def _drop(schema: tuple[str, str] | None) -> None:
+    if schema is not None:
+        import psycopg
+
+        with psycopg.connect(schema[0], autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema[1]}" CASCADE')
+
+
+def run_store(
+    kind: str, lengths: list[int], follow_ups: int, window: int, profile: str | None
+) -> list[dict[str, Any]]:
+    """One gateway on a fresh store of ``kind``: a warm-up, then each history length."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     fake_port, gw_port = free_port(), free_port()
     results: list[dict[str, Any]] = []
-    print(
-        f"gateway, first request with a long history; window {args.window:,}; load average "
-        f"before: {load_average()}",
-        flush=True,
-    )
     with tempfile.TemporaryDirectory(prefix="cf-gateway-history-") as tmp:
-        store = args.store or str(Path(tmp) / "ws")
+        store, schema = _store_for(kind, tmp)
         code = FAKE.format(root=str(ROOT), src=str(ROOT / "src"), port=fake_port)
         fake = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
-        cmd = [*gateway_cmd(args.profile), "serve", "--upstream"]
+        cmd = [*gateway_cmd(profile), "serve", "--upstream"]
         gateway = subprocess.Popen(
             [
                 *cmd,
@@ -202,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--store",
                 store,
                 "--window",
-                str(args.window),
+                str(window),
                 "--log-level",
                 "warning",
                 # the gateway's defaults refuse more than 10,000 messages or 32 MiB, and answer 503
@@ -223,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(wait_ready(base + "/healthz"))
             asyncio.run(conversation(base, 40, 2, gateway.pid, "warm-up"))
             for n in lengths:
-                r = asyncio.run(conversation(base, n, args.follow_ups, gateway.pid, f"h{n}"))
+                r = asyncio.run(conversation(base, n, follow_ups, gateway.pid, f"h{n}"))
+                r["store"] = "embedded" if kind == "embedded" else kind.split("://")[0]
                 report(r)
                 results.append(r)
         finally:
@@ -231,6 +252,47 @@ def main(argv: list[str] | None = None) -> int:
                 proc.terminate()
             for proc in (gateway, fake):
                 proc.wait(timeout=30)
+            _drop(schema)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gateway_history")
+    ap.add_argument("--lengths", default="1000,5000,20000", help="history lengths, comma separated")
+    ap.add_argument("--follow-ups", type=int, default=10)
+    ap.add_argument("--window", type=int, default=128_000)
+    ap.add_argument(
+        "--stores",
+        default="embedded,postgresql",
+        help="comma separated: embedded (a fresh workspace folder), postgresql (a fresh schema "
+        "on $CONTEXTFOLD_TEST_POSTGRES_URL, default the local test server); skipped with a note "
+        "when it cannot be reached",
+    )
+    ap.add_argument("--store", help="one workspace folder or postgresql:// URL instead")
+    ap.add_argument("--profile", help="run the gateway under cProfile, stats written here")
+    ap.add_argument("--out", default=str(ROOT / "bench-results" / "gateway_history.json"))
+    args = ap.parse_args(argv)
+    lengths = [int(x) for x in args.lengths.split(",") if x]
+    kinds = [args.store] if args.store else [k for k in args.stores.split(",") if k]
+    results: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    for kind in kinds:
+        print(
+            f"gateway, first request with a long history; {kind} store; window {args.window:,}; "
+            f"load average before: {load_average()}",
+            flush=True,
+        )
+        try:
+            results += run_store(kind, lengths, args.follow_ups, args.window, args.profile)
+        except (ImportError, OSError) as exc:  # no psycopg, no server: said, not hidden
+            skipped[kind] = f"{type(exc).__name__}: {exc}"
+            print(f"  skipped: {skipped[kind]}", flush=True)
+        except Exception as exc:
+            if kind == "postgresql" and type(exc).__module__.startswith(("psycopg", "contextfold")):
+                skipped[kind] = f"{type(exc).__name__}: {exc}"
+                print(f"  skipped: {skipped[kind]}", flush=True)
+            else:
+                raise
     big = [r for r in results if r["history_messages"] >= 19_000]
     verdict = {
         "first_20000_le_1s": bool(big) and all(r["first_added_ms"] <= 1000 for r in big),
@@ -240,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"targets: {verdict}; load average after: {load_average()}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = {"window": args.window, "targets": verdict, "results": results}
+    data = {"window": args.window, "targets": verdict, "skipped": skipped, "results": results}
     out.write_text(json.dumps(data, indent=2), encoding="utf-8")
     return 0
 

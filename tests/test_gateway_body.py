@@ -132,3 +132,83 @@ def test_a_long_conversation_over_http_follow_ups_reuse_and_refuse_alike(tmp_pat
         assert f"messages[{len(msgs)}].content" in bad.json()["error"]["message"]
         again = post([*msgs, {"role": "user", "content": "fine"}])
         assert again.status_code == 200
+
+
+def _intact(reader: BodyReader) -> list[int]:
+    """Positions of the remembered bodies whose shared message objects no longer equal what
+    their bytes parse to (some stage of a request changed an object in place)."""
+    bad = []
+    for j, known in enumerate(reader.remembered()):
+        again = json.loads(known.raw)["messages"][: len(known.ends)]
+        if again != known.messages:
+            bad.append(j)
+    return bad
+
+
+def test_no_stage_of_a_turn_changes_the_parsed_objects_later_requests_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader hands the same parsed message objects to every request that resends them;
+    a stage that changed one in place (rendering, compaction, the gateway's tools, recording
+    the answer) would change what every later request forwards. A long trajectory with tool
+    calls through a small window (offloads, summaries, the emergency path), resent by a
+    stateless client with and without the upstream's answers, on both chat routes."""
+    import contextfold.gateway.app as app_module
+    from tests.gateway_helpers import long_trace
+
+    readers: list[BodyReader] = []
+
+    class Recording(BodyReader):
+        def __init__(self) -> None:
+            super().__init__()
+            readers.append(self)
+
+    monkeypatch.setattr(app_module, "BodyReader", Recording)
+    trace = long_trace(100)
+    cuts = [k for k in range(40, len(trace)) if trace[k - 1]["role"] in ("tool", "user")][::6]
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-shared"}
+    with running(tmp_path, context_window=12_000) as (_fake, gw):
+        (reader,) = readers
+        url = gw.url + "/v1/chat/completions"
+        reused = 0
+        for k in cuts:
+            msgs = [dict(m) for m in trace[:k]]
+            raw = _raw(msgs, stream=False)
+            resp = httpx.post(url, content=raw, headers=headers, timeout=120)
+            assert resp.status_code == 200, resp.text[:300]
+            reused = max(reused, reader.reused)
+            assert _intact(reader) == [], f"after the request of {k} messages"
+        assert reused > 40  # the objects were shared (else the check proves nothing)
+        # Anthropic's route: cache markers the gateway moves, system apart
+        url = gw.url + "/v1/messages"
+        turns: list[Any] = []
+        for i in range(60):
+            text = f"step {i}: " + "line of output from the tool\n" * 60
+            turns.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+                    ],
+                }
+            )
+            turns.append({"role": "assistant", "content": f"noted {i}"})
+            if i >= 40 and i % 5 == 0:
+                body = {
+                    "model": "claude-x",
+                    "max_tokens": 64,
+                    "system": "Be brief.",
+                    "messages": [*turns, {"role": "user", "content": "go"}],
+                }
+                resp = httpx.post(
+                    url,
+                    content=json.dumps(body).encode(),
+                    headers={**headers, "anthropic-version": "2023-06-01"},
+                    timeout=120,
+                )
+                assert resp.status_code == 200, resp.text[:300]
+                assert _intact(reader) == []
+    # the check itself finds a changed object
+    known = reader.remembered()[-1]
+    known.messages[-1]["content"] = "changed in place"
+    assert _intact(reader) != []

@@ -10,6 +10,7 @@ import pytest
 from contextfold.storage import MemoryStore, SQLiteStore
 from tests.storage_contract import *  # noqa: F403  (the contract tests themselves)
 from tests.storage_contract import StoreFactory
+from tests.storage_contract_batches import *  # noqa: F403  (large units)
 from tests.storage_contract_branches import *  # noqa: F403  (branches share their past)
 from tests.storage_contract_keys import *  # noqa: F403  (exact lookup keys)
 from tests.storage_contract_names import *  # noqa: F403  (names that cannot be stored)

@@ -21,6 +21,7 @@ from .aio import call_model
 from .errors import ConfigError
 from .messages import Message
 from .shell import FileOp, ShellReader, is_write_tool, parse_arguments
+from .textmemo import by_text
 
 log = logging.getLogger(__name__)
 
@@ -150,11 +151,13 @@ def _unwrap(text: str) -> str:
     return "\n".join(out)
 
 
-def _sentences(text: str) -> list[str]:
+@by_text()  # an agent's messages repeat (the same reminder, a rerun's output)
+def _sentences(text: str) -> tuple[str, ...]:
     parts = (s.strip(" -*#>\t") for s in _SENT_SPLIT.split(_unwrap(text)) if s and s.strip())
-    return [s for s in parts if s and not _DANGLING.search(s)]
+    return tuple(s for s in parts if s and not _DANGLING.search(s))
 
 
+@by_text(min_chars=24)
 def _user_kind(sent: str) -> str | None:
     """The kind of fact a user sentence states, if any."""
     labeled = _labeled_kind(sent)
@@ -169,6 +172,7 @@ def _user_kind(sent: str) -> str | None:
     return None
 
 
+@by_text(min_chars=24)
 def _assistant_kind(sent: str) -> str | None:
     """The kind of fact an assistant sentence states (not a plan or a question), if any."""
     labeled = _labeled_kind(sent)

@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
 from .messages import Content, Message
+from .textmemo import by_text
 
 #: Framing tokens of one chat message (OpenAI counts 3 per message plus the role).
 MESSAGE_OVERHEAD = 4
@@ -175,13 +176,18 @@ class HeuristicCounter:
     name = "heuristic"
 
     def count_text(self, text: str) -> int:
-        if not text:
-            return 0
-        total = sum(w * f for w, f in zip(WEIGHTS, text_features(text), strict=True))
-        return max(1, round(total))
+        return _heuristic_count(text)
 
     def __repr__(self) -> str:
         return "HeuristicCounter()"
+
+
+@by_text()  # a message is counted when it arrives and again when its view copy changes
+def _heuristic_count(text: str) -> int:
+    if not text:
+        return 0
+    total = sum(w * f for w, f in zip(WEIGHTS, text_features(text), strict=True))
+    return max(1, round(total))
 
 
 # --------------------------------------------------------------------------------------------

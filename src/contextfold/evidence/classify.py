@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from ..shell import exit_code
+from ..textmemo import by_text
 from .model import CompactSummaryItem, EvidencePointer
 
 CONTENT_TYPES: tuple[str, ...] = (
@@ -153,6 +154,7 @@ def _ratio(lines: list[str], pattern: re.Pattern[str]) -> float:
     return sum(1 for ln in sample if pattern.search(ln)) / len(sample)
 
 
+@by_text()  # the same output recurs (a test rerun, a file read again): classified once
 def classify(text: str, role: str = "tool") -> tuple[str, ...]:
     """The content types of ``text``, in :data:`CONTENT_TYPES` order; never empty.
 
@@ -268,6 +270,7 @@ def _dedupe(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(seen)
 
 
+@by_text()
 def extract_anchors(text: str, command: str | None = None) -> tuple[str, ...]:
     """Handles to find ``text`` again: ``command:...``, ``exit_code:N``, ``exception:Name``,
     ``test:id`` (failing tests), ``file:path:line`` (frames and test locations, project frames

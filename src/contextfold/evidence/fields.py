@@ -283,6 +283,17 @@ def _shell_fields(name: str, command: str) -> CallFields:
 
 def call_fields(name: str, arguments: str | Mapping[str, Any] | None) -> CallFields:
     """What the call ``name(arguments)`` was about (a shell command or a file tool)."""
+    if isinstance(arguments, str):  # as a call carries them: read once per distinct call
+        return _call_fields_of_text(name, arguments)
+    return _call_fields(name, arguments)
+
+
+@functools.lru_cache(maxsize=16_384)  # a call is read when stored, as evidence, in summaries
+def _call_fields_of_text(name: str, arguments: str) -> CallFields:
+    return _call_fields(name, arguments)
+
+
+def _call_fields(name: str, arguments: str | Mapping[str, Any] | None) -> CallFields:
     args = parse_arguments(arguments)
     low = _lower(name)
     cmd: str | None = None

@@ -277,6 +277,12 @@ class BodyReader:
         return edge.lone_surrogate(body) if edge.may_hold_surrogates(raw) else None
 
     # ------------------------------------------------------------------ remembering
+    def remembered(self) -> list[_Known]:
+        """The remembered bodies, least recent first (their ``messages`` are the objects later
+        requests share: no stage may change them in place)."""
+        with self._lock:
+            return list(self._known.values())
+
     def _match(self, raw: bytes) -> tuple[_Known | None, int]:
         """The remembered body sharing the most leading messages with ``raw``, and how many."""
         with self._lock:

@@ -40,8 +40,42 @@ class Conversation:
     #: neutral index -> index of the client message it came from (-1: Anthropic ``system``)
     owner: list[int]
     #: client message index -> its neutral indices
-    parts: list[list[int]]
+    parts: Sequence[list[int]]
     fingerprints: list[str]
+
+
+class Spans(Sequence[list[int]]):
+    """Client message index -> its neutral indices, held as where each one's run starts (one
+    list of ints, not one list per message: a request of a long history would otherwise
+    leave tens of thousands of new containers for the garbage collector to walk)."""
+
+    __slots__ = ("_starts",)
+
+    def __init__(self, starts: Sequence[int]) -> None:
+        #: neutral index where client message k's messages start; one more: the end
+        self._starts = starts
+
+    def __len__(self) -> int:
+        return len(self._starts) - 1
+
+    def __getitem__(self, k: int) -> list[int]:  # type: ignore[override]
+        if not isinstance(k, int):
+            raise TypeError("Spans takes an integer index")
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return list(range(self._starts[k], self._starts[k + 1]))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Spans({list(self)!r})"
 
 
 #: block fields that do not identify a message: cache markers clients move, and what an
@@ -215,7 +249,7 @@ def parse_openai(messages: Any) -> Conversation:
         raw=list(messages),
         neutral=list(map(first, map(first, done))),
         owner=list(range(n)),
-        parts=[[i] for i in range(n)],
+        parts=Spans(range(n + 1)),
         fingerprints=list(map(first, map(operator.itemgetter(1), done))),
     )
 
@@ -261,7 +295,7 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
         raise InvalidMessageError("system must be a string or a list of text blocks")
     neutral: list[Message] = []
     owner: list[int] = []
-    parts: list[list[int]] = []
+    starts: list[int] = []
     if system is not None:
         neutral.extend(from_anthropic([], system))
         owner.append(-1)
@@ -278,17 +312,18 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
             except InvalidMessageError as exc:
                 raise InvalidMessageError(exc.problem, index=k) from None
             done.append((converted, cfps))
-        parts.append(list(range(len(neutral), len(neutral) + len(converted))))
+        starts.append(len(neutral))
         neutral.extend(converted)
         fps.extend(cfps)
         owner.extend([k] * len(converted))
     _remember(key, list(messages), done)
+    starts.append(len(neutral))
     return Conversation(
         provider="anthropic",
         raw=list(messages),
         neutral=neutral,
         owner=owner,
-        parts=parts,
+        parts=Spans(starts),
         fingerprints=fps,
     )
 

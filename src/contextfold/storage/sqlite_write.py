@@ -28,6 +28,9 @@ from .util import pack, unpack, utc_now
 if TYPE_CHECKING:
     from .sqlite import SQLiteStore
 
+#: document ids per lookup statement (SQLite's default limit is 32,766 parameters)
+_CHUNK = 500
+
 
 def dump_json(value: JSON, what: str) -> str:
     try:
@@ -154,55 +157,72 @@ class SQLiteTransaction:
         self._con.execute("DELETE FROM docs WHERE namespace=? AND key=?", (namespace, key))
 
     def index(self, docs: Sequence[SearchDoc]) -> None:
-        con = self._con
-        fts = self._store.fts5
+        """Index ``docs`` (a document indexed again replaces its row, its keys too; of two with
+        one id in ``docs`` the last wins), a namespace at a time with one statement per kind
+        of row: a unit that indexes thousands of messages costs a few C loops, not five
+        statements per document."""
+        by_ns: dict[str, dict[str, tuple[SearchDoc, str, list[str], str, str, str]]] = {}
         for d in docs:
-            meta = dump_json(d.meta, f"search document {d.namespace}/{d.doc_id}")
-            keys = check_keys(d.keys, f"search document {d.namespace}/{d.doc_id}")
+            what = f"search document {d.namespace}/{d.doc_id}"
+            meta = dump_json(d.meta, what)
+            keys = check_keys(d.keys, what)
             body, hints = split_fields(d.fields)
             tags = session_tag(d.namespace, d.session_id)
-            old = con.execute(
-                "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id=?",
-                (d.namespace, d.doc_id),
-            ).fetchone()
-            table = self._store._fts(con, d.namespace, create=True) if fts else ""
-            if old is not None:
-                if fts:
-                    con.execute(
-                        f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
-                        "VALUES('delete', ?, ?, ?, ?)",
-                        (old[0], unpack(old[1]), old[2], old[3]),
-                    )
-                con.execute("DELETE FROM search_docs WHERE id=?", (old[0],))
-            cur = con.execute(
-                "INSERT INTO search_docs(namespace, doc_id, scope, session_id, meta, body, hints, "
-                "tags) VALUES (?,?,?,?,?,?,?,?)",
-                # with FTS5 the text is only read back to take the document out of the
-                # contentless index: kept compressed (the scan without FTS5 reads it as text)
-                (
-                    d.namespace,
-                    d.doc_id,
-                    d.scope,
-                    d.session_id,
-                    meta,
-                    pack(body) if fts else body,
-                    hints,
-                    tags,
-                ),
-            )
-            if fts:
+            by_ns.setdefault(d.namespace, {})[d.doc_id] = (d, meta, keys, body, hints, tags)
+        for ns, group in by_ns.items():
+            self._index_namespace(ns, group)
+
+    def _index_namespace(
+        self, ns: str, group: Mapping[str, tuple[SearchDoc, str, list[str], str, str, str]]
+    ) -> None:
+        con = self._con
+        table = self._store._fts(con, ns, create=True) if self._store.fts5 else None
+        ids = list(group)
+        old: list[tuple[int, str, str, str]] = []
+        for i in range(0, len(ids), _CHUNK):
+            part = ids[i : i + _CHUNK]
+            old.extend(
                 con.execute(
-                    f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
-                    (cur.lastrowid, body, hints, tags),
-                )
-            con.execute(
-                "DELETE FROM search_keys WHERE namespace=? AND doc_id=?", (d.namespace, d.doc_id)
+                    "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id "
+                    f"IN ({','.join('?' * len(part))})",
+                    (ns, *part),
+                ).fetchall()
             )
-            if keys:
+        if old:
+            if table:
                 con.executemany(
-                    "INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)",
-                    [(d.session_id, d.namespace, k, d.doc_id) for k in keys],
+                    f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
+                    "VALUES('delete', ?, ?, ?, ?)",
+                    [(r[0], unpack(r[1]), r[2], r[3]) for r in old],
                 )
+            con.executemany("DELETE FROM search_docs WHERE id=?", [(r[0],) for r in old])
+        # the rowids SQLite would give (max + 1 ...; the write lock is held): the FTS rows
+        # name them
+        top = con.execute("SELECT coalesce(max(id), 0) FROM search_docs").fetchone()[0]
+        rows = [
+            (top + 1 + j, ns, d.doc_id, d.scope, d.session_id, meta, body, hints, tags)
+            for j, (d, meta, _keys, body, hints, tags) in enumerate(group.values())
+        ]
+        # with FTS5 the text is only read back to take the document out of the contentless
+        # index: kept compressed (the scan without FTS5 reads it as text)
+        con.executemany(
+            "INSERT INTO search_docs(id, namespace, doc_id, scope, session_id, meta, body, "
+            "hints, tags) VALUES (?,?,?,?,?,?,?,?,?)",
+            [(*r[:6], pack(r[6]) if table else r[6], *r[7:]) for r in rows],
+        )
+        if table:
+            con.executemany(
+                f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
+                [(r[0], r[6], r[7], r[8]) for r in rows],
+            )
+        con.executemany(
+            "DELETE FROM search_keys WHERE namespace=? AND doc_id=?", [(ns, i) for i in ids]
+        )
+        key_rows = sorted(
+            (d.session_id, ns, k, d.doc_id) for d, _m, keys, *_ in group.values() for k in keys
+        )
+        if key_rows:
+            con.executemany("INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)", key_rows)
 
     def unindex(self, namespace: str, *, session_id: str) -> None:
         self._store._unindex(self._con, "namespace=? AND session_id=?", (namespace, session_id))
