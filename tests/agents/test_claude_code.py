@@ -28,10 +28,17 @@ LIMIT = 45_000
 
 
 def claude_session(
-    tmp_path: Path, store: str, plan: Plan, model: str | None, *, times: int
+    tmp_path: Path,
+    store: str,
+    plan: Plan,
+    model: str | None,
+    *,
+    times: int,
+    compact: bool = False,
 ) -> dict[str, object]:
     """One task session and one follow-up; the tool outputs alone come to more than ``times``
-    the upstream's limit."""
+    the upstream's limit. ``compact``: Claude Code compacts itself (``/compact``) before the
+    follow-up, which then starts with its summary."""
     assert plan.output_chars // 4 > times * LIMIT, "the plan must outgrow the limit"
     claude = agent_program("claude-code")
     project = make_project(tmp_path / "project")
@@ -54,9 +61,16 @@ def claude_session(
             options += ["--model", model]
         started = time.monotonic()
         run_agent([str(claude), TASK, *options], project, env, timeout=600, st=st)
+        if compact:
+            run_agent([str(claude), "/compact", "--continue", *options], project, env, timeout=300)
         run_agent([str(claude), FOLLOWUP, "--continue", *options], project, env, timeout=300, st=st)
         seconds = time.monotonic() - started
         figures = check_session(st, route="/v1/messages")
+        continued = st.log_events("client_compaction_continued")
+        if compact:
+            assert script.compactions, "Claude Code never asked for its compaction summary"
+            assert continued, "the follow-up after Claude Code's compaction opened a new session"
+        figures.update(compactions_by_client=script.compactions, continued=len(continued))
         # the agent really worked in the project
         assert "sum(values)\n" in (project / "app.py").read_text()
         assert (project / "progress.txt").read_text().strip() == "started"
@@ -72,6 +86,13 @@ def claude_session(
 def test_claude_code_short_session(tmp_path: Path, store: str) -> None:
     """Claude Code with its default model (it sends mid-conversation system messages)."""
     print(claude_session(tmp_path, store, Plan(runs=16), None, times=1))
+
+
+def test_claude_code_own_compaction(tmp_path: Path) -> None:
+    """Claude Code compacts itself (``/compact``): its next requests start with its summary,
+    another conversation key; the gateway continues the same session (the summarized
+    messages retracted, recoverable), so the follow-up still gets the old output."""
+    print(claude_session(tmp_path, "embedded", Plan(runs=16), None, times=1, compact=True))
 
 
 @pytest.mark.long
