@@ -45,6 +45,8 @@ AGENTS = ("claude-code", "codex", "gemini-cli")
 #: the scripted upstream's context limit per agent (as in the real-agent tests)
 LIMITS = {"claude-code": 45_000, "codex": 30_000, "gemini-cli": 30_000}
 RUNS = 16
+#: seconds an agent run may take (an agent that never finishes is recorded as not finished)
+RUN_TIMEOUT = 300
 #: the instruction of each agent's own compaction request
 CLIENT_COMPACTION = ("Your task is to create a detailed summary",)
 
@@ -187,15 +189,18 @@ class RecordingProxy:
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> int:
     import subprocess
 
-    proc = subprocess.run(
-        command,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=900,
-        check=False,
-    )
+    try:
+        proc = subprocess.run(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return -1  # recorded as not finished
     return proc.returncode
 
 

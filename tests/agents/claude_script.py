@@ -15,6 +15,8 @@ from tests.agents.plan import DONE, FOLLOWUP, TASK, Plan, Step, first_error, rec
 from tests.gateway_fakes import Call, Reply
 
 _ID = re.compile(r"toolu_(task|ask)_(\d+)")
+#: the summary's line naming the last step done
+_DONE = re.compile(r"Steps done: \d+ tool calls, up to toolu_task_(\d+)")
 #: the instruction of Claude Code's compaction request
 COMPACT_PROMPT = "Your task is to create a detailed summary"
 
@@ -73,7 +75,11 @@ class ClaudeScript:
         if match is None:
             if FOLLOWUP in self._last_user(call):
                 return self._answer(call)
-            return self._tool(0, self.plan.steps[0])
+            done = _DONE.search(json.dumps(call.messages[:1], ensure_ascii=False))
+            n = int(done.group(1)) + 1 if done else 0  # after its compaction: from its summary
+            if n < len(self.plan.steps):
+                return self._tool(n, self.plan.steps[n])
+            return Reply(text=DONE)
         if match.group(1) == "ask":
             return self._answer(call)
         n = int(match.group(2)) + 1
