@@ -63,6 +63,11 @@ def _parts(path: str, body: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     return body.get("tools"), body.get("system"), list(body.get("messages") or [])
 
 
+def _additional_tools(items: list[Any]) -> bool:
+    """Codex sends its tools as an ``additional_tools`` input item."""
+    return any(isinstance(i, dict) and i.get("type") == "additional_tools" for i in items)
+
+
 def _stream(path: str, body: dict[str, Any]) -> str:
     """Requests whose prompts share a cache: the same model on the same route."""
     model = path.split("/models/")[1].split(":")[0] if "/models/" in path else body.get("model")
@@ -114,7 +119,7 @@ def figures(
                 "verbatim": verbatim // 4,
                 "error": error,
                 "client_compaction": any(p in text for p in CLIENT_COMPACTION),
-                "side": not tools,
+                "side": not tools and not _additional_tools(messages),
             }
         )
     return out
@@ -352,7 +357,8 @@ def table(recordings: list[dict[str, Any]]) -> str:
         direct = summary(rec["direct"])
         for going in ("direct", "gateway"):
             s = summary(rec[going])
-            ratio = f"{s['cost'] / direct['cost']:.2f}" if direct["cost"] else "-"
+            # a direct session that did not finish did less of the work: no ratio
+            ratio = f"{s['cost'] / direct['cost']:.2f}" if direct["finished"] else "-"
             who = "by the agent" if going == "direct" else "by the gateway"
             rows.append(
                 f"| {rec['agent']} | {'direct' if going == 'direct' else 'contextfold serve'} "
