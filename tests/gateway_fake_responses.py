@@ -2,7 +2,9 @@
 with code ``context_length_exceeded``, a call without its output, an output without its call,
 reasoning items whose ``encrypted_content`` was tampered with, an unknown
 ``previous_response_id``), ``store`` and ``previous_response_id``, the whole response object and
-the streamed events (``response.created`` ... ``response.completed``) with sequence numbers."""
+the streamed events (``response.created`` ... ``response.completed``) with sequence numbers.
+A reply's tool call whose arguments are a string is a free-form (custom) tool's call:
+``custom_tool_call`` with that ``input``, streamed as ``response.custom_tool_call_input.*``."""
 
 from __future__ import annotations
 
@@ -126,6 +128,18 @@ def output_items(reply: Reply, include: list[Any]) -> list[dict[str, Any]]:
             }
         )
     for cid, name, args in reply.tool_calls:
+        if isinstance(args, str):  # a free-form (custom) tool's input is its raw text
+            out.append(
+                {
+                    "id": f"ctc_{next(_ids):06d}",
+                    "type": "custom_tool_call",
+                    "status": "completed",
+                    "call_id": cid,
+                    "input": args,
+                    "name": name,
+                }
+            )
+            continue
         out.append(
             {
                 "id": f"fc_{next(_ids):06d}",
@@ -174,6 +188,8 @@ def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
         start = {**item, "status": "in_progress", "content": []}
     elif kind == "function_call":
         start = {**item, "status": "in_progress", "arguments": ""}
+    elif kind == "custom_tool_call":
+        start = {**item, "status": "in_progress", "input": ""}
     elif kind == "reasoning":
         start = {k: v for k, v in item.items() if k != "encrypted_content"}
         start["summary"] = []
@@ -209,6 +225,11 @@ def _item_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
                 {"type": "response.function_call_arguments.delta", **base, "delta": piece}
             )
         events.append({"type": "response.function_call_arguments.done", **base, "arguments": args})
+    elif kind == "custom_tool_call":
+        text = item["input"]
+        for piece in [text[i : i + 16] for i in range(0, len(text), 16)]:
+            events.append({"type": "response.custom_tool_call_input.delta", **base, "delta": piece})
+        events.append({"type": "response.custom_tool_call_input.done", **base, "input": text})
     elif kind == "reasoning":
         text = item["summary"][0]["text"]
         events.append(

@@ -18,8 +18,9 @@ from starlette.requests import Request
 @dataclass
 class Reply:
     text: str = ""
-    #: (id, name, arguments dict)
-    tool_calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    #: (id, name, arguments dict); arguments as a string: a free-form tool's raw input (the
+    #: Responses API's custom tools)
+    tool_calls: list[tuple[str, str, Any]] = field(default_factory=list)
     thinking: str | None = None
     #: seconds to sleep between streamed events
     event_delay: float = 0.0

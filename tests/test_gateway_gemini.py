@@ -319,11 +319,15 @@ def test_resume_repeats_in_side_calls_are_repaired_too(tmp_path: Path) -> None:
 
 
 def test_errors_are_shaped_as_google_returns_them(tmp_path: Path) -> None:
+    # two calls, one answer (a call followed by no answer at all is Gemini CLI's abandoned
+    # call, which the gateway repairs)
+    call = {"functionCall": {"name": "bash", "args": {}}}
+    answer = {"functionResponse": {"name": "bash", "response": {"output": "x"}}}
     unanswered = {
         "contents": [
             {"role": "user", "parts": [{"text": "go"}]},
-            {"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {}}}]},
-            {"role": "user", "parts": [{"text": "and?"}]},
+            {"role": "model", "parts": [call, call]},
+            {"role": "user", "parts": [answer]},
         ]
     }
     with running(tmp_path) as (fake, gw):

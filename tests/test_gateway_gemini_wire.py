@@ -21,6 +21,7 @@ from contextfold.gateway.gemini import (
 from contextfold.gateway.gemini_api import (
     declaration,
     declarations,
+    drop_abandoned_calls,
     error_body,
     estimate_tokens,
     fit_side_call,
@@ -357,6 +358,44 @@ def test_a_side_call_loses_its_unpaired_calls_and_responses() -> None:
         body["contents"][5],
     ]
     assert pair_side_call(fixed) == (fixed, 0)
+
+
+def test_a_call_abandoned_by_loop_detection_is_left_out_and_nothing_else() -> None:
+    """Gemini CLI's loop feedback follows a call it never answered: the call goes, the
+    model's text in that turn stays; a partial answer is left for Gemini's own 400."""
+    contents = [
+        {"role": "user", "parts": [{"text": "go"}]},
+        {"role": "model", "parts": [_call("bash", {"a": 1})]},
+        {"role": "user", "parts": [_resp("bash", "ok")]},
+        {"role": "model", "parts": [{"text": "Step 2."}, _call("bash", {"a": 2})]},
+        {"role": "user", "parts": [{"text": "System: Potential loop detected."}]},
+        {"role": "model", "parts": [_call("bash", {"a": 3})]},
+        {"role": "user", "parts": [{"text": "again"}]},
+    ]
+    repaired, dropped = drop_abandoned_calls(contents)
+    assert dropped == ["bash", "bash"]
+    assert repaired == [
+        *contents[:3],
+        {"role": "model", "parts": [{"text": "Step 2."}]},
+        contents[4],
+        contents[6],
+    ]
+    conv = parse_gemini(repaired, None)
+    assert [m.role for m in conv.neutral] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "user",
+    ]
+    assert drop_abandoned_calls(repaired) == (repaired, [])
+    partial = [
+        contents[0],
+        {"role": "model", "parts": [_call("bash", {"a": 1}), _call("bash", {"a": 2})]},
+        {"role": "user", "parts": [_resp("bash", "x")]},
+    ]
+    assert drop_abandoned_calls(partial) == (partial, [])
 
 
 def test_a_resent_history_parses_as_a_fresh_one() -> None:

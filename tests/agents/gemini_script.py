@@ -1,7 +1,12 @@
 """The scripted model for Gemini CLI: Gemini API answers with Gemini CLI's own tools
 (``run_shell_command``, ``read_file``, ``replace``) and valid JSON for its JSON-mode side calls
 (the model router's classifier, loop detection). Gemini CLI numbers the calls itself, so the
-script finds its place from the last function call in the contents."""
+script finds its place from the last function call in the contents.
+
+With ``fire_loop`` the script's answers to Gemini CLI's loop check say "stuck in a loop" (with
+the confidence the check acts on) until the loop feedback comes back: Gemini CLI then drops
+the tool results it was about to send, sends its feedback after the unanswered call, and the
+script, like a model, runs the step whose result it never got again."""
 
 from __future__ import annotations
 
@@ -34,13 +39,29 @@ def schema_value(schema: Any) -> Any:
     return "simple"
 
 
+#: the feedback Gemini CLI sends when its loop detection fires
+LOOP_FEEDBACK = "System: Potential loop detected."
+#: loop detection acts on a confidence of 0.9 or more
+LOOP_CONFIDENCE = 0.95
+
+
+def loop_check(schema: Any) -> bool:
+    """Whether a JSON-mode side call is Gemini CLI's loop check (by its answer's schema)."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return isinstance(props, dict) and "unproductive_state_confidence" in props
+
+
 class GeminiScript:
-    def __init__(self, plan: Plan, project: Path) -> None:
+    def __init__(self, plan: Plan, project: Path, *, fire_loop: bool = False) -> None:
         self.plan = plan
         self.project = project
+        self.fire_loop = fire_loop
         self.followups: list[str] = []
         self.recalled = False
         self.side_calls = 0
+        self.loop_checks = 0
+        self.loop_fired = 0  # loop checks answered "stuck"
+        self.loop_feedbacks = 0  # requests that carried the loop feedback
 
     def _call(self, step: Step) -> tuple[str, dict[str, Any]]:
         path = str(self.project / step.path)
@@ -55,15 +76,24 @@ class GeminiScript:
         name, args = self._call(self.plan.steps[n])
         return Reply(text=f"Step {n}.", tool_calls=[(f"g{n}", name, args)])
 
-    def _last_call(self, contents: list[Any]) -> tuple[str, dict[str, Any]] | None:
-        for content in reversed(contents):
+    def _last_call(
+        self, contents: list[Any], *, answered: bool = False
+    ) -> tuple[str, dict[str, Any]] | None:
+        """The newest model turn's last call (None when that turn has none); ``answered``:
+        the last call a function response answers, however far back."""
+        for i in range(len(contents) - 1, -1, -1):
+            content = contents[i]
             if content.get("role") != "model":
+                continue
+            nxt = contents[i + 1] if i + 1 < len(contents) else {}
+            if answered and not any("functionResponse" in p for p in nxt.get("parts") or []):
                 continue
             for part in reversed(content.get("parts") or []):
                 fc = part.get("functionCall") if isinstance(part, dict) else None
                 if isinstance(fc, dict):
                     return str(fc.get("name")), dict(fc.get("args") or {})
-            return None
+            if not answered:
+                return None
         return None
 
     def __call__(self, call: Call) -> Reply:
@@ -71,16 +101,28 @@ class GeminiScript:
         if config.get("responseJsonSchema") or config.get("responseSchema"):
             self.side_calls += 1
             schema = config.get("responseJsonSchema") or config.get("responseSchema")
-            return Reply(text=json.dumps(schema_value(schema)))
+            value = schema_value(schema)
+            if loop_check(schema):
+                self.loop_checks += 1
+                if self.fire_loop and not self.loop_feedbacks:
+                    self.loop_fired += 1
+                    value["unproductive_state_confidence"] = LOOP_CONFIDENCE
+                    value["unproductive_state_analysis"] = "The same build step keeps coming."
+            return Reply(text=json.dumps(value))
         contents = call.messages
         users = [
             c for c in contents if c.get("role") == "user" and any("text" in p for p in c["parts"])
         ]
         if users and FOLLOWUP in json.dumps(users[-1]):
             return self._answer(call)
-        last = self._last_call(contents)
-        if last is None or not call.last_tool_results():
-            return self._reply(0)
+        if contents and LOOP_FEEDBACK in json.dumps(contents[-1]):
+            # the step whose result never came back is run again
+            self.loop_feedbacks += 1
+            last = self._last_call(contents, answered=True)
+        else:
+            last = self._last_call(contents)
+            if last is None or not call.last_tool_results():
+                return self._reply(0)
         steps = [self._call(s) for s in self.plan.steps]
         n = next((i for i, c in enumerate(steps) if c == last), -1) + 1
         if 0 < n < len(steps):

@@ -1,17 +1,21 @@
 """Codex CLI (the real ``codex exec``, its default model, the Responses API streamed) through
-``contextfold serve``: a long session of noisy build steps run with ``exec_command``, then
-``codex exec resume --last`` with a question about the first failing run."""
+``contextfold serve``: a long session of noisy build steps run with the free-form ``exec``
+tool its default model is offered (``custom_tool_call`` items), then ``codex exec resume
+--last`` with a question about the first failing run."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.agents.codex_script import CodexScript
+from tests.agents.codex_script import CodexScript, exec_source
 from tests.agents.harness import (
     STORES,
+    Stack,
     agent_program,
     base_env,
     check_session,
@@ -39,6 +43,47 @@ def codex_config(base_url: str) -> str:
     )
 
 
+def _length(output: Any) -> int:
+    return len(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
+
+
+def check_custom_calls(st: Stack, plan: Plan) -> dict[str, int]:
+    """Every free-form call the upstream got back is the model's own, byte for byte, and is
+        answered in its own kind (``custom_tool_call_output``); returns how many calls were
+        checked and how many of their outputs the gateway compacted (sent shorter than it first did,
+    or left out of a later view)."""
+    sources = {f"call_task_{n}": exec_source(step) for n, step in enumerate(plan.steps)}
+    checked = 0
+    first: dict[str, int] = {}
+    shortened: set[str] = set()
+    for rec in st.fake.accepted("/v1/responses"):
+        items = [i for i in rec.body.get("input") or [] if isinstance(i, dict)]
+        present = {str(i.get("call_id")) for i in items if i.get("type") == "custom_tool_call"}
+        shortened |= {cid for cid in first if cid not in present}
+        kinds = {str(i.get("call_id")): i.get("type") for i in items if "call_id" in i}
+        for item in items:
+            if item.get("type") != "custom_tool_call":
+                continue
+            cid = str(item.get("call_id"))
+            assert item.get("name") == "exec" and item.get("input") == sources[cid], item
+            checked += 1
+        for item in items:
+            if item.get("type", "").endswith("_output") and kinds.get(str(item.get("call_id"))):
+                call_kind = next(
+                    i["type"]
+                    for i in items
+                    if i.get("call_id") == item["call_id"] and not i["type"].endswith("_output")
+                )
+                assert item["type"] == f"{call_kind}_output", (item["type"], call_kind)
+            if item.get("type") == "custom_tool_call_output":
+                cid = str(item.get("call_id"))
+                size = _length(item.get("output"))
+                first.setdefault(cid, size)
+                if size < first[cid]:
+                    shortened.add(cid)
+    return {"custom_calls_checked": checked, "custom_outputs_compacted": len(shortened)}
+
+
 def codex_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict[str, object]:
     codex = agent_program("codex")
     assert plan.output_chars // 4 > times * LIMIT, "the plan must outgrow the limit"
@@ -59,6 +104,10 @@ def codex_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict
         run_agent([*command, TASK], project, env, timeout=800, st=st)
         run_agent([*command, "resume", "--last", FOLLOWUP], project, env, timeout=300, st=st)
         figures = check_session(st, route="/v1/responses")
+        assert script.custom_calls, "Codex's default model was not offered its exec tool"
+        custom = check_custom_calls(st, plan)
+        assert custom["custom_outputs_compacted"], f"no free-form call's output compacted: {custom}"
+        figures.update(custom)
     assert "sum(values)\n" in (project / "app.py").read_text()
     assert (project / "progress.txt").read_text().strip() == "started"
     assert script.followups, "the follow-up question never reached the upstream"

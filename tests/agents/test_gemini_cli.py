@@ -28,13 +28,15 @@ pytestmark = pytest.mark.timeout(900)
 LIMIT = 30_000
 
 
-def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dict[str, object]:
+def gemini_session(
+    tmp_path: Path, store: str, plan: Plan, *, times: int, fire_loop: bool = False
+) -> dict[str, object]:
     gemini = agent_program("gemini-cli")
     assert plan.output_chars // 4 > times * LIMIT, "the plan must outgrow the limit"
     project = make_project(tmp_path / "project")
     started = time.monotonic()
     with stack(tmp_path, store, limit=LIMIT) as st:
-        script = GeminiScript(plan, project)
+        script = GeminiScript(plan, project, fire_loop=fire_loop)
         st.fake.default = script
         home = tmp_path / "home"
         env = base_env(home)
@@ -65,6 +67,9 @@ def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dic
         **figures,
         "recalled": script.recalled,
         "side_calls": script.side_calls,
+        "loop_checks": script.loop_checks,
+        "loop_fired": script.loop_fired,
+        "loop_feedbacks": script.loop_feedbacks,
         "seconds": seconds,
     }
 
@@ -72,6 +77,17 @@ def gemini_session(tmp_path: Path, store: str, plan: Plan, *, times: int) -> dic
 @pytest.mark.parametrize("store", STORES)
 def test_gemini_cli_short_session(tmp_path: Path, store: str) -> None:
     print(gemini_session(tmp_path, store, Plan(runs=12), times=1))
+
+
+def test_gemini_cli_loop_detection(tmp_path: Path) -> None:
+    """Gemini CLI's loop detection fires (its loop check, asked after 30 turns of one prompt,
+    is told "stuck"): Gemini CLI drops the tool results it was about to send and sends its
+    loop feedback after the unanswered call. Gemini refuses such a request; through the
+    gateway the session goes on, with the abandoned call left out of the view."""
+    figures = gemini_session(tmp_path, "embedded", Plan(runs=32), times=2, fire_loop=True)
+    print(figures)
+    assert figures["loop_fired"], f"the loop check never ran: {figures}"
+    assert figures["loop_feedbacks"], f"Gemini CLI never sent its loop feedback: {figures}"
 
 
 @pytest.mark.long

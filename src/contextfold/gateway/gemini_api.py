@@ -205,6 +205,45 @@ def pair_side_call(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     return ({**body, "contents": out}, changed) if changed else (body, 0)
 
 
+def drop_abandoned_calls(contents: list[Any]) -> tuple[list[Any], list[str]]:
+    """The contents without the function calls of a model turn that a user turn without any
+    function response follows; and the names of the calls left out.
+
+    Gemini CLI abandons a call when its loop detection fires between the call and its
+    answer: it sends its loop feedback as a user text turn after the model's call and never
+    answers the call. Gemini refuses such a request (a call turn must be followed by its
+    responses), so the gateway leaves the abandoned calls out (the model's text in that turn
+    stays); the call never ran, so nothing it produced is lost. Every later request of the
+    conversation holds the same turns and is repaired the same way. A user turn that answers
+    only some of the calls is not repaired: it gets Gemini's own 400."""
+    out: list[Any] | None = None
+    dropped: list[str] = []
+    for i, content in enumerate(contents):
+        nxt = contents[i + 1] if i + 1 < len(contents) else None
+        abandoned = (
+            isinstance(content, Mapping)
+            and content.get("role") == "model"
+            and isinstance(nxt, Mapping)
+            and (nxt.get("role") or "user") == "user"
+            and _has(content, "functionCall")
+            and not _has(nxt, "functionResponse")
+        )
+        if not abandoned:
+            if out is not None:
+                out.append(content)
+            continue
+        if out is None:
+            out = list(contents[:i])
+        for part in content.get("parts") or []:
+            fc = field(part, "functionCall") if isinstance(part, Mapping) else None
+            if isinstance(fc, Mapping):
+                dropped.append(str(fc.get("name")))
+        kept = _drop_parts(content, "functionCall")
+        if kept is not None:
+            out.append(kept)
+    return (contents, []) if out is None else (out, dropped)
+
+
 def _starts_badly(content: Any) -> bool:
     """A first turn Gemini refuses: the model's, or answers to calls no longer there."""
     if not isinstance(content, Mapping) or content.get("role") == "model":
@@ -216,6 +255,7 @@ def _starts_badly(content: Any) -> bool:
 __all__ = [
     "declaration",
     "declarations",
+    "drop_abandoned_calls",
     "error_body",
     "estimate_tokens",
     "fit_side_call",

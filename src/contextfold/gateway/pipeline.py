@@ -26,14 +26,17 @@ from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
 from . import fastjson
 from .config import GatewayConfig
+from .continuation import Continuations
 from .convert import Conversation, session_key_material
 from .metrics import Metrics
 from .sessions import (
     RESYNCS,
+    SESSION_HEADER,
     Prepared,
     Session,
     SessionRegistry,
     Synced,
+    client_identity,
     session_key,
 )
 from .turn import (
@@ -72,6 +75,7 @@ class Pipeline:
             config, url_for=self.upstream.url, on_compaction=self._on_compaction
         )
         self._writer: asyncio.Task[None] | None = None
+        self.continuations = Continuations()
         #: the threads that append, derive views and commit: a request is handed over at once
         #: (not from a task started on the loop's next round, behind everything queued there)
         self._threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="contextfold")
@@ -97,7 +101,11 @@ class Pipeline:
     def session_key(self, conv: Conversation, headers: Mapping[str, str]) -> str:
         """The conversation's key, bound to the provider credentials the upstream will see
         (see :func:`~.sessions.session_key`)."""
-        return session_key(session_key_material(conv), headers, self.config.auth_token)
+        key = session_key(session_key_material(conv), headers, self.config.auth_token)
+        if headers.get(SESSION_HEADER):
+            return key
+        ident = client_identity(forward_headers(headers, token=self.config.auth_token))
+        return self.continuations.resolve(key, ident, conv)  # the client compacted itself
 
     def wants_gateway_tools(
         self, sess: Session, client_names: set[str], allowed: bool
@@ -447,6 +455,9 @@ class Pipeline:
         now when there is no delay or no background writer."""
         if telemetry.enabled():
             turn_span(turn, input_tokens)
+        if not turn.headers.get(SESSION_HEADER):
+            ident = client_identity(forward_headers(turn.headers, token=self.config.auth_token))
+            self.continuations.remember(turn.key, ident, message)
         if self.config.record_delay > 0 and self._writer is not None:
             self.registry.hold(turn.session, message, input_tokens)
             return

@@ -12,7 +12,10 @@ router, its loop and next-speaker checks): relayed and never stored (see :func:`
 Gemini CLI's ``--resume`` sends every tool result twice and Gemini answers such a request
 with a 400: the gateway repairs it, dropping the exact repeats (see
 :func:`~contextfold.gateway.gemini.drop_repeated_responses`); a different second answer to the
-same call is refused with Gemini's own message.
+same call is refused with Gemini's own message. When its loop detection fires between a call
+and its answer, Gemini CLI sends its loop feedback after the unanswered call, which Gemini
+also refuses: the gateway leaves the abandoned call out of that request (see
+:func:`~contextfold.gateway.gemini_api.drop_abandoned_calls`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ..gemini import drop_repeated_responses, field, parse_gemini, render_gemini
 from ..gemini_api import (
     declaration,
     declarations,
+    drop_abandoned_calls,
     error_body,
     fit_side_call,
     input_tokens,
@@ -146,8 +150,14 @@ class GeminiAdapter(ProviderAdapter):
         contents = body.get("contents")
         if isinstance(contents, list):
             contents, dropped = drop_repeated_responses(contents)
-            if dropped:
-                log_event("repaired_request", repeated_function_responses=dropped, model=model)
+            contents, abandoned = drop_abandoned_calls(contents)
+            if dropped or abandoned:
+                log_event(
+                    "repaired_request",
+                    repeated_function_responses=dropped,
+                    abandoned_function_calls=abandoned,
+                    model=model,
+                )
                 body = {**body, "contents": contents}
         try:
             conv = parse_gemini(contents, field(body, "systemInstruction"))

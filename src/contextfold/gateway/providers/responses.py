@@ -223,6 +223,10 @@ def _without_id(item: Any) -> Any:
     return item
 
 
+#: the streamed input of a free-form (custom) tool's call
+_CUSTOM_DELTA = "response.custom_tool_call_input.delta"
+
+
 class _Round(StreamRound):
     """One Responses stream. A continuation (after the gateway answered its own calls) sends
     no second ``response.created``; its items come after the ones the client has, their
@@ -259,7 +263,7 @@ class _Round(StreamRound):
             item = obj.get("item")
             if isinstance(item, dict):
                 self.items[int(obj.get("output_index", len(self.items)))] = dict(item)
-        elif kind == "response.function_call_arguments.delta":
+        elif kind in ("response.function_call_arguments.delta", _CUSTOM_DELTA):
             idx = int(obj.get("output_index", 0))
             self.args.setdefault(idx, []).append(str(obj.get("delta", "")))
         elif kind in ("response.completed", "response.incomplete") and isinstance(response, dict):
@@ -302,6 +306,8 @@ class _Round(StreamRound):
             item = dict(self.items[idx])
             if item.get("type") == "function_call" and not item.get("arguments"):
                 item["arguments"] = "".join(self.args.get(idx, []))
+            elif item.get("type") == "custom_tool_call" and not item.get("input"):
+                item["input"] = "".join(self.args.get(idx, []))
             out.append(item)
         return out
 
