@@ -12,8 +12,10 @@ Every wait polls with a deadline; nothing sleeps a fixed time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -117,11 +119,36 @@ class PrivatePostgres:
         return True
 
     def destroy(self) -> None:
+        self.thaw()
         if (self.data / "postmaster.pid").exists():
             self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ faults
+    def processes(self) -> list[int]:
+        """The postmaster and every process it started (backends, writer, checkpointer)."""
+        pid_file = self.data / "postmaster.pid"
+        if not pid_file.exists():
+            return []
+        postmaster = int(pid_file.read_text().split()[0])
+        children = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(postmaster)], capture_output=True, text=True
+        ).stdout.split()
+        return [postmaster, *(int(c) for c in children)]
+
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster and all its processes: connections stay open and the kernel
+        still accepts bytes, but nothing answers (a hung host, a paused VM)."""
+        self._frozen = self.processes()
+        for pid in self._frozen:
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for pid in getattr(self, "_frozen", []):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self._frozen = []
+
     def sql(self, statement: str) -> list[tuple[Any, ...]]:
         import psycopg
 
@@ -169,3 +196,70 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         yield server
     finally:
         server.destroy()
+
+
+class StallingProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``port`` that can stop forwarding: while stalled
+    it accepts connections and reads nothing more from either side (the network path of a
+    cable pulled between two routers: the client's kernel still sends, nothing comes back)."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, server_url: str) -> str:
+        return server_url.replace(f":{self.target}/", f":{self.port}/")
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.flowing.wait()
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        while not self._closed.is_set():
+            self.flowing.wait()
+            try:
+                data = source.recv(65536)
+                if not data:
+                    break
+                self.flowing.wait()  # a stall cuts in between too: the bytes are held
+                sink.sendall(data)
+            except OSError:
+                break
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def stall(self) -> None:
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.flowing.set()
+        self.listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -17,7 +17,7 @@ from contextfold.gateway.cli import BackgroundServer
 from contextfold.gateway.config import GatewayConfig
 from contextfold.storage import open_store
 from tests.gateway_fakes import Call, FakeUpstream, Reply
-from tests.pg_private import PrivatePostgres, private_postgres
+from tests.pg_private import PrivatePostgres, StallingProxy, private_postgres
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -93,4 +93,64 @@ def test_store_down_answers_503_with_retry_after_in_bounded_time_then_recovers(
             ]
         ]
     finally:
+        fake.stop()
+
+
+@pytest.mark.parametrize("fault", ["frozen", "stalled network"])
+def test_a_frozen_store_answers_503_in_bounded_time_then_the_session_is_as_stored(
+    server: PrivatePostgres, fault: str
+) -> None:
+    """The store's server SIGSTOPped (postmaster and backends), or the network to it stalled
+    by a proxy: requests get a provider-shaped 503 with Retry-After within the store's bound;
+    after SIGCONT the client's next request is answered and the session is exactly as stored
+    (each turn once)."""
+    proxy = StallingProxy(server.port) if fault == "stalled network" else None
+    url = f"{server.url}?schema=gw&timeout={TIMEOUT}"
+    if proxy is not None:
+        url = proxy.url(url)
+    fake = FakeUpstream().start()
+    fake.default = _echo
+    try:
+        cfg = GatewayConfig(upstream=fake.url, port=0, store=url).check()
+        with BackgroundServer(cfg) as gw, httpx.Client(timeout=60) as http:
+            endpoint = gw.url + "/v1/chat/completions"
+
+            def ask(messages: list[Any]) -> httpx.Response:
+                return http.post(endpoint, json={"model": "gpt-fake", "messages": messages})
+
+            messages: list[Any] = [SYSTEM, {"role": "user", "content": "one"}]
+            first = ask(messages)
+            assert first.status_code == 200, first.text
+            messages += [first.json()["choices"][0]["message"], {"role": "user", "content": "two"}]
+            proxy.stall() if proxy is not None else server.freeze()
+            took = []
+            for _ in range(2):
+                started = time.monotonic()
+                down = ask(messages)
+                took.append(time.monotonic() - started)
+                assert down.status_code == 503, down.text
+                assert int(down.headers["retry-after"]) >= 1
+                assert down.json()["error"]["message"].startswith("the session store failed")
+            proxy.resume() if proxy is not None else server.thaw()
+            assert max(took) < 4 * TIMEOUT + 5, took
+            started = time.monotonic()
+            back = ask(messages)
+            recovered = time.monotonic() - started
+            assert back.status_code == 200, back.text
+            print(
+                f"\n{fault}: 503 after {[round(t, 2) for t in took]} s; answered {recovered:.2f} s after"
+            )
+        assert stored(url) == [
+            [
+                "system: You are a careful coding agent.",
+                "user: one",
+                "assistant: answer to: one",
+                "user: two",
+                "assistant: answer to: two",
+            ]
+        ]
+    finally:
+        server.thaw()
+        if proxy is not None:
+            proxy.close()
         fake.stop()

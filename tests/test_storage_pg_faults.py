@@ -15,7 +15,7 @@ import pytest
 from contextfold import ContextManager, reopen
 from contextfold.errors import StorageError
 from contextfold.storage.postgres import PostgresStore
-from tests.pg_private import PrivatePostgres, private_postgres
+from tests.pg_private import PrivatePostgres, StallingProxy, private_postgres
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -200,3 +200,46 @@ def test_opening_a_store_while_the_server_is_down_fails_in_bounded_time(
     with PostgresStore(url) as store:
         assert store.timeout == TIMEOUT
         assert store.head("s") == 0
+
+
+@pytest.mark.parametrize("fault", ["frozen", "stalled network"])
+def test_a_frozen_server_or_a_stalled_network_fails_in_bounded_time_and_recovers(
+    server: PrivatePostgres, url: str, fault: str
+) -> None:
+    """SIGSTOP on the postmaster and every backend (connections stay open, the kernel keeps
+    accepting bytes, nothing answers), or a TCP proxy that stops forwarding: each call fails
+    within the bound instead of hanging; after SIGCONT (or the proxy flowing again) the
+    session is exactly as stored and the same call, retried, is stored once."""
+    proxy = StallingProxy(server.port) if fault == "stalled network" else None
+    if proxy is not None:
+        url = proxy.url(url)
+    try:
+        cm = ContextManager(store=url, session_id="s", context_window=4_000)
+        for i in range(3):
+            cm.add_many(turn(i))
+            cm.prepare()
+        before = stored(url)
+        if proxy is not None:
+            proxy.stall()
+        else:
+            server.freeze()
+        took = [timed_failure(lambda: cm.add_many(turn(3))) for _ in range(2)]
+        took.append(timed_failure(lambda: PostgresStore(url).close()))  # opening one, too
+        if proxy is not None:
+            proxy.resume()
+        else:
+            server.thaw()
+        assert max(took) < bound(), took
+        assert snapshot(cm) == before == stored(url)
+        cm.add_many(turn(3))
+        cm.prepare()
+        after = stored(url)
+        assert snapshot(cm) == after
+        uuids = [u for _, _, u in after[0]]
+        assert len(uuids) == len(set(uuids)) == len(before[0]) + 4
+        print(f"\n{fault}: failures after {[round(t, 2) for t in took]} s")
+        cm.close()
+    finally:
+        server.thaw()
+        if proxy is not None:
+            proxy.close()

@@ -50,6 +50,7 @@ from .tokens import Calibration, MessageTokenCache, TokenCounter, count_tools, g
 from .tools import ToolBox
 from .usage import extract_input_tokens
 from .view import HistoryView
+from .view_layout import VIEW_EVENT, layout
 from .wire import from_anthropic, to_anthropic
 
 if TYPE_CHECKING:
@@ -644,6 +645,7 @@ class ContextManager(MemoryCalls):
             self.last_record = record
             self.recovery.after_compaction(record)
             self._save_state()
+            self.session.emit(VIEW_EVENT, layout(self.view))  # what the next calls are sent
 
     def _announce(self, record: CompactionRecord) -> None:
         """After the compaction's unit committed."""

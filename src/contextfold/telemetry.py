@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -41,14 +41,70 @@ def enabled() -> bool:
     return _trace is not None
 
 
+#: ``hook(span name, attributes, seconds)`` for each span that ended without an error (see
+#: :func:`add_hook`; :mod:`contextfold.metrics` counts with one)
+Hook = Callable[[str, Mapping[str, Attr], float], None]
+_HOOKS: list[Hook] = []
+
+
+def add_hook(hook: Hook) -> None:
+    """Call ``hook`` with every span's name, final attributes and duration once it ended
+    without an error (with or without OpenTelemetry). A hook that raises is ignored."""
+    if hook not in _HOOKS:
+        _HOOKS.append(hook)
+
+
+def remove_hook(hook: Hook) -> None:
+    if hook in _HOOKS:
+        _HOOKS.remove(hook)
+
+
+class _Noted:
+    """The span a block sees while hooks listen: keeps the attributes (and passes them to the
+    OpenTelemetry span, if one records)."""
+
+    __slots__ = ("attributes", "inner")
+
+    def __init__(self, attributes: dict[str, Attr], inner: Any) -> None:
+        self.attributes = attributes
+        self.inner = inner
+
+    def is_recording(self) -> bool:
+        return True
+
+    def set_attribute(self, key: str, value: Attr) -> None:
+        self.attributes[key] = value
+        if self.inner is not None and self.inner.is_recording():
+            self.inner.set_attribute(key, value)
+
+
+@contextlib.contextmanager
+def _noted(name: str, attrs: dict[str, Attr]) -> Iterator[_Noted]:
+    started = time.perf_counter()
+    if _trace is None:
+        noted = _Noted(attrs, None)
+        yield noted
+    else:
+        with _trace.get_tracer(TRACER).start_as_current_span(name, attributes=attrs) as inner:
+            noted = _Noted(dict(attrs), inner)
+            yield noted
+    seconds = time.perf_counter() - started
+    for hook in list(_HOOKS):
+        with contextlib.suppress(Exception):  # counting never breaks the work counted
+            hook(name, noted.attributes, seconds)
+
+
 def span(
     name: str, attributes: Mapping[str, Attr | None] | None = None
 ) -> AbstractContextManager[Any]:
     """A span around a block (the current span's child); yields the span, or None without
-    OpenTelemetry. Attributes that are None are left out."""
-    if _trace is None:
+    OpenTelemetry and without hooks. Attributes that are None are left out."""
+    if _trace is None and not _HOOKS:
         return _NONE
     attrs = {k: v for k, v in (attributes or {}).items() if v is not None}
+    if _HOOKS:
+        return _noted(name, attrs)
+    assert _trace is not None
     return _trace.get_tracer(TRACER).start_as_current_span(name, attributes=attrs)
 
 
@@ -93,10 +149,13 @@ def finished_span(
 
 
 __all__ = [
+    "Hook",
+    "add_hook",
     "compaction_attributes",
     "enabled",
     "finished_span",
     "recording",
+    "remove_hook",
     "set_attributes",
     "span",
 ]

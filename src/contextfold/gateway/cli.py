@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any, TextIO
 
@@ -191,8 +195,28 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     # created (or migrated) once, here, before the workers open it side by side
     open_shared_store(config.store).close()
     os.environ[WORKER_CONFIG_ENV] = json.dumps(asdict(config))
-    uvicorn.run(f"{__name__}:worker_app", factory=True, workers=config.workers, **options)
+    with _multiprocess_metrics():
+        uvicorn.run(f"{__name__}:worker_app", factory=True, workers=config.workers, **options)
     return 0
+
+
+@contextlib.contextmanager
+def _multiprocess_metrics() -> Iterator[None]:
+    """Prometheus multiprocess mode for the worker processes: each writes its counts to a
+    folder of its own files and ``/metrics`` adds them up (a fresh folder, removed at exit,
+    unless ``PROMETHEUS_MULTIPROC_DIR`` names one already)."""
+    from .metrics import MULTIPROC_ENV
+
+    if os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="contextfold-metrics-")
+    os.environ[MULTIPROC_ENV] = folder
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class BackgroundServer:

@@ -1,12 +1,28 @@
-"""Prometheus text-format metrics, kept in process (no client library needed)."""
+"""The gateway's metrics through the standard Prometheus client (``prometheus_client``).
+
+Each :class:`Metrics` has a registry of its own (two gateways in one process, as in tests,
+never mix their counts). A series appears once it has happened (a counter is created with its
+first increment), so a scrape shows what the gateway did, not a wall of zeros.
+
+With ``contextfold serve --workers N`` every worker process counts for itself, in the client's
+multiprocess mode: ``serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder (or keeps
+the one the user set) before the workers start, and ``/metrics``, whichever worker answers,
+adds up the files of all of them.
+
+Labels are routes, HTTP statuses, compaction tiers, outcomes and store operations only: never a
+key, a token, a URL or a session name.
+"""
 
 from __future__ import annotations
 
-import bisect
+import os
 import threading
-from collections.abc import Iterable
-from typing import ClassVar
+from typing import Any, Literal
 
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+#: upstream and added latency, seconds
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.001,
     0.0025,
@@ -24,108 +40,143 @@ LATENCY_BUCKETS: tuple[float, ...] = (
     30.0,
     60.0,
 )
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-Labels = tuple[tuple[str, str], ...]
+Kind = Literal["counter", "histogram"]
 
-
-def _fmt_labels(labels: Labels, extra: Iterable[tuple[str, str]] = ()) -> str:
-    items = list(labels) + list(extra)
-    if not items:
-        return ""
-    body = ",".join(
-        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in items
-    )
-    return "{" + body + "}"
-
-
-class _Histogram:
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.counts = [0] * len(buckets)
-        self.total = 0
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.buckets, value)
-        if i < len(self.counts):
-            self.counts[i] += 1
-        self.total += 1
-        self.sum += value
+#: name -> (kind, help, label names)
+SPECS: dict[str, tuple[Kind, str, tuple[str, ...]]] = {
+    "contextfold_gateway_requests_total": (
+        "counter",
+        "Requests handled, by route and HTTP status.",
+        ("route", "status"),
+    ),
+    "contextfold_gateway_compactions_total": (
+        "counter",
+        "Compactions run by the gateway, by tier.",
+        ("tier",),
+    ),
+    "contextfold_gateway_history_tokens_total": (
+        "counter",
+        "Estimated tokens of the full histories the clients sent (into the view).",
+        (),
+    ),
+    "contextfold_gateway_view_tokens_total": (
+        "counter",
+        "Estimated tokens of the views forwarded upstream (out of the view).",
+        (),
+    ),
+    "contextfold_gateway_tokens_saved_total": (
+        "counter",
+        "History tokens not sent thanks to compaction.",
+        (),
+    ),
+    "contextfold_gateway_evidence_injections_total": (
+        "counter",
+        "Views sent with an evidence block (what left the view and matters now) injected.",
+        (),
+    ),
+    "contextfold_gateway_gateway_tool_calls_total": (
+        "counter",
+        "recall / read_offloaded calls answered inside the gateway.",
+        (),
+    ),
+    "contextfold_gateway_recalls_total": (
+        "counter",
+        "Gateway tool calls answered inside the gateway, by tool.",
+        ("tool",),
+    ),
+    "contextfold_gateway_overflow_retries_total": (
+        "counter",
+        "Upstream context-overflow errors retried after hard compaction, by outcome.",
+        ("outcome",),
+    ),
+    "contextfold_gateway_branches_total": (
+        "counter",
+        "Branch sessions started because a client continued a stored conversation another "
+        "way (a regenerated answer, a second client).",
+        (),
+    ),
+    "contextfold_gateway_client_rewrites_total": (
+        "counter",
+        "Requests in which a client rewrote its own history (summarized, moved or refreshed "
+        "messages); the session continued.",
+        (),
+    ),
+    "contextfold_gateway_upstream_errors_total": (
+        "counter",
+        "Upstream failures passed back, by HTTP status.",
+        ("status",),
+    ),
+    "contextfold_gateway_upstream_latency_seconds": (
+        "histogram",
+        "Upstream time to the first byte.",
+        (),
+    ),
+    "contextfold_gateway_added_latency_seconds": (
+        "histogram",
+        "Latency the gateway adds before the first byte reaches the client (upstream wait "
+        "excluded).",
+        (),
+    ),
+    "contextfold_gateway_store_seconds": (
+        "histogram",
+        "Time of the session store's work for a request, by operation (sync: reading and "
+        "staging what is new; commit: writing it; record: writing the answer).",
+        ("op",),
+    ),
+}
 
 
 class Metrics:
-    """Counters and latency histograms with labels; thread-safe."""
-
-    HELP: ClassVar[dict[str, str]] = {
-        "contextfold_gateway_requests_total": "Requests handled, by route and HTTP status.",
-        "contextfold_gateway_compactions_total": "Compactions run by the gateway, by tier.",
-        "contextfold_gateway_history_tokens_total": "Estimated tokens of the full histories "
-        "the clients sent (into the view).",
-        "contextfold_gateway_view_tokens_total": "Estimated tokens of the views forwarded "
-        "upstream (out of the view).",
-        "contextfold_gateway_tokens_saved_total": "History tokens not sent thanks to compaction.",
-        "contextfold_gateway_gateway_tool_calls_total": "recall / read_offloaded calls answered "
-        "inside the gateway.",
-        "contextfold_gateway_overflow_retries_total": "Upstream context-overflow errors retried "
-        "after hard compaction, by outcome.",
-        "contextfold_gateway_branches_total": "Branch sessions started because a client "
-        "continued a stored conversation another way (a regenerated answer, a second client).",
-        "contextfold_gateway_client_rewrites_total": "Requests in which a client rewrote its "
-        "own history (summarized, moved or refreshed messages); the session continued.",
-        "contextfold_gateway_upstream_errors_total": "Upstream failures passed back, by kind.",
-        "contextfold_gateway_upstream_latency_seconds": "Upstream time to the first byte.",
-        "contextfold_gateway_added_latency_seconds": "Latency the gateway adds before the first "
-        "byte reaches the client (upstream wait excluded).",
-    }
+    """Counters and histograms of one gateway, with labels; thread-safe."""
 
     def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
-        self._counters: dict[str, dict[Labels, float]] = {}
-        self._hists: dict[str, dict[Labels, _Histogram]] = {}
+        self._made: dict[str, Any] = {}
+
+    def _metric(self, name: str) -> Any:
+        metric = self._made.get(name)
+        if metric is not None:
+            return metric
+        kind, help_text, labels = SPECS[name]
+        with self._lock:
+            metric = self._made.get(name)
+            if metric is None:
+                if kind == "counter":
+                    metric = Counter(name, help_text, labels, registry=self.registry)
+                else:
+                    metric = Histogram(
+                        name, help_text, labels, registry=self.registry, buckets=LATENCY_BUCKETS
+                    )
+                self._made[name] = metric
+        return metric
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            series = self._counters.setdefault(name, {})
-            series[key] = series.get(key, 0.0) + value
+        if value < 0:
+            return
+        metric = self._metric(name)
+        (metric.labels(**labels) if labels else metric).inc(value)
 
     def observe(self, name: str, seconds: float, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            series = self._hists.setdefault(name, {})
-            hist = series.get(key)
-            if hist is None:
-                hist = series[key] = _Histogram(LATENCY_BUCKETS)
-            hist.observe(max(0.0, seconds))
+        metric = self._metric(name)
+        (metric.labels(**labels) if labels else metric).observe(max(0.0, seconds))
 
     def value(self, name: str, **labels: str) -> float:
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            return self._counters.get(name, {}).get(key, 0.0)
+        """A counter's value in this process (0 before its first increment)."""
+        found = self.registry.get_sample_value(name, labels or None)
+        return float(found) if found is not None else 0.0
 
     def render(self) -> str:
-        lines: list[str] = []
-        with self._lock:
-            for name in sorted(self._counters):
-                lines.append(f"# HELP {name} {self.HELP.get(name, name)}")
-                lines.append(f"# TYPE {name} counter")
-                for labels, value in sorted(self._counters[name].items()):
-                    lines.append(f"{name}{_fmt_labels(labels)} {value:g}")
-            for name in sorted(self._hists):
-                lines.append(f"# HELP {name} {self.HELP.get(name, name)}")
-                lines.append(f"# TYPE {name} histogram")
-                for labels, hist in sorted(self._hists[name].items()):
-                    running = 0
-                    for bound, count in zip(hist.buckets, hist.counts):
-                        running += count
-                        le = _fmt_labels(labels, [("le", f"{bound:g}")])
-                        lines.append(f"{name}_bucket{le} {running}")
-                    inf = _fmt_labels(labels, [("le", "+Inf")])
-                    lines.append(f"{name}_bucket{inf} {hist.total}")
-                    lines.append(f"{name}_sum{_fmt_labels(labels)} {hist.sum:.6f}")
-                    lines.append(f"{name}_count{_fmt_labels(labels)} {hist.total}")
-        return "\n".join(lines) + "\n"
+        """The Prometheus text format: this gateway's registry, or with ``--workers N``
+        (multiprocess mode) the sum over every worker process."""
+        folder = os.environ.get(MULTIPROC_ENV)
+        if folder and os.path.isdir(folder):
+            merged = CollectorRegistry()
+            MultiProcessCollector(merged, path=folder)  # type: ignore[no-untyped-call]
+            return generate_latest(merged).decode("utf-8")
+        return generate_latest(self.registry).decode("utf-8")
 
 
-__all__ = ["Metrics"]
+__all__ = ["LATENCY_BUCKETS", "MULTIPROC_ENV", "SPECS", "Metrics"]

@@ -214,8 +214,11 @@ class Pipeline:
             # the commit's own CPU work waits until the loop has rendered and sent the request
             # (both on the GIL), briefly: it then runs during the upstream's answer
             sent.wait(SEND_GRACE)
+            t_commit = time.perf_counter()
             replaced = self.registry.settle(synced.session, synced.staged, key, conv, model)
-            return replaced, time.perf_counter()
+            ended = time.perf_counter()
+            self.metrics.observe("contextfold_gateway_store_seconds", ended - t_commit, op="commit")
+            return replaced, ended
 
         # never cancelled (awaited shielded): it ends when the thread has finished
         task: asyncio.Future[Committed] = loop.run_in_executor(
@@ -242,6 +245,9 @@ class Pipeline:
             "view": marks["view"],
             "wake": resumed - marks["done"],
         }
+        self.metrics.observe("contextfold_gateway_store_seconds", marks["store"], op="sync")
+        if any(item.message.metadata.get("cf_kind") == "injection" for item in prepared.items):
+            self.metrics.inc("contextfold_gateway_evidence_injections_total")
         self.metrics.inc("contextfold_gateway_history_tokens_total", prepared.history_tokens)
         self.metrics.inc("contextfold_gateway_view_tokens_total", prepared.view_tokens)
         self.metrics.inc(
@@ -369,6 +375,8 @@ class Pipeline:
 
         answers = await to_thread.run_sync(run)
         self.metrics.inc("contextfold_gateway_gateway_tool_calls_total", len(answers))
+        for call in calls:
+            self.metrics.inc("contextfold_gateway_recalls_total", tool=str(call_name(call))[:40])
         log_event(
             "gateway_tools",
             session=turn.session.session_id,
@@ -461,8 +469,12 @@ class Pipeline:
         if self.config.record_delay > 0 and self._writer is not None:
             self.registry.hold(turn.session, message, input_tokens)
             return
+        t0 = time.perf_counter()
         try:
             await to_thread.run_sync(self.registry.record, turn.session, message, input_tokens)
+            self.metrics.observe(
+                "contextfold_gateway_store_seconds", time.perf_counter() - t0, op="record"
+            )
         except ContextFoldError as exc:
             # the client has its answer; the next request resends it and it is stored then
             log_event("record_failed", session=turn.session.session_id, error=str(exc))
@@ -472,8 +484,12 @@ class Pipeline:
         async with self.registry.lock(sess.key):
             if sess.pending is None:
                 return
+            t0 = time.perf_counter()
             try:
                 await to_thread.run_sync(sess.flush)
+                self.metrics.observe(
+                    "contextfold_gateway_store_seconds", time.perf_counter() - t0, op="record"
+                )
             except ConcurrentWriteError:
                 # another replica appended first, from the client's next request, which
                 # carries this answer: nothing is lost

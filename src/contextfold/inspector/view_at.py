@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..sessions.log import entry_of
 from ..storage import Store
+from ..view_layout import CHANGED, VIEW_EVENT, positions
 from .data import PREVIEW_CHARS, Compaction, SessionLog, read_log
 
 
@@ -56,6 +57,40 @@ def _status(pos: int, boundary: int, pinned: set[int], offload: dict[str, Any] |
     return "kept"
 
 
+Layout = tuple[dict[int, str], int]
+
+
+def _recorded(store: Store, session_id: str, seq: int) -> Layout | None:
+    """The layout the newest compaction before event ``seq`` recorded (None: none was, as in
+    stores written before views were recorded)."""
+    last = None
+    for ev in store.read(session_id, stop=seq, kinds=[VIEW_EVENT]):
+        last = ev
+    if last is None:
+        return None
+    try:
+        items, _summary, length = positions(dict(last.data))
+    except (ValueError, TypeError):
+        return None
+    return items, length
+
+
+def _recorded_status(
+    pos: int, layout: Layout, pinned: set[int], offload: dict[str, Any] | None
+) -> str:
+    items, length = layout
+    if pos >= length:  # appended after the compaction: sent as it is
+        return "pinned" if pos in pinned else "kept"
+    code = items.get(pos)
+    if code is None:
+        return "summarized"
+    if code == CHANGED:
+        if offload is not None:
+            return "evicted" if offload.get("policy") == "eviction" else "offloaded"
+        return "shortened"
+    return "pinned" if pos in pinned else "kept"
+
+
 def view_at(store: Store, session_id: str, call: int) -> dict[str, Any]:
     """Every history message before model call ``call`` (1-based), marked."""
     log = read_log(store, session_id)
@@ -77,10 +112,14 @@ def view_at(store: Store, session_id: str, call: int) -> dict[str, Any]:
     users = [h.pos for h in heads if h.role == "user"]
     pinned.update(users[:1] + users[-1:])
     previews = _previews(store, session_id, seq)
+    layout = _recorded(store, session_id, seq) if comp is not None else None
     rows = []
     for h in heads:
         off = offloads.get(h.tool_call_id) if h.tool_call_id else None
-        status = _status(h.pos, boundary, pinned, off)
+        if layout is not None:
+            status = _recorded_status(h.pos, layout, pinned, off)
+        else:
+            status = _status(h.pos, boundary, pinned, off)
         rows.append(
             {
                 "position": h.pos,
@@ -99,6 +138,8 @@ def view_at(store: Store, session_id: str, call: int) -> dict[str, Any]:
         "call": call,
         "position": pos,
         "boundary": boundary,
+        #: the view as recorded when it was sent (else reconstructed from the records)
+        "recorded": layout is not None,
         "compaction": comp.number if comp is not None else None,
         "summary": comp.record.summary_text if comp is not None else "",
         "messages": rows,

@@ -3,7 +3,10 @@ when it does not.
 
 Every wait is bounded by one timeout (:data:`DEFAULT_TIMEOUT` seconds unless the store URL's
 ``timeout`` parameter or ``$CONTEXTFOLD_PG_TIMEOUT`` says otherwise): connecting, waiting for a
-pooled connection, and unanswered data on an open connection (``tcp_user_timeout``).
+pooled connection, unanswered data on an open connection (``tcp_user_timeout``), and each wait
+for the server's answer on a connection (a client-side deadline: a frozen server, or a network
+path that stops forwarding while the kernel still accepts the bytes, is cut after the timeout;
+see :class:`~.pg_connect.BoundedConnection`). A server found unresponsive counts as down.
 
 A pool that cannot hand out a connection within :data:`POOL_WAIT` (the server is down, the
 pool is still backing off after an outage, or every connection is busy) is bypassed: the store
@@ -26,13 +29,15 @@ import psycopg
 import psycopg_pool
 
 from ..errors import ConfigError
-from .pg_connect import check_connection
+from .pg_connect import BoundedConnection, ServerUnresponsive, bound_waits, check_connection
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 #: Seconds any one wait on the server may take (connect, a pooled connection, an answer).
 DEFAULT_TIMEOUT = 5.0
 TIMEOUT_ENV = "CONTEXTFOLD_PG_TIMEOUT"
+#: a connection attempt past its connect_timeout (psycopg >= 3.2; else never singled out)
+_CONNECT_TIMEOUT: type[Exception] | tuple[()] = getattr(psycopg.errors, "ConnectionTimeout", ())
 #: Seconds to wait for a pooled connection before connecting directly instead (a pool that
 #: lost its connections, or one whose connections are all busy).
 POOL_WAIT = 1.0
@@ -72,8 +77,9 @@ class Connections:
         name: str,
     ) -> None:
         self.conninfo = conninfo
-        self.kwargs = kwargs
         self.timeout = timeout
+        #: connect within the timeout, in the pool's own connection attempts too
+        self.kwargs = {**kwargs, "connect_timeout": max(2, round(timeout))}
         self._sizes = (min_size, max(max_size, min_size))
         self._name = name
         self._lock = threading.Lock()
@@ -83,9 +89,14 @@ class Connections:
         self.pool = self._new_pool()
         self.pool.open(wait=True, timeout=timeout)
 
+    def _configure(self, conn: Conn) -> None:
+        bound_waits(conn, self.timeout)
+
     def _new_pool(self) -> psycopg_pool.ConnectionPool[Conn]:
         return psycopg_pool.ConnectionPool(
             self.conninfo,
+            connection_class=BoundedConnection,
+            configure=self._configure,
             min_size=self._sizes[0],
             max_size=self._sizes[1],
             open=False,
@@ -96,10 +107,17 @@ class Connections:
         )
 
     def direct(self) -> Conn:
-        """One connection outside the pool, within the timeout."""
-        return psycopg.connect(
-            self.conninfo, connect_timeout=max(1, round(self.timeout)), **self.kwargs
-        )
+        """One connection outside the pool, within the timeout (its waits bounded too)."""
+        try:
+            conn = BoundedConnection.connect(self.conninfo, **self.kwargs)
+        except _CONNECT_TIMEOUT as exc:
+            # accepted but never answered (frozen, or a network path that stopped): no
+            # retry of the caller's would fare better
+            raise ServerUnresponsive(
+                f"the server did not answer a new connection within {self.timeout:g} s"
+            ) from exc
+        bound_waits(conn, self.timeout)
+        return conn
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Conn]:
@@ -115,6 +133,9 @@ class Connections:
             except psycopg_pool.PoolTimeout:
                 if entered:
                     raise
+            except ServerUnresponsive:
+                self.down_since = self.down_since or time.monotonic()
+                raise
         try:
             conn = self.direct()
         except psycopg.OperationalError:
@@ -124,6 +145,9 @@ class Connections:
             if self.down_since is not None or self.pool.get_stats().get("pool_size", 0) == 0:
                 self._renew()
             yield conn
+        except ServerUnresponsive:
+            self.down_since = self.down_since or time.monotonic()
+            raise
         finally:
             conn.close()
 
@@ -139,10 +163,10 @@ class Connections:
                 stack.enter_context(conn.pipeline())
                 stack.enter_context(conn.transaction())
                 return stack, conn
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as exc:
                 with contextlib.suppress(psycopg.Error):
                     stack.close()
-                if attempt:
+                if attempt or isinstance(exc, ServerUnresponsive):
                     raise
         raise AssertionError("unreachable")
 

@@ -48,7 +48,7 @@ from .base import (
 )
 from .branches import BranchSearch, Chain, segments
 from .pg_branches import chain_sql, keep_branches, to_chain
-from .pg_connect import public_url, split_param, split_schema
+from .pg_connect import ServerUnresponsive, public_url, split_param, split_schema
 from .pg_pool import Connections, resolve_timeout
 from .pg_schema import (
     BIG_HEAD,
@@ -168,7 +168,7 @@ class PostgresStore(BranchSearch):
             except StorageError:
                 raise
             except psycopg.OperationalError as exc:
-                if attempt == 0 and not self._closed:
+                if attempt == 0 and not self._closed and not isinstance(exc, ServerUnresponsive):
                     continue  # the pool discarded the broken connection; try another
                 raise StorageError(f"PostgreSQL: {what} failed ({self._url}): {exc}") from exc
             except (psycopg.Error, psycopg_pool.PoolTimeout, UnicodeEncodeError) as exc:

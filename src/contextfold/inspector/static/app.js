@@ -176,7 +176,7 @@
 
   async function showView(sid, call, box) {
     const v = await api(`sessions/${encodeURIComponent(sid)}/view?call=${call}`);
-    const inView = v.messages.filter((m) => m.status === "kept" || m.status === "pinned" || m.status === "offloaded" || m.status === "evicted");
+    const inView = v.messages.filter((m) => m.status === "kept" || m.status === "pinned" || m.status === "offloaded" || m.status === "evicted" || m.status === "shortened");
     const removed = v.messages.filter((m) => m.status === "summarized").length;
     const viewCol = [];
     const pinnedFirst = inView.filter((m) => m.position < v.boundary);
@@ -185,6 +185,7 @@
     viewCol.push(...inView.filter((m) => m.position >= v.boundary).map((m) => messageCard(m, sid)));
     box.replaceChildren(
       el("h2", { id: "view-title", text: `View at call ${v.call} (history messages 0–${v.position - 1}; ${removed} summarized away)` }),
+      el("p", { id: "view-source", class: "muted", text: v.recorded ? "as recorded when it was sent" : "reconstructed from the compaction records (recorded before views were kept)" }),
       el("div", { class: "cols" },
         el("div", { id: "history-col" }, el("h2", { text: "Full history" }), v.messages.map((m) => messageCard(m, sid))),
         el("div", { id: "view-col" }, el("h2", { text: "Sent to the model" }), viewCol)));
