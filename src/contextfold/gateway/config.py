@@ -66,6 +66,10 @@ class GatewayConfig:
     #: turn instead of two). Written at the latest after this delay, at shutdown, before the
     #: session is closed. 0: written as soon as the client has it.
     record_delay: float = 1.0
+    #: Compact ahead: after an answer, while the agent runs its tool, compact the view when
+    #: the next turn is expected to need it (its growth judged from the latest turns), so the
+    #: next request finds its view ready. False: every compaction happens on a request's path.
+    compact_ahead: bool = True
     #: Server processes sharing the port and the store. A conversation's requests on one
     #: kept-alive connection stay on one process; one that arrives at another process makes it
     #: reopen the session from the store (correct, but it reads the history again).
