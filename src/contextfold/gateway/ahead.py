@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ContextFoldError
 from ..storage import ConcurrentWriteError
 from ..tokens import count_message
+from .metrics import Metrics
 from .session import Prepared, Session
 from .sessions import SessionRegistry
 from .turn import Turn, log_event
@@ -67,9 +68,10 @@ def reported(sess: Session, prepared: Prepared) -> Prepared:
 class AheadWork:
     """The compactions prepared ahead that are running (each holds its conversation's lock)."""
 
-    def __init__(self, registry: SessionRegistry, threads: Executor) -> None:
+    def __init__(self, registry: SessionRegistry, threads: Executor, metrics: Metrics) -> None:
         self.registry = registry
         self.threads = threads
+        self.metrics = metrics
         self.tasks: set[asyncio.Task[None]] = set()
 
     def hand_over(self, turn: Turn) -> None:
@@ -83,9 +85,10 @@ class AheadWork:
         sess = turn.session
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(
+            if await loop.run_in_executor(
                 self.threads, compact_ahead, self.registry, sess, turn.prepared.tools
-            )
+            ):
+                self.metrics.inc("contextfold_gateway_compactions_ahead_total")
         except ConcurrentWriteError as exc:  # another replica wrote: reopened when next needed
             log_event("compact_ahead_failed", session=sess.session_id, error=str(exc))
             self.registry.forget(sess.key)

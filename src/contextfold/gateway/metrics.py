@@ -60,6 +60,8 @@ class Metrics:
     HELP: ClassVar[dict[str, str]] = {
         "contextfold_gateway_requests_total": "Requests handled, by route and HTTP status.",
         "contextfold_gateway_compactions_total": "Compactions run by the gateway, by tier.",
+        "contextfold_gateway_compactions_ahead_total": "Compactions prepared ahead (after an "
+        "answer, while the agent ran its tool), of those counted in compactions_total.",
         "contextfold_gateway_history_tokens_total": "Estimated tokens of the full histories "
         "the clients sent (into the view).",
         "contextfold_gateway_view_tokens_total": "Estimated tokens of the views forwarded "
