@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".bench-venv"
 #: the LiteLLM release the comparison was measured with (``>=``: a newer one is fine)
 LITELLM = "litellm[proxy]>=1.50"
+#: the key the benchmark's agents send LiteLLM's proxy (local, for this run only)
+MASTER_KEY = "sk-bench-litellm-master"
 
 
 def upstream_app(delay: float) -> Any:
@@ -37,8 +39,10 @@ def upstream_app(delay: float) -> Any:
         body = await request.body()
         call = request.headers.get("x-bench-call", "c0")
         await asyncio.sleep(delay)
+        held = (time.perf_counter() - t0) * 1000
         answer = {
-            "id": f"chatcmpl-{call}",
+            # the time held in the id too: a proxy that drops the header keeps the id
+            "id": f"chatcmpl-{call}-held-{held:.3f}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": "gpt-bench",
@@ -65,7 +69,6 @@ def upstream_app(delay: float) -> Any:
                 "total_tokens": len(body) // 4 + 12,
             },
         }
-        held = (time.perf_counter() - t0) * 1000
         return JSONResponse(answer, headers={"x-upstream-ms": f"{held:.3f}"})
 
     async def models(request: Request) -> Response:
@@ -164,7 +167,8 @@ def litellm_config(folder: Path, upstream: str) -> Path:
             }
         ],
         "litellm_settings": {"drop_params": True, "telemetry": False},
-        "general_settings": {"disable_spend_logs": True},
+        # its clients authenticate with the master key (it refuses to start without one)
+        "general_settings": {"disable_spend_logs": True, "master_key": MASTER_KEY},
     }
     path = folder / "litellm.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")
