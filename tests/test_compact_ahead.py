@@ -92,3 +92,13 @@ def test_a_storage_failure_ahead_leaves_the_session_as_before() -> None:
     assert held(cm) == before == fresh(store)
     assert cm.compact_ahead(400) is not None  # once the store is back it is done, once
     assert held(cm) == fresh(store)
+
+
+def test_the_lookahead_is_the_average_growth_of_the_latest_turns() -> None:
+    from contextfold.ahead import Lookahead
+
+    look = Lookahead(keep=3)
+    assert look.tokens == 0  # nothing known yet: nothing foreseen
+    for total in (100, 400, 500, 450, 1_450, 2_450):  # a rewrite shrank it once: no growth
+        look.note(total)
+    assert look.tokens == (100 + 1_000 + 1_000) // 3  # the last three growths

@@ -45,9 +45,10 @@ def due(comp: ProgressiveCompactor, config: ContextConfig, extra: int) -> bool:
 
 
 class Lookahead:
-    """What the next turn of a conversation is expected to add, in tokens: the largest growth
-    among its latest turns (so a conversation whose tool results vary compacts a little early
-    rather than on a request's path)."""
+    """What the next turn of a conversation is expected to add, in tokens: the average growth
+    of its latest turns. (The largest would compact more often: the lookahead counts as fixed
+    while compacting, so each compaction leaves less room; a turn that adds more than foreseen
+    compacts on its own path instead.)"""
 
     def __init__(self, keep: int = 4) -> None:
         self._keep = keep
@@ -63,7 +64,7 @@ class Lookahead:
 
     @property
     def tokens(self) -> int:
-        return max(self._growth, default=0)
+        return sum(self._growth) // len(self._growth) if self._growth else 0
 
 
 __all__ = ["AHEAD_TIERS", "Lookahead", "due"]
