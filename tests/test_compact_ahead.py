@@ -94,11 +94,15 @@ def test_a_storage_failure_ahead_leaves_the_session_as_before() -> None:
     assert held(cm) == fresh(store)
 
 
-def test_the_lookahead_is_the_average_growth_of_the_latest_turns() -> None:
+def test_the_lookahead_is_the_largest_growth_of_the_latest_turns() -> None:
     from contextfold.ahead import Lookahead
 
     look = Lookahead(keep=3)
     assert look.tokens == 0  # nothing known yet: nothing foreseen
     for total in (100, 400, 500, 450, 1_450, 2_450):  # a rewrite shrank it once: no growth
         look.note(total)
-    assert look.tokens == (100 + 1_000 + 1_000) // 3  # the last three growths
+    assert look.tokens == 1_000  # the largest of the last three growths (100, 1000, 1000)
+    look.note(2_460)
+    look.note(2_470)
+    look.note(2_480)
+    assert look.tokens == 10  # the large ones are older than the last three
