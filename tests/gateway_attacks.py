@@ -116,6 +116,8 @@ def serve(
     environ = {**os.environ, "PYTHONPATH": path, **(env or {})}
     command = [sys.executable, "-m", "contextfold", "serve", "--upstream", upstream]
     command += ["--port", str(port), "--store", store, "--log-level", "info", *extra]
+    if "--workers" not in extra:  # one process, whatever the machine's cores
+        command += ["--workers", "1"]
     with out.open("wb") as o, err.open("wb") as e:
         proc = subprocess.Popen(command, env=environ, stdout=o, stderr=e)
     url = f"http://127.0.0.1:{port}"

@@ -76,6 +76,8 @@ def gateway_process(
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     command = [sys.executable, "-m", "contextfold", "serve", "--upstream", upstream]
     command += ["--port", str(port), "--store", store, "--log-level", "info", *extra]
+    if "--workers" not in extra:  # one process, whatever the machine's cores
+        command += ["--workers", "1"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

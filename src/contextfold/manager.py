@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from . import calling, client_rewrite, reopen, telemetry
+from . import ahead, calling, client_rewrite, reopen, telemetry
 from .aio import run_off_loop
 from .compactors.pinned import pinned_indices
 from .compactors.progressive import ProgressiveCompactor
@@ -736,6 +736,32 @@ class ContextManager(MemoryCalls):
             self._finish(record)
         self._announce(record)
         return record
+
+    def compaction_due(
+        self, lookahead_tokens: int = 0, *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> bool:
+        """Whether the next :meth:`prepare` would compact, its turn adding ``lookahead_tokens``."""
+        with self._lock:
+            self._fresh()
+            extra = self.config.reserve_output_tokens + self._schema_tokens(tools)
+            extra += max(0, lookahead_tokens) + self.recovery.injection_reserve()
+            return ahead.due(self.compactor, self.config, extra)
+
+    def compact_ahead(
+        self, lookahead_tokens: int = 0, *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> CompactionRecord | None:
+        """After :meth:`add_response`, while the agent runs its tool: compact now when the
+        next :meth:`prepare` would (:meth:`compaction_due`), so that call finds its view ready
+        (see :mod:`contextfold.ahead`). None when nothing was due or changed. The history is
+        never changed; a storage failure is raised with the session as before."""
+        with self._lock:
+            if not self.compaction_due(lookahead_tokens, tools=tools):
+                return None
+            extra = self.config.reserve_output_tokens + self._schema_tokens(tools)
+            record = self._compact_now(extra + max(0, lookahead_tokens))
+            self.view.view_dicts()  # rendered now: the next prepare() reuses these
+        self._announce(record)
+        return record if record.changed else None
 
     # ------------------------------------------------------------------ usage / calibration
     def report_usage(self, input_tokens: int | None = None, *, response: Any = None) -> float:

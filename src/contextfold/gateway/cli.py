@@ -14,7 +14,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, TextIO
 
 from ..errors import ConfigError
@@ -90,8 +90,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        help="server processes sharing the port and the store (default 1); a client keeps "
-        "to one while its connection stays open",
+        help="server processes sharing the port and the store (default 0: one per two "
+        "cores, at most 8); a client keeps to one while its connection stays open",
     )
     p.add_argument(
         "--log-level",
@@ -170,8 +170,9 @@ def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     import uvicorn
 
     from .app import create_app
-    from .serving import uvicorn_options
+    from .serving import uvicorn_options, worker_count
 
+    config = replace(config, workers=worker_count(config))
     _setup_logging(config.log_level)
     # ContextManager work runs in worker threads; a short GIL switch interval keeps the event
     # loop (streaming, other sessions) from waiting behind them (this process is ours)

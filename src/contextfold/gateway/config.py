@@ -66,10 +66,16 @@ class GatewayConfig:
     #: turn instead of two). Written at the latest after this delay, at shutdown, before the
     #: session is closed. 0: written as soon as the client has it.
     record_delay: float = 1.0
-    #: Server processes sharing the port and the store. A conversation's requests on one
-    #: kept-alive connection stay on one process; one that arrives at another process makes it
-    #: reopen the session from the store (correct, but it reads the history again).
-    workers: int = 1
+    #: Compact ahead: after an answer, while the agent runs its tool, compact the view when
+    #: the next turn is expected to need it (its growth judged from the latest turns), so the
+    #: next request finds its view ready. False: every compaction happens on a request's path.
+    compact_ahead: bool = True
+    #: Server processes sharing the port and the store; 0 (the default): one per two cores
+    #: this process may use, at most 8 (one process on a machine of 2 or 3 cores). A
+    #: conversation's requests on one kept-alive connection stay on one process; one that
+    #: arrives at another process makes it reopen the session from the store (correct, but it
+    #: reads the history again).
+    workers: int = 0
     log_level: str = "info"
 
     def window_for(self, model: str) -> int:
@@ -83,8 +89,10 @@ class GatewayConfig:
             raise ConfigError(f"upstream must be an http(s) URL, got {redact(self.upstream)!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
-        if not isinstance(self.workers, int) or not 1 <= self.workers <= 64:
-            raise ConfigError(f"workers must be 1..64, got {self.workers!r}")
+        if not isinstance(self.workers, int) or not 0 <= self.workers <= 64:
+            raise ConfigError(
+                f"workers must be 0 (one per two cores) or 1..64, got {self.workers!r}"
+            )
         for name in (
             "context_window",
             "max_body_bytes",

@@ -56,6 +56,12 @@ SPECS: dict[str, tuple[Kind, str, tuple[str, ...]]] = {
         "Compactions run by the gateway, by tier.",
         ("tier",),
     ),
+    "contextfold_gateway_compactions_ahead_total": (
+        "counter",
+        "Compactions prepared ahead (after an answer, while the agent ran its tool), of those "
+        "counted in compactions_total.",
+        (),
+    ),
     "contextfold_gateway_history_tokens_total": (
         "counter",
         "Estimated tokens of the full histories the clients sent (into the view).",

@@ -25,6 +25,7 @@ from ..overflow import is_context_overflow
 from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
 from . import fastjson
+from .ahead import AheadWork, reported
 from .config import GatewayConfig
 from .continuation import Continuations
 from .convert import Conversation, session_key_material
@@ -79,6 +80,8 @@ class Pipeline:
         #: the threads that append, derive views and commit: a request is handed over at once
         #: (not from a task started on the loop's next round, behind everything queued there)
         self._threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="contextfold")
+        #: the compactions prepared ahead, between an answer and the next request
+        self.ahead = AheadWork(self.registry, self._threads, metrics)
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:
@@ -184,7 +187,8 @@ class Pipeline:
                     if names:  # the first compaction just happened: budget the tools too
                         tools = client_tools + self.tool_schemas(sess, names, adapter)
                         prepared = self.registry.prepare(sess, tools)
-                prepared = this_turn(prepared, sess.cm.last_record, earlier)
+                prepared = reported(sess, this_turn(prepared, sess.cm.last_record, earlier))
+                sess.lookahead.note(prepared.history_tokens)
             except BaseException as exc:
                 if synced.staged is not None and not isinstance(exc, ConcurrentWriteError):
                     with contextlib.suppress(ContextFoldError):  # stored; the error stands
@@ -321,7 +325,10 @@ class Pipeline:
             else:
                 self.release(turn)
             raise
-        self.release(turn)
+        if turn.answered and self.config.compact_ahead and not turn.released:
+            self.ahead.hand_over(turn)  # it releases the lock once done
+        else:
+            self.release(turn)
 
     def release(self, turn: Turn) -> None:
         """Release the conversation's lock, once (a second call does nothing)."""
@@ -466,6 +473,7 @@ class Pipeline:
         if not turn.headers.get(SESSION_HEADER):
             ident = client_identity(forward_headers(turn.headers, token=self.config.auth_token))
             self.continuations.remember(turn.key, ident, message)
+        turn.answered = True
         if self.config.record_delay > 0 and self._writer is not None:
             self.registry.hold(turn.session, message, input_tokens)
             return
@@ -538,6 +546,7 @@ class Pipeline:
             writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await writer
+        await self.ahead.aclose()
         for sess in self.registry.due(0.0):
             await self._write_pending(sess)
         await to_thread.run_sync(self.registry.close_all)

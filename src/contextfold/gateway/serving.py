@@ -5,6 +5,7 @@ finishes its request headers would stay open for ever) and a limit on the header
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -80,6 +81,26 @@ class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
         self._disarm()  # idle now: uvicorn's keep-alive timeout closes it
 
 
+#: the most server processes ``workers = 0`` starts
+AUTO_WORKERS_MAX = 8
+
+
+def worker_count(config: GatewayConfig, cores: int | None = None) -> int:
+    """The server processes to run: ``config.workers``, or for 0 one per two cores this
+    process may use (at most :data:`AUTO_WORKERS_MAX`). One process spends about one core
+    (its threads share one interpreter lock); the other half of the cores is left to the
+    store, the agents and the rest of the machine, and every extra process makes the
+    conversations whose requests arrive on fresh connections reopen their session more often."""
+    if config.workers:
+        return config.workers
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not Linux
+            cores = os.cpu_count() or 1
+    return max(1, min(AUTO_WORKERS_MAX, cores // 2))
+
+
 def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:
     """uvicorn's settings for the gateway (its own logging, no server header, the limits)."""
     return {
@@ -94,4 +115,10 @@ def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:
     }
 
 
-__all__ = ["HEADER_TIMEOUT", "GuardedHTTPProtocol", "uvicorn_options"]
+__all__ = [
+    "AUTO_WORKERS_MAX",
+    "HEADER_TIMEOUT",
+    "GuardedHTTPProtocol",
+    "uvicorn_options",
+    "worker_count",
+]

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..ahead import Lookahead
 from ..errors import ContextFoldError, StorageError
 from ..manager import ContextManager
 from ..messages import Message
@@ -91,6 +92,10 @@ class Session:
         self.pending_since = 0.0
         #: the conversation (lock key) this session serves
         self.key = ""
+        #: what the next turn is expected to add (for the compaction prepared ahead)
+        self.lookahead = Lookahead()
+        #: a compaction prepared ahead that no response has reported yet
+        self.unreported: CompactionRecord | None = None
 
     # ------------------------------------------------------------------ derived state
     def _derive(self) -> list[str]:

@@ -100,6 +100,8 @@ class Turn:
     resumed: float = 0.0
     #: set once the request is on its way upstream (the commit starts its work then)
     sent: threading.Event = field(default_factory=threading.Event)
+    #: the client got the answer and it was recorded (the compaction ahead may follow)
+    answered: bool = False
 
 
 async def forward_after_commit(

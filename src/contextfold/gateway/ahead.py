@@ -1,0 +1,109 @@
+"""Compaction prepared ahead in the gateway: once a turn's answer is relayed, while the agent
+runs the tool it asked for, the conversation's view is compacted if its next request is
+expected to need it (see :mod:`contextfold.ahead`), so that request finds its view ready.
+
+The work holds the conversation's lock (handed over by the finished turn, so no request of the
+conversation runs meanwhile: the next one waits for it, and otherwise finds everything done);
+it fails open: a storage failure is logged and the session is as before (its next request
+compacts on its own path if it must). The compaction a response has not reported yet is
+reported by the next one (``x-contextfold-compaction``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+from ..errors import ContextFoldError
+from ..storage import ConcurrentWriteError
+from ..tokens import count_message
+from .metrics import Metrics
+from .session import Prepared, Session
+from .sessions import SessionRegistry
+from .turn import Turn, log_event
+
+
+def compact_ahead(
+    registry: SessionRegistry, sess: Session, tools: Sequence[Mapping[str, Any]]
+) -> bool:
+    """In a worker thread, the conversation's lock held: compact the view when the next turn
+    is expected to need it; the answer not written yet is written first (it is part of the
+    history the compaction works on). True when the view changed."""
+    cm = sess.cm
+    lookahead = sess.lookahead.tokens
+    pending = sess.pending
+    held = count_message(cm.counter, pending[0]) if pending is not None else 0
+    schemas = [dict(t) for t in tools] or None
+    if not cm.compaction_due(lookahead + held, tools=schemas):
+        return False
+    if pending is not None:
+        try:
+            sess.flush()
+        except (ConcurrentWriteError, ContextFoldError) as exc:
+            # the client resends the answer with its next request: nothing is lost
+            log_event("compact_ahead_skipped", session=sess.session_id, why=str(exc))
+            registry.failed(sess)
+            return False
+        registry.written(sess)
+    record = cm.compact_ahead(lookahead, tools=schemas)
+    if record is None:
+        return False
+    sess.unreported = record
+    return True
+
+
+def reported(sess: Session, prepared: Prepared) -> Prepared:
+    """``prepared`` reporting the compaction prepared ahead for it when its own derivation
+    did not compact (the response says the view it carries was compacted)."""
+    ahead, sess.unreported = sess.unreported, None
+    if ahead is None or prepared.record is not None:
+        return prepared
+    from dataclasses import replace
+
+    return replace(prepared, record=ahead)
+
+
+class AheadWork:
+    """The compactions prepared ahead that are running (each holds its conversation's lock)."""
+
+    def __init__(self, registry: SessionRegistry, threads: Executor, metrics: Metrics) -> None:
+        self.registry = registry
+        self.threads = threads
+        self.metrics = metrics
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def hand_over(self, turn: Turn) -> None:
+        """Take over the finished ``turn``'s lock: it is released when the work has ended."""
+        turn.released = True
+        task = asyncio.get_running_loop().create_task(self._run(turn))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, turn: Turn) -> None:
+        sess = turn.session
+        loop = asyncio.get_running_loop()
+        try:
+            if await loop.run_in_executor(
+                self.threads, compact_ahead, self.registry, sess, turn.prepared.tools
+            ):
+                self.metrics.inc("contextfold_gateway_compactions_ahead_total")
+        except ConcurrentWriteError as exc:  # another replica wrote: reopened when next needed
+            log_event("compact_ahead_failed", session=sess.session_id, error=str(exc))
+            self.registry.forget(sess.key)
+        except ContextFoldError as exc:  # the session is as before: the next request compacts
+            log_event("compact_ahead_failed", session=sess.session_id, error=str(exc))
+        except Exception as exc:  # fail open: never more than a log line
+            log_event("compact_ahead_failed", session=sess.session_id, error=repr(exc))
+        finally:
+            turn.lock.release()
+
+    async def aclose(self) -> None:
+        """Wait for the running work (shutdown)."""
+        while self.tasks:
+            with contextlib.suppress(Exception):
+                await asyncio.gather(*list(self.tasks))
+
+
+__all__ = ["AheadWork", "compact_ahead", "reported"]
