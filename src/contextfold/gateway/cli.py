@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from ..errors import ConfigError
+from ..extras import needs_extra
 from .config import ENV_PREFIX, GatewayConfig, load_config
 from .sessions import check_store
 
@@ -163,10 +164,13 @@ def worker_app() -> Any:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     config = config_from_args(args)
-    import uvicorn
+    try:
+        import uvicorn
 
-    from .app import create_app
-    from .serving import uvicorn_options
+        from .app import create_app
+        from .serving import uvicorn_options
+    except ImportError as exc:
+        raise ConfigError(needs_extra("contextfold serve", "gateway", exc)) from None
 
     _setup_logging(config.log_level)
     # ContextManager work runs in worker threads; a short GIL switch interval keeps the event
