@@ -16,6 +16,7 @@ from tests.storage_contract import *  # noqa: F403  (the contract tests themselv
 from tests.storage_contract import StoreFactory
 from tests.storage_contract_keys import *  # noqa: F403  (exact lookup keys)
 from tests.storage_contract_names import *  # noqa: F403  (names that cannot be stored)
+from tests.storage_contract_replace import *  # noqa: F403  (one session replacing another)
 
 
 def _factory() -> Iterator[StoreFactory]:

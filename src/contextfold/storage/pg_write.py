@@ -72,6 +72,12 @@ class PgTransaction:
             raise StorageError(f"{what}: the transaction has already ended")
         self.pending.append(what)
 
+    def delete_session(self, session_id: str) -> None:
+        """Delete the session and everything filed under it, in this transaction (so a new
+        session of the same id can be written in its place atomically)."""
+        self._use(f"delete session {session_id!r}")
+        delete_rows(self._conn, self._s, session_id)
+
     def append(
         self,
         session_id: str,
@@ -345,6 +351,24 @@ class PgBlobStore:
             (sha256,),
         )
         return int(rows[0][0]) if rows else None
+
+
+def delete_rows(conn: Any, s: str, session_id: str) -> None:
+    """Every row of a session, in the connection's current transaction (the session row
+    locked first, as an append locks it)."""
+    conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE", (session_id,))
+    conn.execute(f"DELETE FROM {s}.events WHERE session_id = %s", (session_id,))
+    conn.execute(f"DELETE FROM {s}.search_keys WHERE session_id = %s", (session_id,))
+    conn.execute(
+        f"WITH gone AS (DELETE FROM {s}.search_docs WHERE session_id = %s "
+        f"RETURNING namespace, doc_len) {subtract_sql(s)}",
+        (session_id,),
+    )
+    conn.execute(
+        f"DELETE FROM {s}.documents WHERE key = %s OR (left(key, length(%s) + 1) = %s || '/')",
+        (session_id, session_id, session_id),
+    )
+    conn.execute(f"DELETE FROM {s}.sessions WHERE session_id = %s", (session_id,))
 
 
 def subtract_sql(s: str) -> str:
