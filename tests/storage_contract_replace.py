@@ -1,5 +1,5 @@
-"""Contract: ``Transaction.delete_session`` replaces a session atomically (imported by every
-backend's contract module)."""
+"""Contract: ``Transaction.delete_session`` replaces a session atomically, and a session's title
+comes from the first append that has one (imported by every backend's contract module)."""
 
 from __future__ import annotations
 
@@ -47,3 +47,18 @@ def test_a_session_is_replaced_in_one_transaction(store_factory: StoreFactory) -
     assert info is not None and info.agent_id == "b" and info.events == 1
     assert [e.data for e in store.read("t")] == [{"n": 9}]  # other sessions untouched
     assert [h.doc_id for h in store.search("session", "other")] == ["t:0"]
+
+
+def test_the_title_comes_from_the_first_append_that_has_one(store_factory: StoreFactory) -> None:
+    """A session that starts with its system prompt gets its title from the first user
+    message, appended later (the same on every backend: ``sessions list`` shows it)."""
+    store = store_factory.new()
+    with store.transaction() as txn:
+        txn.append("s", [ev(role="system")], expected_seq=0, agent_id="a")
+    with store.transaction() as txn:
+        txn.append("s", [ev(role="user")], expected_seq=1, agent_id="a", title="Fix the bug")
+    with store.transaction() as txn:
+        txn.append("s", [ev(role="user")], expected_seq=2, agent_id="a", title="Later")
+    info = store.session("s")
+    assert info is not None and info.title == "Fix the bug"
+    assert [i.title for i in store.sessions() if i.session_id == "s"] == ["Fix the bug"]

@@ -112,13 +112,15 @@ class PgTransaction:
                 f"INSERT INTO {s}.sessions AS t (session_id, agent_id, title, created_at, "
                 "updated_at, head, messages) VALUES (%(sid)s, %(agent)s, %(title)s, %(now)s, "
                 "%(now)s, %(head)s, %(messages)s) ON CONFLICT (session_id) DO UPDATE SET "
-                "head = excluded.head, messages = excluded.messages, updated_at = excluded.updated_at "
+                "head = excluded.head, messages = excluded.messages, updated_at = excluded.updated_at, "
+                "title = CASE WHEN t.title = '' THEN excluded.title ELSE t.title END "
                 "WHERE t.head = 0 AND t.agent_id = excluded.agent_id RETURNING 1"
             )
         else:  # compare and set: the row lock serializes writers, the head check refuses
             claim = (
                 f"UPDATE {s}.sessions SET head = %(head)s, messages = messages + %(messages)s, "
-                "updated_at = %(now)s WHERE session_id = %(sid)s AND head = %(expected)s "
+                "updated_at = %(now)s, title = CASE WHEN title = '' THEN %(title)s ELSE title END "
+                "WHERE session_id = %(sid)s AND head = %(expected)s "
                 "AND agent_id = %(agent)s RETURNING 1"
             )
         # the events are inserted only if the claim succeeded (no stale row is ever written)
