@@ -1,5 +1,5 @@
 """How long the gateway takes to answer or refuse requests with many small messages, and what
-another client's latency is meanwhile (the README's Security figures).
+another client's latency is meanwhile (the figures in docs/security.md).
 
 A gateway (in this process, on a uvicorn thread) in front of the scripted upstream of
 tests/gateway_fakes.py, both on 127.0.0.1. For each size, a new conversation of that many small

@@ -44,9 +44,7 @@ def require_postgres() -> str:
         import psycopg
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
-        reason = (
-            f"psycopg 3 / psycopg-pool not installed ({exc}): pip install contextfold[postgres]"
-        )
+        reason = f"psycopg 3 / psycopg-pool not installed ({exc}): pip install '.[postgres]' in the checkout"
     else:
         try:
             with psycopg.connect(url, connect_timeout=5) as conn:

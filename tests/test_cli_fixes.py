@@ -250,9 +250,9 @@ def test_demo_says_what_was_offloaded_and_that_it_reads_back(tmp_path: Path) -> 
     assert "byte-exact" not in out
 
 
-def test_the_readme_mcp_snippets_parse() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### MCP", 1)[1].split("\n## ", 1)[0]
+def test_the_mcp_snippets_of_the_docs_parse() -> None:
+    docs = Path(__file__).resolve().parents[1] / "docs" / "command-line.md"
+    section = docs.read_text(encoding="utf-8").split("\n## MCP", 1)[1].split("\n## ", 1)[0]
     config = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
     server = config["mcpServers"]["contextfold"]
     toml_args = re.search(r"^args = (\[.*\])$", section, flags=re.M)

@@ -22,3 +22,21 @@ def test_the_cli_reference_matches_the_parsers() -> None:
         return re.findall(r"^## `(.+)`$", text, re.M), set(re.findall(r"--[a-z][a-z-]+", text))
 
     assert shape(written) == shape(current)
+
+
+def test_the_readme_command_lines_parse() -> None:
+    """Every line of the README's "Command line" block is a valid invocation."""
+    import shlex
+
+    from contextfold.cli import build_parser
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(lines) >= 6
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "contextfold", line
+        parsed = build_parser().parse_args(argv[1:])
+        assert parsed.command == argv[1], line

@@ -5,7 +5,7 @@ once, none lost.
 
 A replica finds another's writes when it writes (the store checks the writer's head:
 ConcurrentWriteError): it reopens the conversation from the store, re-diffs what the client
-sent and appends what the store lacks (see the README)."""
+sent and appends what the store lacks (see docs/gateway.md)."""
 
 from __future__ import annotations
 

@@ -206,10 +206,14 @@ def test_openai_async(fake_llm_server: FakeLLMServer) -> None:
 
 def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(ConfigError, match=r"contextfold\[openai\]"):
+    with pytest.raises(
+        ConfigError, match=r"pip install '\.\[openai\]' in the contextfold checkout"
+    ):
         OpenAIChatModel(model="m", base_url="http://127.0.0.1:1/v1")
     monkeypatch.setitem(sys.modules, "anthropic", None)
-    with pytest.raises(ConfigError, match=r"contextfold\[anthropic\]"):
+    with pytest.raises(
+        ConfigError, match=r"pip install '\.\[anthropic\]' in the contextfold checkout"
+    ):
         AnthropicChatModel(model="m", api_key="k")
 
 

@@ -27,7 +27,8 @@ except ImportError:
     if os.environ.get("CONTEXTFOLD_REQUIRE_ALL") == "1":
         raise
     pytest.skip(
-        "the mcp SDK is not installed: pip install 'contextfold[mcp]'", allow_module_level=True
+        "the mcp SDK is not installed: pip install '.[mcp]' in the checkout",
+        allow_module_level=True,
     )
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -57,6 +57,23 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
+def test_the_wheel_holds_every_module_of_the_package(installed: Path) -> None:
+    """A folder of modules without ``__init__.py`` is not a package to setuptools and was left
+    out of the wheel (``import contextfold`` then failed outside the checkout)."""
+    site = next((installed / "lib").glob("python*/site-packages"))
+    wanted = {
+        p.relative_to(REPO / "src").as_posix()
+        for p in (REPO / "src" / "contextfold").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    have = {p.relative_to(site).as_posix() for p in (site / "contextfold").rglob("*.py")}
+    assert wanted <= have, sorted(wanted - have)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CONTEXTFOLD_STORE")}
+    code = "import contextfold.manager, contextfold.cli; print(contextfold.manager.__file__)"
+    out = _run([str(installed / "bin" / "python"), "-I", "-c", code], site, env)
+    assert str(installed) in out
+
+
 def test_wheel_carries_the_traces_and_runs_outside_the_checkout(
     installed: Path, tmp_path: Path
 ) -> None:

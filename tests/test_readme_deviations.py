@@ -1,4 +1,4 @@
-"""The README's "Where the default differs from the design notes" table matches the code:
+"""docs/design-notes-deviations.md ("Where the default differs from the design notes") matches the code:
 each setting it names differs between the default and the spec preset and has the stated
 value in the spec preset, and every difference between the two presets is in the table."""
 
@@ -12,12 +12,12 @@ from typing import Any
 
 from contextfold.config import ContextConfig, progressive, spec
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SECTION = "## Where the default differs from the design notes"
+DEVIATIONS = Path(__file__).resolve().parents[1] / "docs" / "design-notes-deviations.md"
+SECTION = "# Where the default differs from the design notes"
 
 
 def _rows() -> list[list[str]]:
-    text = README.read_text(encoding="utf-8")
+    text = DEVIATIONS.read_text(encoding="utf-8")
     assert SECTION in text
     body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     rows = [line for line in body.splitlines() if line.startswith("| ")]

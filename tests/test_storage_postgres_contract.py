@@ -18,6 +18,7 @@ from tests.storage_contract_batches import *  # noqa: F403  (large units)
 from tests.storage_contract_branches import *  # noqa: F403  (branches share their past)
 from tests.storage_contract_keys import *  # noqa: F403  (exact lookup keys)
 from tests.storage_contract_names import *  # noqa: F403  (names that cannot be stored)
+from tests.storage_contract_replace import *  # noqa: F403  (one session replacing another)
 
 
 def _factory() -> Iterator[StoreFactory]:

@@ -131,5 +131,7 @@ def test_without_the_gateway_extra_a_clear_error(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setitem(sys.modules, "starlette.applications", None)  # as if not installed
     server = fake_openai_server()
-    with pytest.raises(ConfigError, match=r"gateway extra \(pip install '\.\[gateway\]'"):
+    with pytest.raises(
+        ConfigError, match=r"needs the 'gateway' extra \(pip install '\.\[gateway\]'"
+    ):
         server.__enter__()

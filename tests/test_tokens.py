@@ -521,7 +521,9 @@ def test_missing_bpe_openai_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
     _clear_encoding_caches()
     monkeypatch.setitem(sys.modules, "bpe_openai", None)
     try:
-        with pytest.raises(ConfigError, match=r"contextfold\[tokenizers\]"):
+        with pytest.raises(
+            ConfigError, match=r"pip install '\.\[tokenizers\]' in the contextfold checkout"
+        ):
             get_counter("o200k_base")
     finally:
         _clear_encoding_caches()
@@ -531,7 +533,9 @@ def test_tiktoken_failures_are_config_errors(monkeypatch: pytest.MonkeyPatch) ->
     _clear_encoding_caches()
     try:
         monkeypatch.setitem(sys.modules, "tiktoken", None)
-        with pytest.raises(ConfigError, match=r"contextfold\[tokenizers\]"):
+        with pytest.raises(
+            ConfigError, match=r"pip install '\.\[tokenizers\]' in the contextfold checkout"
+        ):
             get_counter("tiktoken:o200k_base")
 
         offline = types.ModuleType("tiktoken")

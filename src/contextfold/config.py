@@ -39,7 +39,7 @@ class TierConfig:
     answer's reserve, at most ``working_window`` tokens). An agent with a big system prompt
     and many tools therefore compacts as rarely as one without.
 
-    The defaults are tuned for the bill (``contextfold bench``, README "Measured"): messages that
+    The defaults are tuned for the bill (``contextfold bench``, docs/benchmarks.md): messages that
     grow past 55-60% of the working window are summarized down to the newest turns, so each
     call re-reads a small cached prefix, and compactions stay rare enough that their cache
     misses cost less than the re-reading they save; in between the messages are sent verbatim. ``LATE_COMPACTION_TIERS`` compacts only near the window's end.

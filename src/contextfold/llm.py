@@ -25,6 +25,7 @@ from types import ModuleType, TracebackType
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from .errors import ConfigError, InvalidMessageError
+from .extras import needs_extra
 from .messages import Message
 from .wire import messages_from_openai, to_anthropic
 
@@ -72,10 +73,7 @@ def _import_sdk(name: str, owner: str) -> ModuleType:
 
         return anthropic
     except ImportError as exc:
-        raise ConfigError(
-            f"{owner} needs the {name!r} SDK, which is not installed: "
-            f"pip install 'contextfold[{name}]'"
-        ) from exc
+        raise ConfigError(needs_extra(f"{owner} (the {name} SDK, not installed)", name)) from exc
 
 
 def _check_common(owner: str, model: str, timeout: float, max_retries: int) -> None:

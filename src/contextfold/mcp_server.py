@@ -6,7 +6,7 @@ workspace holds: ``recall`` and ``read_offloaded`` (by session id), ``session_li
 their JSON schemas are the ones :class:`~contextfold.workspace_tools.WorkspaceTools` offers,
 answered by the same handlers as an agent's own tools, scoped to one agent id.
 
-Built on the official ``mcp`` Python SDK (``pip install 'contextfold[mcp]'``), imported only
+Built on the official ``mcp`` Python SDK (the ``mcp`` extra), imported only
 when a server is built, over stdio (the default) or streamable HTTP bound to 127.0.0.1.
 """
 
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .extras import needs_extra
 from .workspace_tools import WorkspaceTools
 
 if TYPE_CHECKING:
@@ -57,9 +58,7 @@ def _require_mcp() -> None:
     try:
         import mcp.server  # noqa: F401
     except ImportError:
-        raise ConfigError(
-            "contextfold mcp needs the MCP SDK: pip install 'contextfold[mcp]'"
-        ) from None
+        raise ConfigError(needs_extra("contextfold mcp (the MCP SDK)", "mcp")) from None
 
 
 def build_server(tools: WorkspaceTools) -> Server[Any]:

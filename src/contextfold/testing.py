@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from .errors import ConfigError, InvalidMessageError
+from .extras import needs_extra
 from .llm import ChatResult
 from .summarizers.base import SummaryRequest
 from .tokens import count_messages, get_counter
@@ -327,8 +328,9 @@ def _sdk_http(sdk_name: str) -> tuple[Any, Any]:
         sdk_exceptions = importlib.import_module(f"{sdk_name}._exceptions")
     except ImportError as exc:
         raise ConfigError(
-            f"overflow_error({sdk_name!r}) builds the real SDK exception; "
-            f"pip install 'contextfold[{sdk_name}]'"
+            needs_extra(
+                f"overflow_error({sdk_name!r}) (it builds the real SDK exception)", sdk_name
+            )
         ) from exc
     http = getattr(sdk_exceptions, "httpx2", None) or getattr(sdk_exceptions, "httpx", None)
     if http is None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .extras import needs_extra
 from .testing_wire import (
     FakeReply,
     anthropic_error,
@@ -73,8 +74,7 @@ def _require_web() -> tuple[Any, Any]:
         from starlette.applications import Starlette
     except ImportError as exc:
         raise ConfigError(
-            "the fake provider servers need Starlette and uvicorn: install the gateway extra "
-            f"(pip install '.[gateway]' in the contextfold checkout) ({exc})"
+            needs_extra("a fake provider server (Starlette and uvicorn)", "gateway", exc)
         ) from None
     return uvicorn, Starlette
 

@@ -10,7 +10,7 @@ characters. Scripts that write without spaces other than CJK (Thai, Lao, Khmer .
 underestimated; exact counts are available through :class:`BpeCounter`.
 
 :class:`BpeCounter` (``bpe-openai``) and :class:`TiktokenCounter` (``tiktoken``) give exact
-counts; install them with the ``contextfold[tokenizers]`` extra.
+counts; install them with the ``tokenizers`` extra (``pip install '.[tokenizers]'`` in the checkout).
 
 Message-level counting (:func:`count_message`) adds per-message and per-tool-call framing, and
 charges images a fixed amount instead of their base64 payload. :class:`Calibration` corrects the
@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError
+from .extras import install_hint
 from .messages import Content, Message
 from .textmemo import by_text
 
@@ -42,7 +43,7 @@ IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS = 765
 
 _IMAGE_TYPES = frozenset({"image", "image_url", "input_image"})
-_EXTRA_HINT = "install it with: pip install 'contextfold[tokenizers]'"
+_EXTRA_HINT = "install it with: " + install_hint("tokenizers")
 
 
 @runtime_checkable

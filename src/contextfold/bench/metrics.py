@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ContextFoldError
+from ..extras import needs_extra
 from ..shell import ShellReader, files_written
 
 OVERHEAD = 4
@@ -78,8 +79,7 @@ class TokenCounter:
             from ..errors import ConfigError
 
             raise ConfigError(
-                "contextfold bench counts exact o200k tokens with bpe-openai: install the "
-                "tokenizers extra (pip install '.[tokenizers]' in the contextfold checkout)"
+                needs_extra("contextfold bench (exact o200k tokens with bpe-openai)", "tokenizers")
             ) from None
 
         self._enc: Any = bpe_openai.get_encoding("o200k_base")

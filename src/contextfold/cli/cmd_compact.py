@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
@@ -99,41 +97,58 @@ def _check_output(args: argparse.Namespace, source: Path) -> Path | None:
     return target
 
 
-def _open_session(args: argparse.Namespace) -> tuple[Any, str | None]:
-    """The manager of the new session, and the temporary folder to remove after (None when
-    the session is kept in the store the user named)."""
+def _open_session(args: argparse.Namespace) -> tuple[Any, Callable[[], None] | None]:
+    """The manager of the new session, built in memory, and the function that writes it
+    into the store the user named (None when no store is named: nothing is kept). On an
+    existing session it refuses before anything is written, unless ``--replace``."""
     from ..manager import ContextManager
+    from ..storage import open_store
+    from ..storage.scratch import ScratchStore
 
     spec = store_spec(args)
-    temp = None if spec else tempfile.mkdtemp(prefix="contextfold-compact-")
-    where = spec or temp or ""
+    replace = False
     if spec:
         folder = folder_of(spec)
         if folder is None or folder.exists():
             store = open_existing_store(spec)
             try:
                 info = store.session(args.session)
-                if info is not None and not args.replace:
-                    raise ConfigError(
-                        f"session {args.session!r} already has {info.messages} messages in "
-                        f"{shown(spec)}; nothing was written. Add --replace to compact the "
-                        "file again in its place, or pick another --session"
-                    )
-                if info is not None:
-                    store.delete_session(args.session)
             finally:
                 store.close()
+            if info is not None and not args.replace:
+                raise ConfigError(
+                    f"session {args.session!r} already has {info.messages} messages in "
+                    f"{shown(spec)}; nothing was written. Add --replace to compact the "
+                    "file again in its place, or pick another --session"
+                )
+            replace = info is not None
+    scratch = ScratchStore(args.session)
     cm = ContextManager(
-        store=where,
+        store=scratch,
         session_id=args.session,
         context_window=args.window,
         summarizer=_make_summarizer(args),
         preset=args.preset,
     )
-    if cm.history:  # written by another process since the check: still never mixed
-        cm.close()
-        raise ConfigError(f"session {args.session!r} in {shown(where)} is not empty")
-    return cm, temp
+    if not spec:
+        return cm, None
+
+    def keep() -> None:
+        """The whole session in one transaction, the replaced one deleted in it."""
+        from ..storage import ConcurrentWriteError
+
+        target = open_store(spec)
+        try:
+            scratch.write_into(target, replace=replace)
+        except ConcurrentWriteError:
+            raise ConfigError(
+                f"session {args.session!r} was created in {shown(spec)} meanwhile; nothing "
+                "was written. Add --replace to compact the file again in its place"
+            ) from None
+        finally:
+            target.close()
+
+    return cm, keep
 
 
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
@@ -149,13 +164,11 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
 
     messages_from_openai(messages)  # every message checked before anything is written
     target = _check_output(args, path)
-    cm, temp = _open_session(args)
+    cm, keep = _open_session(args)
     try:
-        return _compact(cm, args, out, fmt, messages, target, temp)
+        return _compact(cm, args, out, fmt, messages, target, keep)
     finally:
         cm.close()
-        if temp is not None:
-            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _compact(
@@ -165,7 +178,7 @@ def _compact(
     fmt: str,
     messages: list[dict[str, Any]],
     target: Path | None,
-    temp: str | None,
+    keep: Callable[[], None] | None,
 ) -> int:
     cm.add_many(messages)
     record = cm.compact(force=args.force)
@@ -173,12 +186,16 @@ def _compact(
     try:
         view = cm.prepare(format=out_format)
     except ContextOverflowError as exc:
+        if keep is not None:
+            keep()  # the session is valid: kept, for `records` and `restore`
         print(
             f"contextfold compact: no view fits the {args.window}-token window: {exc}",
             file=sys.stderr,
         )
         return 1
     record = cm.last_record if cm.last_record and cm.last_record.tier is not Tier.NONE else record
+    if keep is not None:
+        keep()  # all or nothing; a failure leaves a replaced session as it was
     status = sys.stderr
     if record is not None and record.tier is not Tier.NONE:
         print(cm.notification(record), file=status)
@@ -195,7 +212,7 @@ def _compact(
         print(f"view written to {target}", file=status)
     else:
         print(text, file=out)
-    if temp is not None:
+    if keep is None:
         print(
             "the session was not kept (no --store): add --store DIR to keep it for "
             "`contextfold records` and `restore`",
@@ -422,8 +439,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--replace",
         action="store_true",
-        help="if the session exists, delete it and compact the file again in its place "
-        "(default: refuse, before writing anything)",
+        help="if the session exists, replace it: the new session is built first and swapped "
+        "in with one transaction, so a failure leaves the old one as it was (default: refuse, "
+        "before writing anything)",
     )
     p.add_argument(
         "--summarizer",

@@ -7,6 +7,7 @@ import os
 from typing import TextIO
 
 from ..errors import ConfigError
+from ..extras import needs_extra
 from .common import add_workspace, open_existing_store, port_number, store_spec
 
 TOKEN_ENV = "CONTEXTFOLD_UI_TOKEN"
@@ -16,9 +17,7 @@ def cmd_ui(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from ..inspector.server import InspectorServer
     except ImportError as exc:
-        raise ConfigError(
-            f"contextfold ui needs the gateway extra (pip install '.[gateway]' in the checkout): {exc}"
-        ) from None
+        raise ConfigError(needs_extra("contextfold ui", "gateway", exc)) from None
     store = open_existing_store(store_spec(args) or "")
     try:
         token = os.environ.get(TOKEN_ENV) or None

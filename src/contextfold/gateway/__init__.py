@@ -1,6 +1,6 @@
 """``contextfold serve``: compaction and recall for any agent, behind an HTTP endpoint.
 
-Needs the ``gateway`` extra (``pip install 'contextfold[gateway]'``: Starlette, uvicorn, httpx).
+Needs the ``gateway`` extra (``pip install '.[gateway]'`` in the checkout: Starlette, uvicorn, httpx).
 Importing :mod:`contextfold` never imports this package.
 """
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, replace
 from typing import Any, TextIO
 
 from ..errors import ConfigError
+from ..extras import needs_extra
 from .config import ENV_PREFIX, GatewayConfig, load_config
 from .sessions import check_store
 
@@ -167,10 +168,13 @@ def worker_app() -> Any:
 
 def cmd_serve(args: argparse.Namespace, out: TextIO) -> int:
     config = config_from_args(args)
-    import uvicorn
+    try:
+        import uvicorn
 
-    from .app import create_app
-    from .serving import uvicorn_options, worker_count
+        from .app import create_app
+        from .serving import uvicorn_options, worker_count
+    except ImportError as exc:
+        raise ConfigError(needs_extra("contextfold serve", "gateway", exc)) from None
 
     config = replace(config, workers=worker_count(config))
     _setup_logging(config.log_level)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..extras import needs_extra
 from ..manager import ContextManager
 from ..storage import SQLiteStore, Store, open_store
 from ..summarizers.base import Summarizer
@@ -30,9 +31,7 @@ def check_store(store: str) -> None:
             import psycopg  # noqa: F401
             import psycopg_pool  # noqa: F401
         except ImportError as exc:
-            raise ConfigError(
-                f"a PostgreSQL store needs psycopg 3: pip install 'contextfold[postgres]' ({exc})"
-            ) from None
+            raise ConfigError(needs_extra("a PostgreSQL store", "postgres", exc)) from None
     elif "://" in store and not store.startswith(("sqlite:///", "memory://")):
         raise ConfigError(
             f"store must be a workspace folder or a postgresql:// URL, got {store.split('://')[0]}://"

@@ -2,11 +2,11 @@
 imports its framework lazily, so ``import contextfold`` never needs them:
 
 * ``contextfold.integrations.langchain.ContextFoldMiddleware``: LangChain v1 ``create_agent``
-  middleware (``pip install 'contextfold[langchain]'``).
+  middleware (the ``langchain`` extra).
 * ``contextfold.integrations.openai_agents``: OpenAI Agents SDK model wrapper, input filter and
-  ``Session`` (``pip install 'contextfold[openai-agents]'``).
+  ``Session`` (the ``openai-agents`` extra).
 * ``contextfold.integrations.pydantic_ai.ContextFoldCapability``: pydantic-ai capability
-  (``pip install 'contextfold[pydantic-ai]'``).
+  (the ``pydantic-ai`` extra).
 
 How contextfold's log relates to each framework's own history is described in
 ``contextfold.integrations._common``: the framework's history stays the source the loop sees,

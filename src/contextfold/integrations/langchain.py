@@ -25,6 +25,8 @@ import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ..extras import needs_extra
+
 try:
     from langchain.agents.middleware.types import (
         AgentMiddleware,
@@ -47,8 +49,7 @@ try:
     from langgraph.runtime import Runtime
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
-        "contextfold.integrations.langchain needs LangChain v1: "
-        "pip install 'contextfold[langchain]'"
+        needs_extra("contextfold.integrations.langchain (LangChain v1)", "langchain", exc)
     ) from exc
 
 from ..errors import ContextFoldError

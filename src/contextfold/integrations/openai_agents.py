@@ -30,6 +30,8 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
+from ..extras import needs_extra
+
 try:
     from agents import FunctionTool, Handoff, Model, ModelResponse, ModelSettings, RunContextWrapper
     from agents.agent_output import AgentOutputSchemaBase
@@ -42,8 +44,9 @@ try:
     from openai.types.responses.response_prompt_param import ResponsePromptParam
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
-        "contextfold.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'contextfold[openai-agents]'"
+        needs_extra(
+            "contextfold.integrations.openai_agents (the OpenAI Agents SDK)", "openai-agents", exc
+        )
     ) from exc
 
 from ..errors import ContextFoldError, ContextOverflowError

@@ -25,6 +25,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from ..extras import needs_extra
+
 try:
     from pydantic_ai import AgentRunResult, RunContext
     from pydantic_ai.capabilities import AbstractCapability
@@ -52,8 +54,7 @@ try:
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
-        "contextfold.integrations.pydantic_ai needs pydantic-ai 2.x: "
-        "pip install 'contextfold[pydantic-ai]'"
+        needs_extra("contextfold.integrations.pydantic_ai (pydantic-ai 2.x)", "pydantic-ai", exc)
     ) from exc
 
 from ..errors import ContextOverflowError

@@ -2,7 +2,7 @@
 
 :func:`open_store` picks the backend from a URL or a path: a folder -> :class:`SQLiteStore`
 (embedded default), ``memory://`` -> :class:`MemoryStore`, ``postgresql://...`` ->
-``PostgresStore`` (``pip install contextfold[postgres]``). ``CONTEXTFOLD_STORE`` is the default
+``PostgresStore`` (the ``postgres`` extra). ``CONTEXTFOLD_STORE`` is the default
 when set.
 """
 
@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..extras import needs_extra
 from .base import (
     BlobCorruptError,
     BlobNotFoundError,
@@ -48,9 +49,7 @@ def open_store(url_or_path: str | Path | None = None) -> Store:
         try:
             from .postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:
-            raise ConfigError(
-                f"a PostgreSQL store needs psycopg 3: pip install contextfold[postgres] ({exc})"
-            ) from None
+            raise ConfigError(needs_extra("a PostgreSQL store", "postgres", exc)) from None
         store: Store = PostgresStore(target)
         return store
     if target.startswith("sqlite:///"):

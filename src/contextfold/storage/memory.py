@@ -130,10 +130,19 @@ class _MemoryTransaction:
         self._sessions: dict[str, _Session] = {}  # staged copies of touched sessions
         self._docs: dict[tuple[str, str], dict[str, JSON] | None] = {}
         self._index: list[tuple[str, Any]] = []
+        self._deleted: list[str] = []  # sessions deleted first, when this commits
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete the session in this transaction (writes after this one start it afresh)."""
+        if self._sessions or self._docs or self._index:
+            raise StorageError("internal: delete_session must come first in a transaction")
+        self._deleted.append(session_id)
 
     def _session(self, session_id: str) -> _Session | None:
         if session_id in self._sessions:
             return self._sessions[session_id]
+        if session_id in self._deleted:
+            return None
         cur = self._store._sessions.get(session_id)
         if cur is None:
             return None
@@ -267,6 +276,8 @@ class _MemoryTransaction:
 
     def _commit(self) -> None:
         st = self._store
+        for session_id in self._deleted:
+            st._drop_session(session_id)
         st._sessions.update(self._sessions)
         for key, value in self._docs.items():
             if value is None:
@@ -495,6 +506,10 @@ class MemoryStore(BranchSearch):
     def delete_session(self, session_id: str) -> None:
         with self._lock:
             self._check_open()
+            self._drop_session(session_id)
+
+    def _drop_session(self, session_id: str) -> None:
+        with self._lock:
             gone = self._sessions.get(session_id)
             if gone is not None:
                 self._keep_branches(session_id, gone)

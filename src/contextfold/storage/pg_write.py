@@ -73,6 +73,12 @@ class PgTransaction:
             raise StorageError(f"{what}: the transaction has already ended")
         self.pending.append(what)
 
+    def delete_session(self, session_id: str) -> None:
+        """Delete the session and everything filed under it, in this transaction (so a new
+        session of the same id can be written in its place atomically)."""
+        self._use(f"delete session {session_id!r}")
+        delete_rows(self._conn, self._s, session_id)
+
     def append(
         self,
         session_id: str,
@@ -107,13 +113,15 @@ class PgTransaction:
                 f"INSERT INTO {s}.sessions AS t (session_id, agent_id, title, created_at, "
                 "updated_at, head, messages) VALUES (%(sid)s, %(agent)s, %(title)s, %(now)s, "
                 "%(now)s, %(head)s, %(messages)s) ON CONFLICT (session_id) DO UPDATE SET "
-                "head = excluded.head, messages = excluded.messages, updated_at = excluded.updated_at "
+                "head = excluded.head, messages = excluded.messages, updated_at = excluded.updated_at, "
+                "title = CASE WHEN t.title = '' THEN excluded.title ELSE t.title END "
                 "WHERE t.head = 0 AND t.agent_id = excluded.agent_id RETURNING 1"
             )
         else:  # compare and set: the row lock serializes writers, the head check refuses
             claim = (
                 f"UPDATE {s}.sessions SET head = %(head)s, messages = messages + %(messages)s, "
-                "updated_at = %(now)s WHERE session_id = %(sid)s AND head = %(expected)s "
+                "updated_at = %(now)s, title = CASE WHEN title = '' THEN %(title)s ELSE title END "
+                "WHERE session_id = %(sid)s AND head = %(expected)s "
                 "AND agent_id = %(agent)s RETURNING 1"
             )
         # the events are inserted only if the claim succeeded (no stale row is ever written)
@@ -359,6 +367,24 @@ class PgBlobStore:
             (sha256,),
         )
         return int(rows[0][0]) if rows else None
+
+
+def delete_rows(conn: Any, s: str, session_id: str) -> None:
+    """Every row of a session, in the connection's current transaction (the session row
+    locked first, as an append locks it)."""
+    conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE", (session_id,))
+    conn.execute(f"DELETE FROM {s}.events WHERE session_id = %s", (session_id,))
+    conn.execute(f"DELETE FROM {s}.search_keys WHERE session_id = %s", (session_id,))
+    conn.execute(
+        f"WITH gone AS (DELETE FROM {s}.search_docs WHERE session_id = %s "
+        f"RETURNING namespace, doc_len) {subtract_sql(s)}",
+        (session_id,),
+    )
+    conn.execute(
+        f"DELETE FROM {s}.documents WHERE key = %s OR (left(key, length(%s) + 1) = %s || '/')",
+        (session_id, session_id, session_id),
+    )
+    conn.execute(f"DELETE FROM {s}.sessions WHERE session_id = %s", (session_id,))
 
 
 def subtract_sql(s: str) -> str:

@@ -47,7 +47,7 @@ from .base import (
     SessionInfo,
 )
 from .branches import BranchSearch, Chain, segments
-from .pg_branches import chain_sql, keep_branches, to_chain
+from .pg_branches import chain_sql, to_chain
 from .pg_connect import ServerUnresponsive, public_url, split_param, split_schema
 from .pg_pool import Connections, resolve_timeout
 from .pg_schema import (
@@ -57,7 +57,7 @@ from .pg_schema import (
     check_schema_name,
     migrate,
 )
-from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, subtract_sql
+from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, delete_rows
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -438,26 +438,7 @@ class PostgresStore(BranchSearch):
     def delete_session(self, session_id: str) -> None:
         def delete(conn: Conn) -> None:
             with conn.transaction():
-                conn.execute(
-                    f"SELECT 1 FROM {self.s}.sessions WHERE session_id = %s FOR UPDATE",
-                    (session_id,),
-                )
-                keep_branches(conn, self.s, session_id)
-                conn.execute(f"DELETE FROM {self.s}.events WHERE session_id = %s", (session_id,))
-                conn.execute(
-                    f"DELETE FROM {self.s}.search_keys WHERE session_id = %s", (session_id,)
-                )
-                conn.execute(
-                    f"WITH gone AS (DELETE FROM {self.s}.search_docs WHERE session_id = %s "
-                    f"RETURNING namespace, doc_len) {subtract_sql(self.s)}",
-                    (session_id,),
-                )
-                conn.execute(
-                    f"DELETE FROM {self.s}.documents WHERE key = %s OR "
-                    "(left(key, length(%s) + 1) = %s || '/')",
-                    (session_id, session_id, session_id),
-                )
-                conn.execute(f"DELETE FROM {self.s}.sessions WHERE session_id = %s", (session_id,))
+                delete_rows(conn, self.s, session_id)
 
         self._run(f"delete session {session_id!r}", delete)
 

@@ -475,16 +475,20 @@ class SQLiteStore(BranchSearch):
 
     def delete_session(self, session_id: str) -> None:
         with self.transaction() as txn:
-            con = txn._con
-            self._keep_branches(con, session_id)
-            con.execute("DELETE FROM events WHERE session_id=?", (session_id,))
-            con.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
-            con.execute(
-                "DELETE FROM docs WHERE substr(key, 1, ?)=?",
-                (len(session_id) + 1, session_id + "/"),
-            )
-            self._unindex(con, "session_id=?", (session_id,))
-            con.execute("DELETE FROM search_keys WHERE session_id=?", (session_id,))
+            txn.delete_session(session_id)
+
+    def _delete_rows(self, con: sqlite3.Connection, session_id: str) -> None:
+        """Every row of a session, in the caller's transaction (its branches first take the
+        events they share with it)."""
+        self._keep_branches(con, session_id)
+        con.execute("DELETE FROM events WHERE session_id=?", (session_id,))
+        con.execute("DELETE FROM sessions WHERE session_id=?", (session_id,))
+        con.execute(
+            "DELETE FROM docs WHERE substr(key, 1, ?)=?",
+            (len(session_id) + 1, session_id + "/"),
+        )
+        self._unindex(con, "session_id=?", (session_id,))
+        con.execute("DELETE FROM search_keys WHERE session_id=?", (session_id,))
 
     # ------------------------------------------------------------------ documents
     def get_doc(self, namespace: str, key: str) -> dict[str, JSON] | None:

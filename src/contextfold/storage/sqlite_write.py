@@ -49,6 +49,11 @@ class SQLiteTransaction:
         self._store = store
         self._con = con
 
+    def delete_session(self, session_id: str) -> None:
+        """Delete the session and everything filed under it, in this transaction (so a new
+        session of the same id can be written in its place atomically)."""
+        self._store._delete_rows(self._con, session_id)
+
     def append(
         self,
         session_id: str,

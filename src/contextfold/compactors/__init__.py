@@ -1,0 +1,1 @@
+"""The compactors: progressive (tiered) compaction, the harness strategies, and their parts."""
