@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import ConfigError
 from .engine import ingest
 from .engine.context import SessionContext
+from .errors import ConfigError
 from .messages import Message
 
 #: the event kind of a rewrite: {"at": message count, "retract": [positions], "note": {...}}

@@ -20,6 +20,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from . import calling, client_rewrite, telemetry
 from .aio import run_off_loop
 from .compactors.progressive import ProgressiveCompactor
+from .compactors.stages import Stage
 from .config import ContextConfig, resolve_preset
 from .engine import ingest, opening
 from .engine import overflow as overflow_handling
@@ -39,7 +40,8 @@ from .recovery import Recovery, RestoreHit
 from .reopen import save_state
 from .responses import response_message
 from .sessions.log import SessionLog
-from .state import SessionState, save_state as save_session_snapshot
+from .state import SessionState
+from .state import save_state as save_session_snapshot
 from .storage import Store
 from .storage.session import SessionStore
 from .summarizers.base import Summarizer
@@ -143,6 +145,7 @@ class ContextManager(MemoryCalls):
         on_compaction: OnCompaction | None = None,
         fact_extractor: object = None,
         share_memory: bool = False,
+        stages: Sequence[Stage] | None = None,
     ) -> None:
         if not isinstance(context_window, int) or context_window <= 0:
             raise ConfigError(f"context_window must be a positive integer, got {context_window!r}")
@@ -168,6 +171,7 @@ class ContextManager(MemoryCalls):
             share_memory=share_memory,
             window=context_window,
             fact_extractor=fact_extractor,
+            stages=stages,
         )
         #: The workspace folder (None for a store that is not a folder).
         self.ws: Workspace | None = self._ctx.workspace

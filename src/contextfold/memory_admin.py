@@ -231,4 +231,8 @@ __all__ = [
     "MemoryCalls",
     "MemoryOwner",
     "MemorySession",
-    "extract_facts", "extractor_of", "flush_memory", "memory_admin_tools"]
+    "extract_facts",
+    "extractor_of",
+    "flush_memory",
+    "memory_admin_tools",
+]

@@ -45,7 +45,6 @@ from .units import Units
 from .view import HistoryView
 
 
-
 class RecoveryContext(Protocol):
     """The parts of an open session recovery works on."""
 
@@ -501,7 +500,10 @@ class Recovery:
                 allow_agents=self.ctx.config.allow_agents,
             ):
                 box.register(tool)
-            for tool in [*memory_tools(self.memory), *memory_admin_tools(self, self.ctx.units, lambda: list(self.ctx.view.history))]:
+            for tool in [
+                *memory_tools(self.memory),
+                *memory_admin_tools(self, self.ctx.units, lambda: list(self.ctx.view.history)),
+            ]:
                 box.register(tool)
             box.register(recall_tool(lambda: self.search, self.store))  # read when first used
             self._toolbox = box

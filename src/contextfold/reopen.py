@@ -23,12 +23,12 @@ from .anchors import Anchor, AnchorType
 from .client_rewrite import REWRITE, stored_retracts
 from .compactors.pinned import budget_of
 from .compactors.progressive import CompactorState
+from .engine.context import SessionContext
 from .errors import InvalidMessageError, StorageError
 from .limits import LearnedWindow
 from .messages import Message
 from .sessions.log import LogEntry, entry_of
 from .state import load_state as load_session_state
-from .engine.context import SessionContext
 from .tokens import Calibration
 
 if TYPE_CHECKING:
@@ -204,7 +204,9 @@ def deferred_policy(ctx: SessionContext, entry: OffloadEntry, policy: str) -> bo
     """Whether reapplying ``entry`` under ``policy`` would record that policy (then the
     deferred entry records it at once: a state saved before the history is loaded keeps it)."""
     return (
-        policy == "squeeze_args" or budget_of(policy) is not None or policy in ctx.compactor.policies
+        policy == "squeeze_args"
+        or budget_of(policy) is not None
+        or policy in ctx.compactor.policies
     )
 
 
@@ -256,7 +258,9 @@ def load_all(ctx: SessionContext) -> list[Any]:
         if entry.tokens is not None:
             ctx.cache.seed(msg, entry.tokens)
         if msg.tool_calls:
-            ctx.view.expect_answers(len(ctx.view), {c.id for c in msg.tool_calls if c.id in answered})
+            ctx.view.expect_answers(
+                len(ctx.view), {c.id for c in msg.tool_calls if c.id in answered}
+            )
         ctx.view.append(msg, entry.seq, checked=True)  # entry_of validated it
     if len(ctx.view) in retracts:
         ctx.view.retract([p for p in retracts.pop(len(ctx.view)) if p < len(ctx.view)])

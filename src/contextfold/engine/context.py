@@ -16,23 +16,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..compactors.progressive import ProgressiveCompactor
+from ..compactors.stages import Stage
 from ..config import ContextConfig
 from ..errors import ConfigError
 from ..limits import LearnedWindow
 from ..messages import Message
 from ..offload import OffloadStore
 from ..paths import Workspace
-from ..recovery import Recovery
 from ..records import CompactionRecord, OffloadEntry, StoreRecordStore
+from ..recovery import Recovery
 from ..sessions.log import SessionLog, entry_of
 from ..state import SessionState
 from ..storage import Store
 from ..storage.session import SessionStore
 from ..summarizers.base import Summarizer
-from ..units import Units
 from ..tokens import Calibration, MessageTokenCache, TokenCounter, count_tools
+from ..units import Units
 from ..view import HistoryView
-
 
 #: The offloads of a lazily reopened history applied when their message is loaded.
 Deferred = list[tuple[int, OffloadEntry, str]]
@@ -59,6 +59,8 @@ class SessionContext:
     configured_window: int
     #: ``fact_extractor=`` as given (resolved by the recovery)
     fact_extractor: object = None
+    #: ``stages=`` as given: the stages of a tier run (None: the preset's)
+    stages: Sequence[Stage] | None = None
     #: tokens of each set of tool schemas seen (by their JSON)
     tool_tokens: dict[str, int] = field(default_factory=dict)
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+
 from .. import reopen
+from ..compactors.pipeline import preset_stages
 from ..compactors.progressive import ProgressiveCompactor
+from ..compactors.stages import Stage
 from ..config import ContextConfig, TierConfig
 from ..offload import EVICTION_POLICY, INGEST_POLICY, OffloadPolicy, OffloadStore
 from ..paths import Workspace
@@ -79,6 +83,7 @@ def build_context(
     share_memory: bool,
     window: int,
     fact_extractor: object = None,
+    stages: Sequence[Stage] | None = None,
 ) -> SessionContext:
     """A session's context with its settings (:func:`reset` builds its parts)."""
     root = store.root if isinstance(store, SQLiteStore) else None
@@ -94,6 +99,7 @@ def build_context(
         share_memory=share_memory,
         configured_window=window,
         fact_extractor=fact_extractor,
+        stages=list(stages) if stages is not None else None,
     )
 
 
@@ -153,6 +159,7 @@ def _compactor(ctx: SessionContext) -> ProgressiveCompactor:
         scale=ctx.calibration.apply,
         active_tasks=lambda: ctx.session_state.active_task_lines(),
         policies=offload_policies(config),
+        stages=ctx.stages if ctx.stages is not None else preset_stages(config.preset),
     )
     if ctx.eviction_store is not ctx.offload:
         compactor.extra_stores.append(ctx.eviction_store)

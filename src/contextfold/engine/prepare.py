@@ -121,7 +121,9 @@ def compact_now(ctx: SessionContext, extra: int) -> CompactionRecord:
     raise AssertionError("unreachable")
 
 
-def check_fits(ctx: SessionContext, extra: int, schema_tokens: int, record: CompactionRecord) -> None:
+def check_fits(
+    ctx: SessionContext, extra: int, schema_tokens: int, record: CompactionRecord
+) -> None:
     """Never hand out a view above the window: say why it cannot fit instead."""
     need = ctx.compactor.view_tokens(extra)
     ctx.room = ctx.window - need
@@ -156,9 +158,7 @@ def render(ctx: SessionContext, record: CompactionRecord, schema_tokens: int) ->
     if text is not None:
         tokens = ctx.counter.count_text(text)
         if tokens <= ctx.room:
-            injection = Injection(
-                position=newest_user_position(messages), text=text, tokens=tokens
-            )
+            injection = Injection(position=newest_user_position(messages), text=text, tokens=tokens)
             messages.insert(injection.position, injection.message())
             ctx.last_fixed += tokens
     return PreparedView(
