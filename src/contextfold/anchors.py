@@ -266,6 +266,41 @@ def _strip_fences(text: str) -> str:
     return "\n".join(lines)
 
 
+def _scan_sections(
+    text: str,
+) -> tuple[dict[AnchorType | str, list[str]], list[AnchorType | str], list[str], bool]:
+    """The sections of a summary by header (in order), problems seen (duplicates), and
+    whether a four-section SESSION INTENT header was among them (lines before the first
+    header belong to no section)."""
+    sections: dict[AnchorType | str, list[str]] = {}
+    order: list[AnchorType | str] = []
+    current: AnchorType | str | None = None
+    problems: list[str] = []
+    seen_session = False
+    for line in _strip_fences(text).splitlines():
+        hit = _header_of(line)
+        if hit is None:
+            if current is not None:
+                sections[current].append(line)
+            continue
+        key, rest = hit
+        if key == _SESSION:
+            seen_session = True
+            key = AnchorType.USER_INTENT
+        if key == _IGNORED:
+            current = None
+            continue
+        if key in sections:
+            problems.append(f"duplicate section: {_display(key)}")
+        else:
+            sections[key] = []
+            order.append(key)
+        current = key
+        if rest:
+            sections[key].append(rest)
+    return sections, order, problems, seen_session
+
+
 def parse_summary(text: str) -> ParsedSummary:
     """Parse summarizer output tolerantly; never raises.
 
@@ -277,34 +312,7 @@ def parse_summary(text: str) -> ParsedSummary:
     """
     if not isinstance(text, str):
         text = "" if text is None else str(text)
-    sections: dict[AnchorType | str, list[str]] = {}
-    order: list[AnchorType | str] = []
-    current: AnchorType | str | None = None
-    problems: list[str] = []
-    preamble: list[str] = []
-    seen_session = False
-    for line in _strip_fences(text).splitlines():
-        hit = _header_of(line)
-        if hit is not None:
-            key, rest = hit
-            if key == _SESSION:
-                seen_session = True
-                key = AnchorType.USER_INTENT
-            if key == _IGNORED:
-                current = None
-                continue
-            if key in sections:
-                problems.append(f"duplicate section: {_display(key)}")
-            else:
-                sections[key] = []
-                order.append(key)
-            current = key
-            if rest:
-                sections[key].append(rest)
-        elif current is not None:
-            sections[current].append(line)
-        else:
-            preamble.append(line)
+    sections, order, problems, seen_session = _scan_sections(text)
 
     if not order:
         summary = text.strip()
