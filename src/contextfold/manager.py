@@ -9,46 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import shutil
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from . import calling, client_rewrite, telemetry
-from .aio import run_off_loop
 from .compactors.progressive import ProgressiveCompactor
 from .compactors.stages import Stage
 from .config import ContextConfig, resolve_preset
 from .engine import ingest, opening
-from .engine import overflow as overflow_handling
 from .engine import prepare as preparing
+from .engine.async_calls import AsyncCalls
+from .engine.calls import SessionCalls
 from .engine.context import SessionContext
 from .engine.ingest import MessageInput
 from .engine.prepare import PreparedView, ToolSchemas
 from .errors import ConfigError, ContextFoldError, StorageError
-from .evidence.model import EvidencePointer
 from .limits import LearnedWindow
 from .memory_admin import MemoryCalls
 from .messages import Message
 from .offload import OffloadStore
 from .paths import Workspace, check_session_id
-from .records import CompactionRecord, OffloadEntry, StoreRecordStore, Tier
-from .recovery import Recovery, RestoreHit
-from .reopen import save_state
+from .records import CompactionRecord, StoreRecordStore
+from .recovery import Recovery
 from .responses import response_message
 from .sessions.log import SessionLog
 from .state import SessionState
-from .state import save_state as save_session_snapshot
 from .storage import Store
 from .storage.session import SessionStore
 from .summarizers.base import Summarizer
 from .surface import AnthropicView, OpenAIView, ViewMessages
 from .tokens import Calibration, TokenCounter, get_counter
-from .tools import ToolBox
-from .usage import extract_input_tokens
 from .view import HistoryView
 from .wire import from_anthropic
 
@@ -79,7 +73,7 @@ class _Part(Generic[V]):
         setattr(obj._ctx, self.name, value)
 
 
-class ContextManager(MemoryCalls):
+class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
     """Keep an agent inside its context window without losing what it learned.
 
     ``add`` appends to the full, persisted history; ``prepare`` derives the view to send now
@@ -446,61 +440,6 @@ class ContextManager(MemoryCalls):
             view = self.prepare_view(tools=tools)
             return view.anthropic() if format == "anthropic" else view.openai(copy=copy)
 
-    @overload
-    async def aprepare(
-        self,
-        *,
-        tools: ToolSchemas | None = None,
-        format: Literal["openai"] = "openai",
-        copy: bool = False,
-    ) -> OpenAIView: ...
-
-    @overload
-    async def aprepare(
-        self,
-        *,
-        tools: ToolSchemas | None = None,
-        format: Literal["anthropic"],
-        copy: bool = False,
-    ) -> AnthropicView: ...
-
-    async def aprepare(
-        self,
-        *,
-        tools: ToolSchemas | None = None,
-        format: Format = "openai",
-        copy: bool = False,
-    ) -> OpenAIView | AnthropicView:
-        """:meth:`prepare` without blocking the event loop: the work runs in a worker thread and
-        an LLM summarizer / fact extractor calls its model's async client on this loop (see
-        :mod:`contextfold.aio`). Calls on one manager are serialized; ``on_compaction`` runs in
-        that worker thread."""
-        async with self._async_lock():
-            return await run_off_loop(lambda: self.prepare(tools=tools, format=format, copy=copy))
-
-    async def aprepare_view(self, *, tools: ToolSchemas | None = None) -> PreparedView:
-        """:meth:`prepare_view` without blocking the event loop (see :meth:`aprepare`)."""
-        return await self._off_loop(lambda: self.prepare_view(tools=tools))
-
-    async def _off_loop(self, fn: Callable[[], V]) -> V:
-        async with self._async_lock():
-            return await run_off_loop(fn)
-
-    def _async_lock(self) -> asyncio.Lock:
-        """One lock per event loop (an asyncio.Lock must not cross loops)."""
-        loop = asyncio.get_running_loop()
-        lock = self._alocks.get(loop)
-        if lock is None:
-            for old in [k for k in self._alocks if k.is_closed()]:
-                del self._alocks[old]
-            lock = self._alocks[loop] = asyncio.Lock()
-        return lock
-
-    def _announce(self, record: CompactionRecord) -> None:
-        """After the compaction's unit committed."""
-        if record.changed and self.on_compaction is not None:
-            self.on_compaction(record)
-
     @property
     def view_messages(self) -> ViewMessages:
         """The current view as neutral messages (no compaction is run). A property since the
@@ -516,56 +455,6 @@ class ContextManager(MemoryCalls):
 
     def _set_window(self, learned: LearnedWindow | None) -> None:
         self._ctx.set_window(learned)
-
-    def reset_window(self) -> None:
-        """Forget a window learned from overflow errors (e.g. after switching to a bigger
-        model): ``context_window`` applies again."""
-        with self._lock:
-            self._ctx.set_window(None)
-            try:
-                with self.unit():
-                    save_state(self._ctx)
-            except ContextFoldError as exc:
-                self._ctx.recovery.note_problem(f"saving compactor state failed: {exc}")
-
-    # ------------------------------------------------------------------ manual compaction
-    def compact(self, force: bool = True, *, tier: str | Tier | None = None) -> CompactionRecord:
-        """Manual /compact. ``force=True`` summarizes the whole head now with the configured
-        summarizer (Full tier) whatever the ratio, or with ``manual_compact="emergency"`` runs
-        CompactForce (the emergency tier); ``tier="emergency"`` truncates without an LLM
-        (forced compaction); ``force=False`` runs the normal tier decision."""
-        with self._lock:
-            overflow_handling.manual_tier(self._ctx, force, tier)  # bad input: nothing done
-            record = overflow_handling.compact(self._ctx, force, tier)
-        self._announce(record)
-        return record
-
-    # ------------------------------------------------------------------ usage / calibration
-    def report_usage(self, input_tokens: int | None = None, *, response: object = None) -> float:
-        """Feed the provider-reported input tokens of the last call; returns the new scale."""
-        ctx = self._ctx
-        if input_tokens is None and response is not None:
-            input_tokens = extract_input_tokens(response)
-        if input_tokens is None or ctx.last_estimate <= 0:
-            return ctx.calibration.scale
-        if (
-            isinstance(input_tokens, bool)
-            or not isinstance(input_tokens, int | float)
-            or not math.isfinite(input_tokens)
-        ):
-            raise ConfigError(f"input_tokens must be a finite number, got {input_tokens!r}")
-        # the scale applies to message tokens: take out what was not messages (tool schemas,
-        # injected evidence), which the provider counted too
-        message_tokens = int(input_tokens) - ctx.last_fixed
-        if message_tokens <= 0:
-            return ctx.calibration.scale
-        with self._lock:
-            scale = ctx.calibration.observe(ctx.last_estimate, message_tokens)
-            try:
-                ctx.save_calibration()
-            except ContextFoldError as exc:  # the scale is re-learned from the next calls
-                ctx.recovery.note_problem(f"saving the calibration failed: {exc}")
-            return scale
 
     # ------------------------------------------------------------------ overflow recovery
     def call(
@@ -585,109 +474,6 @@ class ContextManager(MemoryCalls):
             tools=tools,
             format=format,
         )
-
-    async def acall(
-        self,
-        fn: Callable[[Any], Awaitable[T]],
-        *,
-        tools: ToolSchemas | None = None,
-        format: Format = "openai",
-    ) -> T:
-        """:meth:`call` for an async ``fn``; the preparation and any compaction (LLM summaries,
-        fact extraction) never block the event loop (see :meth:`aprepare`)."""
-
-        async def report(result: object) -> float:
-            return await self._off_loop(lambda: self.report_usage(response=result))
-
-        return await calling.acall(
-            self._ctx,
-            fn,
-            prepare=lambda: self.aprepare_view(tools=tools),
-            off_loop=self._off_loop,
-            report=report,
-            tools=tools,
-            format=format,
-        )
-
-    def recover_from_overflow(
-        self, exc: Exception, *, tools: ToolSchemas | None = None
-    ) -> CompactionRecord:
-        """For frameworks that own the retry loop (the integrations): when ``exc`` is a
-        context-overflow error, learn what it says (window, token count) and compact hard now
-        so the next ``prepare()`` is smaller; returns the record. Any other error (or recovery
-        turned off) is raised again."""
-        with self._lock:
-            record = overflow_handling.recover(self._ctx, exc, tools)
-        self._announce(record)
-        return record
-
-    # ------------------------------------------------------------------ records, tools, state
-    def notification(self, record: CompactionRecord) -> str:
-        """The compaction notice of ``record`` in the configured ``locale``."""
-        return record.notification(locale=self.config.locale)
-
-    def records(self) -> list[CompactionRecord]:
-        """Every persisted CompactionRecord of this session, oldest first."""
-        with self._lock:
-            return self._ctx.record_store.list(self.session_id)
-
-    @property
-    def toolbox(self) -> ToolBox:
-        return self._ctx.recovery.toolbox
-
-    def tool_schemas(self, format: Format = "openai") -> list[dict[str, Any]]:
-        return self.toolbox.schemas(format)
-
-    def handle_tool_call(self, call: Mapping[str, Any]) -> dict[str, Any]:
-        """Run one of contextfold's agent tools; returns the tool message (errors included)."""
-        name = call.get("name") if isinstance(call, Mapping) else None
-        if name is None and isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
-            name = call["function"].get("name")
-        attrs = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name if isinstance(name, str) else None,
-            "gen_ai.conversation.id": self.session_id,
-        }
-        with self._lock, telemetry.span("contextfold.tool", attrs):
-            return self.toolbox.handle(call)
-
-    def restore(self, query: str, k: int = 5) -> list[RestoreHit]:
-        """Evidence that left the view, best match first, with its original text."""
-        attrs: dict[str, telemetry.Attr | None] = {
-            "gen_ai.conversation.id": self.session_id,
-            "contextfold.k": k,
-        }
-        with self._lock, telemetry.span("contextfold.restore", attrs) as current:
-            hits = self._ctx.recovery.restore(query, k)
-            telemetry.set_attributes(current, {"contextfold.hits": len(hits)})
-            return hits
-
-    def add_subagent_output(
-        self,
-        run_id: str,
-        messages_or_text: str | Sequence[Mapping[str, Any]],
-        parent_message_uuid: str | None = None,
-    ) -> list[EvidencePointer]:
-        with self.unit():
-            return self._ctx.recovery.add_subagent_output(
-                run_id, messages_or_text, parent_message_uuid
-            )
-
-    def recover_tool_result(self, tool_call_id: str) -> str | None:
-        with self._lock:
-            return self._ctx.recovery.recover_tool_result(tool_call_id)
-
-    @property
-    def state(self) -> SessionState:
-        return self._ctx.session_state
-
-    def save_session_state(self) -> None:
-        """Store the session state (plan mode, todos, tasks, permissions) as a snapshot."""
-        with self.unit():
-            save_session_snapshot(self._ctx.session, self._ctx.session_state)
-
-    def offloaded(self) -> dict[str, OffloadEntry]:
-        return self._ctx.offload.entries()
 
     # ------------------------------------------------------------------ cleanup
     def delete_session(self) -> None:

@@ -1,4 +1,4 @@
-"""ProgressiveCompactor: tiered compaction by window ratio (seed 000).
+"""ProgressiveCompactor: tiered compaction by window ratio.
 
 Tiers None / Warn / Soft / Full / Emergency. Each run works on a :class:`HistoryView`: it
 decides the tier (pure, :func:`determine_tier`), then moves the view's boundary and/or swaps
@@ -60,7 +60,7 @@ __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
 
 class ProgressiveCompactor(Measure):
-    """Seed 000's ProgressiveCompactor over an incremental view."""
+    """Tiered compaction over an incremental view (the tier run is a pipeline of stages)."""
 
     def __init__(
         self,
@@ -145,7 +145,7 @@ class ProgressiveCompactor(Measure):
         config: TierConfig | None = None,
         counter: str | None = None,
     ) -> ProgressiveCompactor:
-        """A compactor for the seed's list interfaces without a ContextManager. With a
+        """A compactor for the list interfaces (:mod:`.protocols`) without a ContextManager. With a
         ``workspace`` it offloads and records there; without one it only summarizes."""
         from ..records import StoreRecordStore
         from ..storage import open_store
@@ -327,15 +327,15 @@ class ProgressiveCompactor(Measure):
         self.apply_offload(index, entry, policy)
         return True
 
-    # ------------------------------------------------------------------ seed 7.1 interfaces
+    # ------------------------------------------------------------------ list interfaces
     def compact_with_record(
         self, msgs: Sequence[Message]
     ) -> tuple[list[Message], CompactionRecord]:
         """RecordedCompactor on a plain message list (the whole history each call).
 
-        Orphaned tool pairs are repaired first (seed 6.2). When ``msgs`` extends the history seen
+        Orphaned tool pairs are repaired first. When ``msgs`` extends the history seen
         before (same uuids), only the new messages are appended and the earlier compaction is
-        kept; otherwise the view starts over, keeping lastSummary/lastAnchors (seed 4.7).
+        kept; otherwise the view starts over, keeping the last summary and anchors.
         """
         self._sync(repair_orphaned_tool_pairs(msgs))
         record = self.run()
@@ -345,7 +345,7 @@ class ProgressiveCompactor(Measure):
         return self.compact_with_record(msgs)[0]
 
     def compact_force(self, msgs: Sequence[Message]) -> list[Message]:
-        """ForceCompactor: seed 7.1 says CompactForce runs TierEmergency directly."""
+        """ForceCompactor: CompactForce runs the emergency tier directly."""
         self._sync(repair_orphaned_tool_pairs(msgs))
         self.run(force=Tier.EMERGENCY, reason="CompactForce")
         return self.view.view_messages()
@@ -362,17 +362,17 @@ class ProgressiveCompactor(Measure):
         for msg in msgs[len(known) :]:
             v.append(msg)
 
-    # ------------------------------------------------------------------ seed 002 (harness.py)
+    # ------------------------------------------------------------------ harness strategies
     def run_trigger(
         self, trig: SummaryTriggerConfig, *, extra_tokens: int = 0
     ) -> CompactionRecord | None:
-        """Seed 002 2.1 trigger-based summary compaction; see :func:`harness.run_trigger`."""
+        """Trigger-based summary compaction (the trigger stage); see :func:`harness.run_trigger`."""
         return run_trigger(self, trig, extra_tokens=extra_tokens)
 
     def recover_overflow(
         self, *, extra_tokens: int = 0, note: str | None = None
     ) -> CompactionRecord:
-        """Seed 002 2.4 overflow recovery; see :func:`harness.recover_overflow`."""
+        """Overflow recovery; see :func:`harness.recover_overflow`."""
         return recover_overflow(self, extra_tokens=extra_tokens, note=note)
 
     # ------------------------------------------------------------------ records

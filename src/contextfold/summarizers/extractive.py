@@ -3,7 +3,7 @@
 No model, no randomness: it reads the messages and pulls out the task (first user request),
 what the agent did (tool calls and their outcomes, files edited), the decisions it stated,
 what failed (exit codes, tracebacks, pytest failures) and the plans it announced last. The
-output follows the seed 000 anchors format (or seed 002's four sections) and is bounded.
+output follows the anchors format (or the four sections) and is bounded.
 """
 
 from __future__ import annotations
