@@ -40,12 +40,10 @@ class Injection:
         return Message(role="user", content=self.text, metadata={"cf_kind": "injection"})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True, eq=False)
 class PreparedView:
     """What ``prepare`` derived: render it before the session changes again."""
 
-    #: the view's messages as sent, the injected evidence included
-    messages: list[Message]
     #: estimated (calibrated) tokens of the view's messages, without schemas and injection
     tokens: int
     #: tokens of the tool schemas sent with it
@@ -54,7 +52,16 @@ class PreparedView:
     record: CompactionRecord
     #: the evidence injected before the newest user message, if any
     injection: Injection | None = None
-    _view: HistoryView = field(repr=False, compare=False)
+    _view: HistoryView = field(repr=False)
+    _messages: list[Message] | None = field(default=None, repr=False)
+
+    @property
+    def messages(self) -> list[Message]:
+        """The view's messages as sent, the injected evidence included (built on first use:
+        rendering OpenAI dicts does not need them)."""
+        if self._messages is None:
+            self._messages = self._view.view_messages()
+        return self._messages
 
     def openai(self, *, copy: bool = False) -> OpenAIView:
         """Chat Completions message dicts (cached per message: read-only unless ``copy``)."""
@@ -151,23 +158,24 @@ def newest_user_position(messages: Sequence[Message]) -> int:
 def render(ctx: SessionContext, record: CompactionRecord, schema_tokens: int) -> PreparedView:
     """The view as it stands now, with the evidence the newest user message asks for when it
     fits in the room left (evidence never pushes the view over the window)."""
-    messages = ctx.view.view_messages()
     ctx.last_fixed = schema_tokens
     text = ctx.recovery.safe_injection()
     injection = None
+    messages = None
     if text is not None:
         tokens = ctx.counter.count_text(text)
         if tokens <= ctx.room:
+            messages = ctx.view.view_messages()
             injection = Injection(position=newest_user_position(messages), text=text, tokens=tokens)
             messages.insert(injection.position, injection.message())
             ctx.last_fixed += tokens
     return PreparedView(
-        messages=messages,
         tokens=ctx.compactor.view_tokens(),
         schema_tokens=schema_tokens,
         record=record,
         injection=injection,
         _view=ctx.view,
+        _messages=messages,
     )
 
 
