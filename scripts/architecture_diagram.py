@@ -54,6 +54,7 @@ LAYER_OF = {
     **dict.fromkeys(
         [
             "recovery",
+            "recovery_context",
             "evidence",
             "memory",
             "memory_extract",

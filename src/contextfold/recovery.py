@@ -1,22 +1,17 @@
-"""Everything that makes compaction recoverable, wired for one session.
-
-The evidence index (every range that leaves the view is indexed; restore, intent-triggered
-injection, the ``recall`` tool), the memory flush before a compaction and the session tools,
-and the ``read_offloaded`` tool. It works on a :class:`RecoveryContext` (the engine's session
-context satisfies it). Each hook is fail-open: a failure here is recorded, never raised
-into the agent loop.
-"""
+"""Everything that makes compaction recoverable, for one session (a RecoveryContext): the
+evidence index (restore, intent-triggered injection, ``recall``), the memory flush before a
+compaction, the session and ``read_offloaded`` tools. Each hook is fail-open: a failure
+here is recorded, never raised into the agent loop."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from . import telemetry
 from .anchors import Anchor
-from .config import ContextConfig
 from .errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
 from .evidence.calls import load_calls
 from .evidence.fields import call_fields, describe
@@ -30,40 +25,13 @@ from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
 from .memory_admin import memory_admin_tools
 from .messages import Message
-from .offload import OffloadStore
 from .offload_tool import read_offloaded_tool
 from .records import CompactionRecord, OffloadEntry, Tier
+from .recovery_context import RecoveryContext
 from .scaffolding import strip_scaffolding
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
-from .storage import Store
-from .storage.session import SessionStore
-from .summarizers.base import Summarizer
-from .tokens import TokenCounter
 from .tools import Tool, ToolBox
-from .units import Units
-from .view import HistoryView
-
-
-class RecoveryContext(Protocol):
-    """The parts of an open session recovery works on."""
-
-    config: ContextConfig
-    agent_id: str
-    share_memory: bool
-    summarizer: Summarizer | None
-    store: Store
-    session: SessionStore
-    view: HistoryView
-    counter: TokenCounter
-    window: int
-    units: Units
-
-    def message_at(self, index: int) -> Message: ...
-
-    def stores(self) -> list[OffloadStore]: ...
-
-    def offload_entries(self) -> dict[str, OffloadEntry]: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
