@@ -37,6 +37,7 @@ test-all: $(STAMP) agents browser
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
 	$(BIN)/ruff format --check src tests benchmarks examples scripts
+	$(PY) scripts/architecture_diagram.py --check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -51,7 +51,12 @@ def turn(i: int) -> list[dict[str, Any]]:
 
 def held(cm: ContextManager) -> tuple[Any, ...]:
     history = [(m.role, m.text, m.uuid) for m in cm.history]
-    return history, [m.text for m in cm.view_messages], len(cm.records()), reopen.state_data(cm)
+    return (
+        history,
+        [m.text for m in cm.view_messages],
+        len(cm.records()),
+        reopen.state_data(cm.context),
+    )
 
 
 def fresh(store: MemoryStore) -> tuple[Any, ...]:

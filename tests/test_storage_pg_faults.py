@@ -60,7 +60,7 @@ def snapshot(cm: ContextManager) -> tuple[Any, ...]:
     """What a manager holds (no compaction run): history, view, records, compactor state
     (boundary, summaries, counters, calibration)."""
     history = [(m.role, m.text, m.uuid) for m in cm.history]  # (reloads a stale manager)
-    state = reopen.state_data(cm)
+    state = reopen.state_data(cm.context)
     return (
         history,
         [(m.role, m.text) for m in cm.view_messages],

@@ -1,5 +1,5 @@
 """Five structured anchors, prompt templates, a tolerant parser, union merge, and the
-compaction message format (seed 000, section 4)."""
+compaction message format."""
 
 from __future__ import annotations
 
@@ -266,45 +266,53 @@ def _strip_fences(text: str) -> str:
     return "\n".join(lines)
 
 
+def _scan_sections(
+    text: str,
+) -> tuple[dict[AnchorType | str, list[str]], list[AnchorType | str], list[str], bool]:
+    """The sections of a summary by header (in order), problems seen (duplicates), and
+    whether a four-section SESSION INTENT header was among them (lines before the first
+    header belong to no section)."""
+    sections: dict[AnchorType | str, list[str]] = {}
+    order: list[AnchorType | str] = []
+    current: AnchorType | str | None = None
+    problems: list[str] = []
+    seen_session = False
+    for line in _strip_fences(text).splitlines():
+        hit = _header_of(line)
+        if hit is None:
+            if current is not None:
+                sections[current].append(line)
+            continue
+        key, rest = hit
+        if key == _SESSION:
+            seen_session = True
+            key = AnchorType.USER_INTENT
+        if key == _IGNORED:
+            current = None
+            continue
+        if key in sections:
+            problems.append(f"duplicate section: {_display(key)}")
+        else:
+            sections[key] = []
+            order.append(key)
+        current = key
+        if rest:
+            sections[key].append(rest)
+    return sections, order, problems, seen_session
+
+
 def parse_summary(text: str) -> ParsedSummary:
     """Parse summarizer output tolerantly; never raises.
 
     Headers may be ``###``/``##`` markdown, ``**Bold**`` lines or ``Name:`` lines, in any case,
     numbered, with trailing colons and singular/plural variants. The four-section style of
-    seed 002 maps SESSION INTENT to user_intent, NEXT STEPS to next_step, SUMMARY to the summary
+    the harness preset maps SESSION INTENT to user_intent, NEXT STEPS to next_step, SUMMARY to the summary
     text and ARTIFACTS to ``artifacts``. Missing anchors become "N/A" and are reported in
     ``problems``. Text without any recognizable section becomes the summary.
     """
     if not isinstance(text, str):
         text = "" if text is None else str(text)
-    sections: dict[AnchorType | str, list[str]] = {}
-    order: list[AnchorType | str] = []
-    current: AnchorType | str | None = None
-    problems: list[str] = []
-    preamble: list[str] = []
-    seen_session = False
-    for line in _strip_fences(text).splitlines():
-        hit = _header_of(line)
-        if hit is not None:
-            key, rest = hit
-            if key == _SESSION:
-                seen_session = True
-                key = AnchorType.USER_INTENT
-            if key == _IGNORED:
-                current = None
-                continue
-            if key in sections:
-                problems.append(f"duplicate section: {_display(key)}")
-            else:
-                sections[key] = []
-                order.append(key)
-            current = key
-            if rest:
-                sections[key].append(rest)
-        elif current is not None:
-            sections[current].append(line)
-        else:
-            preamble.append(line)
+    sections, order, problems, seen_session = _scan_sections(text)
 
     if not order:
         summary = text.strip()
@@ -411,7 +419,7 @@ def replace_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Ancho
 
 
 def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor, ...]:
-    """Merge the anchors of an earlier compaction with those of a new one (seed 000, 4.6).
+    """Merge the anchors of an earlier compaction with those of a new one (merge by union or replacement).
 
     Always returns five anchors in ``ALL_ANCHOR_TYPES`` order.
 
@@ -446,7 +454,7 @@ def merge_anchors(old: Sequence[Anchor], new: Sequence[Anchor]) -> tuple[Anchor,
 
 
 def render_anchors(anchors: Sequence[Anchor], summary: str) -> str:
-    """The seed 000 markdown: "## Anchors", five "### ..." sections, then "## Summary"."""
+    """The anchors markdown: "## Anchors", five "### ..." sections, then "## Summary"."""
     by = _by_type(anchors)
     parts = ["## Anchors", ""]
     for atype in ALL_ANCHOR_TYPES:
@@ -471,7 +479,7 @@ def render_compaction_message(
     recall: Sequence[str] = (),
     note: str | None = None,
 ) -> str:
-    """The message injected in place of compacted history (seed 000, 4.8).
+    """The message injected in place of compacted history.
 
     ``offloaded`` holds (path, description) pairs such as ("…/tc_001.txt", "5000 lines, 128 KB -
     tool result of bash"); ``active_tasks`` holds preformatted lines ("[>] Set up middleware");

@@ -3,90 +3,93 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from .aio import run_off_loop
-from .errors import ContextOverflowError
+from .engine.context import SessionContext
+from .engine.overflow import raise_overflow, retry_view
+from .engine.prepare import PreparedView, ToolSchemas
 from .llm import ChatResult
-from .overflow import is_context_overflow
-from .records import CompactionRecord
 from .responses import response_message
 from .summarizers.llm import LLMSummarizer
+from .surface import AnthropicView, OpenAIView
 from .usage import extract_input_tokens
 
-if TYPE_CHECKING:
-    from .manager import ContextManager
-    from .surface import AnthropicView, OpenAIView
-
 T = TypeVar("T")
+Format = Literal["openai", "anthropic"]
+#: runs a step of the session's work in a worker thread, holding the session's async lock
+OffLoop = Callable[[Callable[[], PreparedView]], Awaitable[PreparedView]]
+
+
+def rendered(view: PreparedView, format: Format) -> OpenAIView | AnthropicView:
+    return view.anthropic() if format == "anthropic" else view.openai()
 
 
 def call(
-    cm: ContextManager,
+    ctx: SessionContext,
     fn: Callable[[Any], T],
     *,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-    format: Literal["openai", "anthropic"] = "openai",
+    prepare: Callable[[], PreparedView],
+    report: Callable[[object], object],
+    tools: ToolSchemas | None = None,
+    format: Format = "openai",
 ) -> T:
     """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
     once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
-    with agent_summarizer(cm, fn):
-        view = cm.prepare(tools=tools, format=format)
+    with agent_summarizer(ctx, fn):
+        prepared = prepare()
     failure: Exception | None = None
     try:
-        result = fn(view)
+        result = fn(rendered(prepared, format))
     except Exception as exc:
         failure = exc
     if failure is not None:
         # retried outside the except block, so a retry error is not chained to the overflow
-        with agent_summarizer(cm, fn):
-            retry_view, record = recover(cm, failure, tools, format, view)
+        with ctx.units.lock, agent_summarizer(ctx, fn):
+            retry = retry_view(ctx, failure, tools, prepared)
         try:
-            result = fn(retry_view)
+            result = fn(rendered(retry, format))
         except Exception as exc2:
-            raise_overflow(exc2, record)
+            raise_overflow(exc2, retry.record)
             raise
-    cm.report_usage(response=result)
+    report(result)
     return result
 
 
 async def acall(
-    cm: ContextManager,
+    ctx: SessionContext,
     fn: Callable[[Any], Awaitable[T]],
     *,
-    tools: Sequence[Mapping[str, Any]] | None = None,
-    format: Literal["openai", "anthropic"] = "openai",
+    prepare: Callable[[], Awaitable[PreparedView]],
+    off_loop: OffLoop,
+    report: Callable[[object], Awaitable[object]],
+    tools: ToolSchemas | None = None,
+    format: Format = "openai",
 ) -> T:
-    """:meth:`call` for an async ``fn``; the preparation and any compaction (LLM summaries,
-    fact extraction) never block the event loop (see :meth:`aprepare`)."""
-    view = await cm.aprepare(tools=tools, format=format)
+    """:func:`call` for an async ``fn``; the preparation and any compaction (LLM summaries,
+    fact extraction) never block the event loop."""
+    prepared = await prepare()
     failure: Exception | None = None
     try:
-        result = await fn(view)
+        result = await fn(rendered(prepared, format))
     except Exception as exc:
         failure = exc
     if failure is not None:
-        async with cm._async_lock():
-            retry_view, record = await run_off_loop(
-                lambda: recover(cm, failure, tools, format, view)
-            )
+        retry = await off_loop(lambda: retry_view(ctx, failure, tools, prepared))
         try:
-            result = await fn(retry_view)
+            result = await fn(rendered(retry, format))
         except Exception as exc2:
-            raise_overflow(exc2, record)
+            raise_overflow(exc2, retry.record)
             raise
     if extract_input_tokens(result) is not None:  # calibration is stored
-        async with cm._async_lock():
-            await run_off_loop(lambda: cm.report_usage(response=result))
+        await report(result)
     return result
 
 
 class _AgentModel:
     """The agent's own model ``fn`` as the summarizer's chat model."""
 
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], object]) -> None:
         self.fn = fn
 
     def complete(
@@ -103,51 +106,20 @@ class _AgentModel:
 
 
 @contextlib.contextmanager
-def agent_summarizer(cm: ContextManager, fn: Callable[[Any], Any]) -> Iterator[None]:
+def agent_summarizer(ctx: SessionContext, fn: Callable[[Any], object]) -> Iterator[None]:
     """With ``summary_model="agent"`` and no summarizer of its own, the compactions of this
     call are summarized by the agent's model ``fn`` (the extractive summary stays the
     fallback)."""
-    comp = cm.compactor
-    if cm.config.summary_model != "agent" or cm.summarizer is not None:
+    comp = ctx.compactor
+    if ctx.config.summary_model != "agent" or ctx.summarizer is not None:
         yield
         return
     before = comp.summarizer
-    comp.summarizer = LLMSummarizer(_AgentModel(fn), context_window=cm.window)
+    comp.summarizer = LLMSummarizer(_AgentModel(fn), context_window=ctx.window)
     try:
         yield
     finally:
         comp.summarizer = before
 
 
-def recover(
-    cm: ContextManager, exc: Exception, tools: Any, format: str, failed: OpenAIView | AnthropicView
-) -> tuple[OpenAIView | AnthropicView, CompactionRecord]:
-    """Overflow recovery: learn what the error says (window, token count), compact hard,
-    and give the view to retry with - never the request that just failed."""
-    if not cm.config.overflow_recovery or not is_context_overflow(exc):
-        raise exc
-    sent = json.dumps(failed, sort_keys=True, default=str)  # before the cached dicts change
-    record = cm.recover_from_overflow(exc, tools=tools)
-    cm._last_fixed = cm._schema_tokens(tools)
-    view = cm._render(format)
-    if json.dumps(view, sort_keys=True, default=str) == sent:
-        raise ContextOverflowError(
-            "the model reports a context overflow and nothing is left to compact: the "
-            "system prompt, the newest user message and the tool schemas alone are too large "
-            f"({exc})",
-            record=record,
-            cause=exc,
-        ) from exc
-    return view, record
-
-
-def raise_overflow(exc: Exception, record: CompactionRecord) -> None:
-    if is_context_overflow(exc):
-        raise ContextOverflowError(
-            f"the model still reports a context overflow after recovery ({exc})",
-            record=record,
-            cause=exc,
-        ) from exc
-
-
-__all__ = ["acall", "call", "raise_overflow", "recover"]
+__all__ = ["acall", "agent_summarizer", "call", "raise_overflow", "rendered"]

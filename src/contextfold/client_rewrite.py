@@ -9,48 +9,50 @@ applies the events in order (see :mod:`contextfold.reopen`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .engine import ingest
+from .engine.context import SessionContext
 from .errors import ConfigError
 from .messages import Message
-from .responses import parse_inputs
-
-if TYPE_CHECKING:
-    from .manager import ContextManager
 
 #: the event kind of a rewrite: {"at": message count, "retract": [positions], "note": {...}}
 REWRITE = "rewrite"
 
 
 def rewrite(
-    cm: ContextManager,
+    ctx: SessionContext,
     retract: Sequence[int],
     messages: Iterable[Mapping[str, Any] | Message],
     note: Mapping[str, Any],
 ) -> list[Message]:
+    """Retract the history messages at ``retract`` from every view and append ``messages``,
+    all or nothing, in one unit of work with a ``rewrite`` event saying which and why."""
     if not isinstance(note, Mapping):
         raise ConfigError("note must be a JSON object (a mapping)")
-    with cm._lock:
-        view = cm.view
+    units = ctx.units
+    with units.lock:
+        view = ctx.view
         start = len(view)
         positions = view.check_retract(list(retract))
-        parsed = parse_inputs(messages, start, cm._uuid_for)
-        if not positions:
-            if not parsed:
-                return []
-            return cm.add_many(parsed)
-        added: list[Message] = []
+        parsed = ingest.parse(ctx, messages)
+        if not positions:  # a plain append: checked before its unit, like add_many
+            if parsed:
+                tokens = ingest.check(ctx, parsed)
+                with units.unit():
+                    ingest.append(ctx, parsed, tokens)
+            return parsed
         try:
-            with cm._unit():  # one unit: the add below joins it
-                cm.session.emit(REWRITE, {"at": start, "retract": positions, "note": dict(note)})
+            with units.unit():  # one unit: the rewrite event, the retraction and the messages
+                ctx.session.emit(REWRITE, {"at": start, "retract": positions, "note": dict(note)})
                 view.retract(positions)
                 if parsed:  # validated after the retraction (it frees call ids)
-                    added = cm.add_many(parsed)
+                    ingest.append(ctx, parsed, ingest.check(ctx, parsed))
         except BaseException:
-            # the view was changed before the error: back to what is stored
-            cm._reload_after_failure()
+            # the view may have changed before the error: back to what is stored
+            units.reload_after_failure()
             raise
-        return added
+        return parsed
 
 
 def stored_retracts(events: Iterable[Any]) -> dict[int, list[int]]:

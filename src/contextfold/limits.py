@@ -16,12 +16,11 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from .config import ContextConfig
 from .overflow import _chain, _text, overflow_kind
-
-if TYPE_CHECKING:
-    from .manager import ContextManager
+from .tokens import Calibration
 
 _NUM = r"(\d[\d,_]*)"
 
@@ -200,12 +199,27 @@ def _caller_level() -> int:
     return level
 
 
-def learn_from_overflow(cm: ContextManager, exc: BaseException) -> str | None:
-    """Adjust ``cm`` to what an overflow error says; returns a note for the record (or None).
+class OverflowContext(Protocol):
+    """What learning from an overflow error reads of an open session."""
+
+    config: ContextConfig
+    session_id: str
+    calibration: Calibration
+    window: int
+    #: view tokens of the request that was sent (uncalibrated) and its unscaled part
+    last_estimate: int
+    last_fixed: int
+
+
+def learn_from_overflow(
+    cm: OverflowContext, exc: BaseException
+) -> tuple[str | None, LearnedWindow | None]:
+    """What an overflow error says: a note for the record (or None) and the window to use
+    from now on (None: keep the current one). The calibration is corrected in place.
 
     * The prompt size the provider counted corrects the calibration when contextfold estimated
       less (the scale is raised to at least that ratio, within the calibration's bounds).
-    * A stated window smaller than ``cm.window`` becomes the session's window (persisted).
+    * A stated window smaller than ``cm.window`` is returned, to become the session's window.
     * With no number at all, the request that failed bounds the window: it is lowered to 95% of
       the tokens just sent (never raised).
 
@@ -213,9 +227,9 @@ def learn_from_overflow(cm: ContextManager, exc: BaseException) -> str | None:
     """
     stated = stated_limit(exc)
     notes: list[str] = []
-    sent = cm.calibration.apply(cm._last_estimate) + cm._last_fixed
-    if stated is not None and stated.prompt_tokens and cm._last_estimate > 0:
-        ratio = (stated.prompt_tokens - cm._last_fixed) / cm._last_estimate
+    sent = cm.calibration.apply(cm.last_estimate) + cm.last_fixed
+    if stated is not None and stated.prompt_tokens and cm.last_estimate > 0:
+        ratio = (stated.prompt_tokens - cm.last_fixed) / cm.last_estimate
         cal = cm.calibration
         if ratio > cal.scale:
             old = cal.scale
@@ -231,23 +245,23 @@ def learn_from_overflow(cm: ContextManager, exc: BaseException) -> str | None:
         window = int(sent * 0.95)
         source = f"inferred: a request of about {sent} tokens overflowed"
     else:
-        return "; ".join(notes) or None
+        return "; ".join(notes) or None, None
+    learned = None
     if 0 < window < cm.window:
         old_window = cm.window
-        cm._set_window(
-            LearnedWindow(window=window, source=source, kind=stated.kind if stated else "")
-        )
+        learned = LearnedWindow(window=window, source=source, kind=stated.kind if stated else "")
         text = (
             f"context window lowered from {old_window} to {window} tokens for session "
             f"{cm.session_id!r} ({source})"
         )
         warnings.warn(WindowLearnedWarning(text), stacklevel=_caller_level())
         notes.append(text)
-    return "; ".join(notes) or None
+    return "; ".join(notes) or None, learned
 
 
 __all__ = [
     "LearnedWindow",
+    "OverflowContext",
     "StatedLimit",
     "WindowLearnedWarning",
     "learn_from_overflow",

@@ -1,4 +1,4 @@
-"""Long-term memory: flush facts before compaction (seed 002, section 3.1).
+"""Long-term memory: flush facts before compaction.
 
 Before messages leave the view, facts (requirements, configuration, file changes, conclusions,
 constraints) are extracted and stored as documents of the store, scoped by agent, each with a

@@ -7,17 +7,37 @@ summary); the agent gets the same as the ``memory_add`` / ``memory_edit`` / ``me
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol
 
 from .errors import ToolArgumentsError
-from .memory import StoredFact
+from .memory import MemoryStore, StoredFact
 from .memory_extract import KINDS, ExtractiveFactExtractor, Fact, FactExtractor
 from .messages import Message
 from .tools import Tool
+from .units import Units
 from .wire import from_openai
 
-if TYPE_CHECKING:
-    from .manager import ContextManager
+
+class MemoryOwner(Protocol):
+    """Whose memory the calls work on (a session's recovery): its store, its fact extractor
+    (None: automatic extraction is off), and how far the session's messages were flushed."""
+
+    memory_flushed: int
+
+    @property
+    def memory(self) -> MemoryStore: ...
+
+    @property
+    def fact_extractor(self) -> FactExtractor | None: ...
+
+
+class MemorySession(Protocol):
+    """An open session as the memory calls see it."""
+
+    units: Units
+
+    @property
+    def recovery(self) -> MemoryOwner: ...
 
 
 def _messages(items: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
@@ -34,50 +54,51 @@ def _messages(items: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
     return out
 
 
-def extractor_of(cm: ContextManager) -> FactExtractor:
+def extractor_of(owner: MemoryOwner) -> FactExtractor:
     """The session's fact extractor; the extractive one when automatic extraction is off."""
-    chosen = cm.recovery.fact_extractor
+    chosen = owner.fact_extractor
     return chosen if chosen is not None else ExtractiveFactExtractor()
 
 
 def extract_facts(
-    cm: ContextManager,
+    owner: MemoryOwner,
+    units: Units,
     messages: Iterable[Mapping[str, Any] | Message],
     *,
     store: bool = True,
 ) -> list[Fact]:
     """The facts of ``messages``; stored in the agent's memory when ``store``."""
     msgs = _messages(messages)
-    facts = extractor_of(cm).extract(msgs)
+    facts = extractor_of(owner).extract(msgs)
     if store and facts:
-        with cm._unit():
-            cm.recovery.memory.flush(facts)
+        with units.unit():
+            owner.memory.flush(facts)
     return facts
 
 
-def flush_memory(cm: ContextManager) -> int:
+def flush_memory(owner: MemoryOwner, units: Units, history: Callable[[], list[Message]]) -> int:
     """Extract the facts of the session's messages not flushed by this call before and store
     them now; how many facts were new."""
-    with cm._lock:
-        history = cm.history
-        start = min(cm.recovery.memory_flushed, len(history))
-        facts = extractor_of(cm).extract(history[start:])
+    with units.lock:
+        messages = history()
+        start = min(owner.memory_flushed, len(messages))
+        facts = extractor_of(owner).extract(messages[start:])
         new = 0
-        with cm._unit():
+        with units.unit():
             if facts:
-                new = cm.recovery.memory.flush(facts)
-        cm.recovery.memory_flushed = len(history)
+                new = owner.memory.flush(facts)
+        owner.memory_flushed = len(messages)
         return new
 
 
 def memory_admin_tools(
-    cm: ContextManager,
+    owner: MemoryOwner, units: Units, history: Callable[[], list[Message]]
 ) -> list[Tool]:
     """``memory_add`` {text, kind?, topic?}, ``memory_edit`` {id, text, kind?, topic?},
     ``memory_delete`` {id}, ``memory_flush`` {}."""
 
     def unit(fn: Callable[[], str]) -> str:
-        with cm._unit():
+        with units.unit():
             return fn()
 
     def text_arg(args: Mapping[str, Any], name: str, key: str) -> str:
@@ -96,7 +117,7 @@ def memory_admin_tools(
         text = text_arg(args, "memory_add", "text")
         kind = opt(args, "memory_add", "kind") or "conclusion"
         topic = opt(args, "memory_add", "topic")
-        fid = unit(lambda: cm.recovery.memory.add(text, kind=kind, topic=topic))
+        fid = unit(lambda: owner.memory.add(text, kind=kind, topic=topic))
         return f"Stored fact {fid}."
 
     def memory_edit(args: Mapping[str, Any]) -> str:
@@ -104,17 +125,17 @@ def memory_admin_tools(
         text = text_arg(args, "memory_edit", "text")
         kind = opt(args, "memory_edit", "kind")
         topic = opt(args, "memory_edit", "topic")
-        new = unit(lambda: cm.recovery.memory.edit(fid, text, kind=kind, topic=topic))
+        new = unit(lambda: owner.memory.edit(fid, text, kind=kind, topic=topic))
         return f"Fact {fid} now reads as given (id {new})."
 
     def memory_delete(args: Mapping[str, Any]) -> str:
         fid = text_arg(args, "memory_delete", "id")
-        with cm._unit():
-            cm.recovery.memory.delete(fid)
+        with units.unit():
+            owner.memory.delete(fid)
         return f"Deleted fact {fid}."
 
     def memory_flush(args: Mapping[str, Any]) -> str:
-        return f"{flush_memory(cm)} new fact(s) stored from this session."
+        return f"{flush_memory(owner, units, history)} new fact(s) stored from this session."
 
     kinds = list(KINDS)
     fact_props: dict[str, Any] = {
@@ -155,12 +176,10 @@ def memory_admin_tools(
     ]
 
 
-def _cm(obj: object) -> ContextManager:
-    return cast("ContextManager", obj)
-
-
 class MemoryCalls:
-    """The ContextManager's memory calls (a mixin)."""
+    """The ContextManager's memory calls (a mixin over its open session, ``_ctx``)."""
+
+    _ctx: MemorySession
 
     def extract_facts(
         self, messages: Iterable[Mapping[str, Any] | Message], *, store: bool = True
@@ -168,17 +187,22 @@ class MemoryCalls:
         """The facts (requirements, configuration, file changes, conclusions, constraints) of
         ``messages`` (OpenAI dicts or Messages), stored in this agent's memory unless
         ``store=False``. Works with compaction off."""
-        return extract_facts(_cm(self), messages, store=store)
+        ctx = self._ctx
+        return extract_facts(ctx.recovery, ctx.units, messages, store=store)
 
     def flush_memory(self) -> int:
         """Store the facts of this session's messages now (those not flushed by an earlier
         call); how many were new. Works with compaction off."""
-        return flush_memory(_cm(self))
+        ctx = self._ctx
+        return flush_memory(ctx.recovery, ctx.units, self._history)
+
+    def _history(self) -> list[Message]:
+        raise NotImplementedError  # the manager gives its (reloaded) history
 
     def add_fact(self, text: str, *, kind: str = "conclusion", topic: str | None = None) -> str:
         """Store one fact in this agent's memory; its id."""
-        with _cm(self)._unit():
-            return _cm(self).recovery.memory.add(text, kind=kind, topic=topic)
+        with self._ctx.units.unit():
+            return self._ctx.recovery.memory.add(text, kind=kind, topic=topic)
 
     def edit_fact(
         self,
@@ -189,18 +213,26 @@ class MemoryCalls:
         topic: str | None = None,
     ) -> str:
         """Replace a fact's text (and kind / topic); its id (new when the text changed)."""
-        with _cm(self)._unit():
-            return _cm(self).recovery.memory.edit(fact_id, text, kind=kind, topic=topic)
+        with self._ctx.units.unit():
+            return self._ctx.recovery.memory.edit(fact_id, text, kind=kind, topic=topic)
 
     def delete_fact(self, fact_id: str) -> None:
         """Remove a fact from this agent's memory."""
-        with _cm(self)._unit():
-            _cm(self).recovery.memory.delete(fact_id)
+        with self._ctx.units.unit():
+            self._ctx.recovery.memory.delete(fact_id)
 
     def facts(self) -> list[StoredFact]:
         """The facts this agent can read, oldest first."""
-        with _cm(self)._lock:
-            return _cm(self).recovery.memory.facts()
+        with self._ctx.units.lock:
+            return self._ctx.recovery.memory.facts()
 
 
-__all__ = ["MemoryCalls", "extract_facts", "extractor_of", "flush_memory", "memory_admin_tools"]
+__all__ = [
+    "MemoryCalls",
+    "MemoryOwner",
+    "MemorySession",
+    "extract_facts",
+    "extractor_of",
+    "flush_memory",
+    "memory_admin_tools",
+]

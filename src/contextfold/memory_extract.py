@@ -1,4 +1,4 @@
-"""Fact extraction for long-term memory (seed 002, section 3.1): what is worth keeping.
+"""Fact extraction for long-term memory (the flush before compaction): what is worth keeping.
 
 :class:`ExtractiveFactExtractor` is deterministic (rules, no LLM): requirements, constraints
 and configuration from user messages, file changes from the agent's tool calls (read by

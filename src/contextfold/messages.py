@@ -135,15 +135,7 @@ def check_message(msg: Message, index: int | None = None) -> Message:
     """Validate one message on its own; returns it. Raises InvalidMessageError."""
     if msg.role not in ROLES:
         raise InvalidMessageError(f"unknown role {msg.role!r}", index=index)
-    if msg.content is not None and not isinstance(msg.content, str | tuple):
-        raise InvalidMessageError(
-            f"content must be text, a list of blocks or null, not {type(msg.content).__name__}",
-            index=index,
-        )
-    if isinstance(msg.content, tuple):
-        for j, block in enumerate(msg.content):
-            if not isinstance(block, Mapping):
-                raise InvalidMessageError(f"content block {j} is not an object", index=index)
+    _check_content(msg, index)
     if msg.role == "tool":
         if not msg.tool_call_id or not isinstance(msg.tool_call_id, str):
             raise InvalidMessageError("tool message without tool_call_id", index=index)
@@ -153,30 +145,46 @@ def check_message(msg: Message, index: int | None = None) -> Message:
         raise InvalidMessageError(f"{msg.role} message must not carry tool_calls", index=index)
     seen: set[str] = set()
     for j, call in enumerate(msg.tool_calls):
-        if not call.id or not isinstance(call.id, str):
-            raise InvalidMessageError(f"tool call {j} has no id", index=index)
-        if call.id in seen:
-            raise InvalidMessageError(f"tool call id {call.id!r} repeated", index=index)
-        seen.add(call.id)
-        if not call.name:
-            raise InvalidMessageError(f"tool call {call.id!r} has no function name", index=index)
-        try:
-            parsed = json.loads(call.arguments or "{}")
-        except (TypeError, ValueError) as exc:
-            raise InvalidMessageError(
-                f"tool call {call.id!r} ({call.name}): arguments are not valid JSON ({exc})",
-                index=index,
-            ) from None
-        except RecursionError:
-            parsed = None
-            problem: str | None = f"is nested deeper than {MAX_NESTING} levels"
-        else:
-            problem = _json_problem(parsed)
-        if problem is not None:
-            raise InvalidMessageError(
-                f"tool call {call.id!r} ({call.name}): arguments {problem}", index=index
-            )
+        _check_call(call, j, seen, index)
     return msg
+
+
+def _check_content(msg: Message, index: int | None) -> None:
+    if msg.content is not None and not isinstance(msg.content, str | tuple):
+        raise InvalidMessageError(
+            f"content must be text, a list of blocks or null, not {type(msg.content).__name__}",
+            index=index,
+        )
+    if isinstance(msg.content, tuple):
+        for j, block in enumerate(msg.content):
+            if not isinstance(block, Mapping):
+                raise InvalidMessageError(f"content block {j} is not an object", index=index)
+
+
+def _check_call(call: ToolCall, j: int, seen: set[str], index: int | None) -> None:
+    """One tool call of a message: an id not seen before, a name, JSON arguments."""
+    if not call.id or not isinstance(call.id, str):
+        raise InvalidMessageError(f"tool call {j} has no id", index=index)
+    if call.id in seen:
+        raise InvalidMessageError(f"tool call id {call.id!r} repeated", index=index)
+    seen.add(call.id)
+    if not call.name:
+        raise InvalidMessageError(f"tool call {call.id!r} has no function name", index=index)
+    try:
+        parsed = json.loads(call.arguments or "{}")
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(
+            f"tool call {call.id!r} ({call.name}): arguments are not valid JSON ({exc})",
+            index=index,
+        ) from None
+    except RecursionError:
+        problem: str | None = f"is nested deeper than {MAX_NESTING} levels"
+    else:
+        problem = _json_problem(parsed)
+    if problem is not None:
+        raise InvalidMessageError(
+            f"tool call {call.id!r} ({call.name}): arguments {problem}", index=index
+        )
 
 
 def _scalar_problem(value: object) -> str | None:

@@ -94,52 +94,9 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
     owner = str(meta.get("agent_id") or UNKNOWN_OWNER)
     events: list[NewEvent] = []
     docs: list[SearchDoc] = []
-    pos = 0
-    for line in _lines(folder / "log.jsonl"):
-        try:
-            msg = loads_message(line, index=pos)
-        except ContextFoldError:
-            continue
-        events.append(NewEvent(kind="message", data=message_event(msg, pos, None)))
-        entry = LogEntry(seq=pos, uuid=msg.uuid, ts=str(line.get("ts") or ""), message=msg)
-        docs.append(search_doc(sid, owner, entry, len(events) - 1))
-        owners[msg.uuid] = owner
-        pos += 1
-    blobs = store.blobs
-    for line in _lines(folder / "tool_results" / "index.jsonl"):
-        try:
-            entry_o = OffloadEntry.from_dict(line)
-        except (TypeError, ValueError):
-            continue
-        name = Path(entry_o.path).name
-        with contextlib.suppress(OSError):
-            blobs.put((folder / "tool_results" / name).read_bytes())
-        events.append(
-            NewEvent(kind="offload", data={"entry": entry_o.to_dict(), "store": "default"})
-        )
-    evidence = folder / "evidence"
-    if evidence.is_dir():
-        for body in sorted(evidence.glob("*/*.txt")):
-            with contextlib.suppress(OSError):
-                blobs.put(body.read_bytes())
-    ords = Ords()  # one numbering for the whole session (the first copy of a pointer wins)
-    whole: dict[str, Any] = {}  # pointer id -> the pointer (a document each, for the hits)
-    for line in _lines(folder / "compact-blocks.jsonl"):
-        try:
-            block = CompactBlock.from_dict(line)
-        except (EvidenceFormatError, TypeError, ValueError):
-            continue
-
-        def text_of(p: Any) -> str:
-            try:
-                return blobs.get(p.sha256).decode("utf-8", "surrogatepass")
-            except (StorageError, ValueError):
-                return str(p.preview)
-
-        placed = ords.place(block)
-        docs.extend(search_docs(sid, owner, block, text_of, ords=placed, block_seq=len(events)))
-        whole.update((p.id, p.to_dict()) for p in block.evidence if p.id in placed)
-        events.append(NewEvent(kind="evidence", data={"block": block.to_dict()}))
+    _migrate_messages(folder, sid, owner, owners, events, docs)
+    _migrate_offloads(store, folder, events)
+    whole = _migrate_evidence(store, folder, sid, owner, events, docs)
     for line in _lines(folder / "records.jsonl"):
         events.append(NewEvent(kind="compaction", data={"record": line}))
     state = _json(folder / "state.json")
@@ -162,6 +119,81 @@ def _migrate_session(store: Store, folder: Path, owners: dict[str, str]) -> bool
     except ConcurrentWriteError:  # another process migrated it first
         return False
     return True
+
+
+def _migrate_messages(
+    folder: Path,
+    sid: str,
+    owner: str,
+    owners: dict[str, str],
+    events: list[NewEvent],
+    docs: list[SearchDoc],
+) -> None:
+    """The session's messages as message events and search documents."""
+    pos = 0
+    for line in _lines(folder / "log.jsonl"):
+        try:
+            msg = loads_message(line, index=pos)
+        except ContextFoldError:
+            continue
+        events.append(NewEvent(kind="message", data=message_event(msg, pos, None)))
+        entry = LogEntry(seq=pos, uuid=msg.uuid, ts=str(line.get("ts") or ""), message=msg)
+        docs.append(search_doc(sid, owner, entry, len(events) - 1))
+        owners[msg.uuid] = owner
+        pos += 1
+
+
+def _migrate_offloads(store: Store, folder: Path, events: list[NewEvent]) -> None:
+    """The offloaded tool results: their bytes as blobs, their entries as offload events."""
+    blobs = store.blobs
+    for line in _lines(folder / "tool_results" / "index.jsonl"):
+        try:
+            entry_o = OffloadEntry.from_dict(line)
+        except (TypeError, ValueError):
+            continue
+        name = Path(entry_o.path).name
+        with contextlib.suppress(OSError):
+            blobs.put((folder / "tool_results" / name).read_bytes())
+        events.append(
+            NewEvent(kind="offload", data={"entry": entry_o.to_dict(), "store": "default"})
+        )
+
+
+def _migrate_evidence(
+    store: Store,
+    folder: Path,
+    sid: str,
+    owner: str,
+    events: list[NewEvent],
+    docs: list[SearchDoc],
+) -> dict[str, Any]:
+    """The evidence bodies as blobs and the compact blocks as evidence events with their
+    search documents; returns each pointer by id (a document each, for the hits)."""
+    blobs = store.blobs
+    evidence = folder / "evidence"
+    if evidence.is_dir():
+        for body in sorted(evidence.glob("*/*.txt")):
+            with contextlib.suppress(OSError):
+                blobs.put(body.read_bytes())
+
+    def text_of(p: Any) -> str:
+        try:
+            return blobs.get(p.sha256).decode("utf-8", "surrogatepass")
+        except (StorageError, ValueError):
+            return str(p.preview)
+
+    ords = Ords()  # one numbering for the whole session (the first copy of a pointer wins)
+    whole: dict[str, Any] = {}
+    for line in _lines(folder / "compact-blocks.jsonl"):
+        try:
+            block = CompactBlock.from_dict(line)
+        except (EvidenceFormatError, TypeError, ValueError):
+            continue
+        placed = ords.place(block)
+        docs.extend(search_docs(sid, owner, block, text_of, ords=placed, block_seq=len(events)))
+        whole.update((p.id, p.to_dict()) for p in block.evidence if p.id in placed)
+        events.append(NewEvent(kind="evidence", data={"block": block.to_dict()}))
+    return whole
 
 
 def _migrate_memory(store: Store, root: Path, owners: dict[str, str]) -> int:

@@ -1,4 +1,4 @@
-"""One offload store, several policies (seed 000 section 3, seed 002 section 2.2).
+"""One offload store, several policies (compaction offload, ingest offload, eviction).
 
 The store keeps a tool result byte-exact as a blob (sha256) and records an ``offload`` event in
 the session's log; the placeholder names it ``sessions/<id>/tool_results/<safe id>.txt`` (the
@@ -23,7 +23,7 @@ from .records import OffloadEntry
 from .storage.base import Event
 from .storage.session import SessionStore
 
-#: Prefixes that mark content as already offloaded (ours, and the seed's OffloadHook marker).
+#: Prefixes that mark content as already offloaded (ours, and the design notes' OffloadHook marker).
 OFFLOADED_PREFIXES = ("[offloaded:", "[输出已保存至", "[evicted:")
 
 DEFAULT_EVICTION_EXCLUDES: tuple[str, ...] = (
@@ -63,8 +63,8 @@ def is_offloaded_text(text: str) -> bool:
 class OffloadPolicy:
     """When to offload and what stays in the view.
 
-    ``style="preview"``: seed 000's placeholder (path, lines, size, first ``preview_lines``).
-    ``style="head_tail"``: seed 002's eviction (``head_chars`` + ``tail_chars`` and one line
+    ``style="preview"``: the compaction placeholder (path, lines, size, first ``preview_lines``).
+    ``style="head_tail"``: eviction's preview (``head_chars`` + ``tail_chars`` and one line
     saying how to read the rest).
     """
 
@@ -123,7 +123,7 @@ class OffloadStore:
     """Offloaded results of one session: bytes in the store's blobs (by sha256), one
     ``offload`` event per result in the session's log.
 
-    ``root`` (seed 002's offloadRoot) also writes each result as a plain file in that folder
+    ``root`` (eviction's ``offload_root``) also writes each result as a plain file in that folder
     (atomically), for people and tools that want files; the blob stays the source of truth.
     """
 

@@ -1,4 +1,4 @@
-"""Recognize "the prompt does not fit the model's context window" errors (seed 002, 2.4).
+"""Recognize "the prompt does not fit the model's context window" errors (overflow recovery).
 
 Overflow recovery starts when an LLM call fails because the request was too long. Providers say
 so in many ways; :func:`is_context_overflow` knows them without importing any SDK (it looks at

@@ -1,4 +1,4 @@
-"""CompactionRecord (seed 000, 5.1), its JSONL store (5.2) and the two-line notification (5.4)."""
+"""CompactionRecord, its store and the two-line compaction notification."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ class OffloadEntry:
     chars: int
     bytes: int
     lines: int
-    #: "compaction" (seed 000, > 4,000 chars at compaction time), "ingest" (> 10,000 chars when
-    #: the message arrives), "eviction" (seed 002, > 80,000 chars, head+tail preview) or
+    #: "compaction" (> 4,000 chars at compaction time), "ingest" (> 10,000 chars when
+    #: the message arrives), "eviction" (> 80,000 chars, head+tail preview) or
     #: "emergency" (forced, any size, to fit the window).
     policy: str
     tool_name: str | None = None
@@ -73,7 +73,7 @@ class CompactionRecord:
     compression_ratio: float = 1.0
     duration_ms: float = 0.0
     error: str = ""
-    #: Beyond the seed: why this tier ran, which strategy, what the summarizer cost.
+    #: Beyond the design notes: why this tier ran, which strategy, what the summarizer cost.
     reason: str = ""
     strategy: str = "progressive"
     forced: bool = False
@@ -89,7 +89,7 @@ class CompactionRecord:
 
     @property
     def duration(self) -> float:
-        """Seconds, like the seed's Duration."""
+        """Seconds (the design notes' Duration)."""
         return self.duration_ms / 1000.0
 
     @property

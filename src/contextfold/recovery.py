@@ -1,17 +1,14 @@
-"""Everything that makes compaction recoverable, wired for one ContextManager session.
-
-Seed 004's evidence index (index every range that leaves the view, restore, intent-triggered
-injection, the ``recall`` tool), seed 002's memory flush and session tools, and the
-``read_offloaded`` tool. Each hook is fail-open: a failure here is recorded, never raised
-into the agent loop.
-"""
+"""Everything that makes compaction recoverable, for one session (a RecoveryContext): the
+evidence index (restore, intent-triggered injection, ``recall``), the memory flush before a
+compaction, the session and ``read_offloaded`` tools. Each hook is fail-open: a failure
+here is recorded, never raised into the agent loop."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from . import telemetry
 from .anchors import Anchor
@@ -28,16 +25,13 @@ from .evidence.tools import recall_tool
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
 from .memory_admin import memory_admin_tools
 from .messages import Message
-from .offload import OffloadStore
 from .offload_tool import read_offloaded_tool
 from .records import CompactionRecord, OffloadEntry, Tier
+from .recovery_context import RecoveryContext
 from .scaffolding import strip_scaffolding
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
 from .tools import Tool, ToolBox
-
-if TYPE_CHECKING:
-    from .manager import ContextManager
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,8 +49,18 @@ class RestoreHit:
 
 
 class Recovery:
-    def __init__(self, cm: ContextManager, *, fact_extractor: Any = None) -> None:
-        self.cm = cm
+    def __init__(
+        self,
+        ctx: RecoveryContext,
+        *,
+        fact_extractor: Any = None,
+        view_tokens: Callable[[], int],
+        compactions: Callable[[], int],
+    ) -> None:
+        self.ctx = ctx
+        #: the view's tokens now (calibrated) and how many compactions ran, from the compactor
+        self.view_tokens = view_tokens
+        self.compactions = compactions
         self.problems: list[str] = []
         self._store: EvidenceStore | None = None
         self._search: EvidenceSearch | None = None
@@ -83,7 +87,7 @@ class Recovery:
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
         also the runs still in view); grown from the history on demand."""
-        history = self.cm.view.history
+        history = self.ctx.view.history
         if self.read_stored_calls is not None and self._calls_seen < len(history):
             self.stored_calls = self.read_stored_calls()  # kept for a retry if this fails
             self.read_stored_calls = None
@@ -113,7 +117,7 @@ class Recovery:
         """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
         call to the summarizer's model per compaction); "off"; or any object with
         ``extract(messages)``."""
-        model = getattr(self.cm.summarizer, "model", None)
+        model = getattr(self.ctx.summarizer, "model", None)
         has_llm = model is not None and callable(getattr(model, "complete", None))
         if choice in (None, "auto"):
             choice = "extractive"
@@ -138,19 +142,19 @@ class Recovery:
     # ------------------------------------------------------------------ lazy parts
     @property
     def enabled(self) -> bool:
-        rc = self.cm.config.recovery
+        rc = self.ctx.config.recovery
         return rc is not None and rc.index_evidence
 
     @property
     def store(self) -> EvidenceStore:
         if self._store is None:
             self._store = EvidenceStore(
-                self.cm.session,
+                self.ctx.session,
                 transcript_lookup=self._transcript,
                 offload_lookup=self._offloaded_bytes,
                 # the call ids alone (from the view): what each call was about is read only
                 # when a question counts calls
-                call_positions=lambda: self.cm.view.call_positions(),
+                call_positions=lambda: self.ctx.view.call_positions(),
             )
         return self._store
 
@@ -159,7 +163,7 @@ class Recovery:
         into the summary): evidence of those is never injected."""
         return {
             m.uuid
-            for m in self.cm.view.view_messages()
+            for m in self.ctx.view.view_messages()
             if not m.metadata.get("cf_replaced") and m.metadata.get("cf_kind") != "compaction"
         }
 
@@ -176,36 +180,36 @@ class Recovery:
     def memory(self) -> MemoryStore:
         if self._memory is None:
             self._memory = MemoryStore(
-                self.cm.session,
-                read_agents=self.cm.config.allow_agents,
-                share=self.cm.share_memory,
+                self.ctx.session,
+                read_agents=self.ctx.config.allow_agents,
+                share=self.ctx.share_memory,
             )
         return self._memory
 
     @property
     def index(self) -> SessionIndex:
         if self._index is None:
-            self._index = SessionIndex(self.cm.store)
+            self._index = SessionIndex(self.ctx.store)
         return self._index
 
     def _offloaded_bytes(self, path: str) -> bytes | None:
-        for store in (self.cm.offload, self.cm.eviction_store):
+        for store in self.ctx.stores():
             entry = store.find(path)
             if entry is not None:
                 try:
-                    return self.cm.session.blob(entry.sha256)
+                    return self.ctx.session.blob(entry.sha256)
                 except StorageError:
                     return None
         return None
 
     def _transcript(self, message_uuid: str) -> str | None:
-        idx = self.cm.view.uuids.get(message_uuid)
-        return None if idx is None else self.cm.message_at(idx).text
+        idx = self.ctx.view.uuids.get(message_uuid)
+        return None if idx is None else self.ctx.message_at(idx).text
 
     # ------------------------------------------------------------------ compaction hooks
     def before_summarize(self, msgs: Sequence[Message]) -> None:
-        """Seed 002 3.1 flush-before-compact: facts go to memory before messages leave."""
-        if self.fact_extractor is None or not self.cm.config.flushes_before_compact:
+        """Flush before compacting: facts go to memory before their messages leave the view."""
+        if self.fact_extractor is None or not self.ctx.config.flushes_before_compact:
             return
         facts = self.fact_extractor.extract(list(msgs))
         if facts:
@@ -228,7 +232,7 @@ class Recovery:
             offloaded=self._offload_map(removed),
             summary_items_source=items,
             known_calls=self._owners(removed),
-            token_before=self.cm.compactor.view_tokens(),
+            token_before=self.view_tokens(),
             token_after=0,
             boundary_uuid=None,
             natural_summary=summary,
@@ -249,7 +253,7 @@ class Recovery:
 
     def _owners(self, msgs: Sequence[Message]) -> list[Message]:
         """The assistant messages whose calls the tool results in ``msgs`` answer."""
-        view = self.cm.view
+        view = self.ctx.view
         seen: set[int] = set()
         out: list[Message] = []
         for m in msgs:
@@ -260,9 +264,7 @@ class Recovery:
         return out
 
     def _offload_map(self, msgs: Sequence[Message]) -> dict[str, OffloadEntry]:
-        entries = self.cm.offload.entries()
-        if self.cm.eviction_store is not self.cm.offload:
-            entries.update(self.cm.eviction_store.entries())
+        entries = self.ctx.offload_entries()
         return {
             m.tool_call_id: entries[m.tool_call_id]
             for m in msgs
@@ -287,7 +289,7 @@ class Recovery:
         """A result offloaded on arrival left the view at once: make it evidence now."""
         if not self.enabled:
             return
-        view = self.cm.view
+        view = self.ctx.view
         msgs = [view.history[index]]
         try:
             self.store.index_compaction(
@@ -316,7 +318,7 @@ class Recovery:
         wanted = offloaded - self.store.indexed_calls(offloaded)
         if not wanted:
             return
-        view = self.cm.view
+        view = self.ctx.view
         found = sorted(i for i in map(view.result_index, wanted) if i is not None)
         msgs = [view.history[i] for i in found]
         try:
@@ -379,7 +381,7 @@ class Recovery:
         return self.store.add_subagent_output(run_id, payload, parent_message_uuid)
 
     def recover_tool_result(self, tool_call_id: str) -> str | None:
-        for store in (self.cm.offload, self.cm.eviction_store):
+        for store in self.ctx.stores():
             if store.get(tool_call_id) is not None:
                 try:
                     return store.read(tool_call_id)
@@ -392,13 +394,13 @@ class Recovery:
         return None
 
     def injection_reserve(self) -> int:
-        rc = self.cm.config.recovery
-        if rc is None or not rc.inject or self.cm.compactor.state.compactions == 0:
+        rc = self.ctx.config.recovery
+        if rc is None or not rc.inject or self.compactions() == 0:
             return 0
-        newest = self.cm.view.newest_user
-        if newest is None or self._intent(self.cm.view.history[newest]) is None:
+        newest = self.ctx.view.newest_user
+        if newest is None or self._intent(self.ctx.view.history[newest]) is None:
             return 0
-        return int(rc.injection_budget_ratio * self.cm.window)
+        return int(rc.injection_budget_ratio * self.ctx.window)
 
     def _intent(self, msg: Message) -> Any:
         """detect_intent, once per newest user message (prepare() is called every turn)."""
@@ -421,9 +423,9 @@ class Recovery:
             return None
 
     def injection(self) -> str | None:
-        """Seed 004 4.4: evidence for the newest user message, when it asks for it."""
-        rc = self.cm.config.recovery
-        view = self.cm.view
+        """Evidence for the newest user message, when it asks for it (intent-triggered)."""
+        rc = self.ctx.config.recovery
+        view = self.ctx.view
         if rc is None or not rc.inject or view.newest_user is None:
             return None
         if rc.inject_requires_summary and view.compaction is None:
@@ -433,7 +435,7 @@ class Recovery:
         if intent is None:
             return None
         blocks = self.store.state().blocks
-        if self.cm.compactor.state.compactions == 0 and not blocks:
+        if self.compactions() == 0 and not blocks:
             return None
         key = (msg.uuid, blocks)
         if key == self._injection_key:
@@ -446,8 +448,8 @@ class Recovery:
                 question,
                 hits,
                 self.store.restore,
-                budget_tokens=int(rc.injection_budget_ratio * self.cm.window),
-                count_tokens=self.cm.counter.count_text,
+                budget_tokens=int(rc.injection_budget_ratio * self.ctx.window),
+                count_tokens=self.ctx.counter.count_text,
                 intent=intent,
             )
         except ContextFoldError as exc:
@@ -462,24 +464,21 @@ class Recovery:
             box = ToolBox([self._read_offloaded_tool()])
             for tool in session_tools(
                 self.index,
-                agent_id=self.cm.agent_id,
-                allow_agents=self.cm.config.allow_agents,
+                agent_id=self.ctx.agent_id,
+                allow_agents=self.ctx.config.allow_agents,
             ):
                 box.register(tool)
-            for tool in [*memory_tools(self.memory), *memory_admin_tools(self.cm)]:
+            for tool in [
+                *memory_tools(self.memory),
+                *memory_admin_tools(self, self.ctx.units, lambda: list(self.ctx.view.history)),
+            ]:
                 box.register(tool)
             box.register(recall_tool(lambda: self.search, self.store))  # read when first used
             self._toolbox = box
         return self._toolbox
 
     def _read_offloaded_tool(self) -> Tool:
-        def stores() -> list[OffloadStore]:
-            out = [self.cm.offload]
-            if self.cm.eviction_store is not self.cm.offload:
-                out.append(self.cm.eviction_store)
-            return out
-
-        return read_offloaded_tool(stores)
+        return read_offloaded_tool(self.ctx.stores)
 
     def forget_session(self) -> None:
         self._store = None

@@ -1,4 +1,4 @@
-"""Loading a session into a ContextManager, and the compactor state saved with it.
+"""Loading a session into its session context, and the compactor state saved with it.
 
 Reopening builds the view from small per-message heads and loads old messages on demand.
 
@@ -7,7 +7,7 @@ makes, token count: :func:`~contextfold.sessions.log.message_head`). Reopening r
 but decodes only the messages the view can show: the system prompt, the pinned ones (first
 and newest user request, the newest later instructions) and everything from the compaction
 boundary on. The history before the boundary is loaded the first time something asks for one
-of its messages (``cm.history``, an export); building views, compacting, adding and
+of its messages (``ContextManager.history``, an export); building views, compacting, adding and
 ``restore`` do not. A session with events written before heads existed (an older release) is
 read entirely, as before.
 """
@@ -23,6 +23,7 @@ from .anchors import Anchor, AnchorType
 from .client_rewrite import REWRITE, stored_retracts
 from .compactors.pinned import budget_of
 from .compactors.progressive import CompactorState
+from .engine.context import SessionContext
 from .errors import InvalidMessageError, StorageError
 from .limits import LearnedWindow
 from .messages import Message
@@ -31,7 +32,6 @@ from .state import load_state as load_session_state
 from .tokens import Calibration
 
 if TYPE_CHECKING:
-    from .manager import ContextManager
     from .records import OffloadEntry
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -94,15 +94,15 @@ def _check_head(session_id: str, heads: Sequence[Head], entry: LogEntry) -> None
         )
 
 
-def stored_calls_of(cm: ContextManager, calls: dict[int, Any]) -> Callable[[], dict[int, Any]]:
+def stored_calls_of(ctx: SessionContext, calls: dict[int, Any]) -> Callable[[], dict[int, Any]]:
     """What each call was about, by history position, read when first needed (an ordinal
     recall question): from the heads' detail column, or the older heads that held them."""
 
-    known = len(cm.view)
+    known = len(ctx.view)
 
     def read() -> dict[int, Any]:
         out = dict(calls)
-        rows = cm.session.read_heads(["message"], details=True)
+        rows = ctx.session.read_heads(["message"], details=True)
         for pos, row in enumerate(rows[:known]):  # later messages: derived as they come
             if row.detail is not None:
                 out[pos] = row.detail
@@ -145,10 +145,10 @@ def _needed(heads: Sequence[Head], boundary: int, gone: set[int]) -> set[int]:
     return {j for j in out if j < boundary and j not in gone}
 
 
-def load_lazily(cm: ContextManager) -> list[Any] | None:
-    """Build ``cm.view`` from the message heads; returns the offload events (for the caller
+def load_lazily(ctx: SessionContext) -> list[Any] | None:
+    """Build ``ctx.view`` from the message heads; returns the offload events (for the caller
     to load), or None when the session must be read entirely."""
-    session = cm.session
+    session = ctx.session
     parsed = _parse_heads(session.read_heads(["message"]))
     if parsed is None:
         return None
@@ -172,7 +172,7 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
             return None  # heads and messages disagree: read everything
         loaded[entry.seq] = entry.message
         if entry.tokens is not None:
-            cm._cache.seed(entry.message, entry.tokens)
+            ctx.cache.seed(entry.message, entry.tokens)
 
     def load_some(positions: list[int]) -> dict[int, Message]:
         out: dict[int, Message] = {}
@@ -185,58 +185,60 @@ def load_lazily(cm: ContextManager) -> list[Any] | None:
             if entry.seq in want:
                 _check_head(sid, heads, entry)
                 if entry.tokens is not None:
-                    cm._cache.seed(entry.message, entry.tokens)
+                    ctx.cache.seed(entry.message, entry.tokens)
                 out[entry.seq] = entry.message
         return out
 
     try:
-        cm.view.adopt(heads, loaded, load_some, lambda: reapply_deferred(cm), retracts)
+        ctx.view.adopt(heads, loaded, load_some, lambda: reapply_deferred(ctx), retracts)
     except InvalidMessageError:
         return None  # the view is left untouched
-    cm.recovery.stored_calls = {}
-    cm.recovery.read_stored_calls = stored_calls_of(cm, calls)
-    cm.recovery.calls_known = len(heads)
-    cm._seqs = seqs
+    ctx.recovery.stored_calls = {}
+    ctx.recovery.read_stored_calls = stored_calls_of(ctx, calls)
+    ctx.recovery.calls_known = len(heads)
+    ctx.seqs = seqs
     return list(session.read(kinds=["offload"]))
 
 
-def deferred_policy(cm: ContextManager, entry: OffloadEntry, policy: str) -> bool:
+def deferred_policy(ctx: SessionContext, entry: OffloadEntry, policy: str) -> bool:
     """Whether reapplying ``entry`` under ``policy`` would record that policy (then the
     deferred entry records it at once: a state saved before the history is loaded keeps it)."""
     return (
-        policy == "squeeze_args" or budget_of(policy) is not None or policy in cm.compactor.policies
+        policy == "squeeze_args"
+        or budget_of(policy) is not None
+        or policy in ctx.compactor.policies
     )
 
 
-def load(cm: ContextManager) -> None:
-    cm._seqs = None
-    cm._deferred = []
+def load(ctx: SessionContext) -> None:
+    ctx.seqs = None
+    ctx.deferred = []
     # tens of thousands of small objects are made and all kept: a cyclic collection in the
     # middle would scan them (and everything else alive) for nothing
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        offloads = load_lazily(cm)
+        offloads = load_lazily(ctx)
         if offloads is None:  # events of an older release (no heads): read every message
-            offloads = load_all(cm)
+            offloads = load_all(ctx)
     finally:
         if was_enabled:
             gc.enable()
-    cm.offload.load(offloads)
-    if cm.eviction_store is not cm.offload:
-        cm.eviction_store.load(offloads)
+    ctx.offload.load(offloads)
+    if ctx.eviction_store is not ctx.offload:
+        ctx.eviction_store.load(offloads)
     # user data, not derived: a damaged snapshot is an error naming it, never dropped
-    cm.session_state = load_session_state(cm.session)
-    with cm.view.deferred_sums():
-        load_view_state(cm)
+    ctx.session_state = load_session_state(ctx.session)
+    with ctx.view.deferred_sums():
+        load_view_state(ctx)
 
 
-def load_all(cm: ContextManager) -> list[Any]:
+def load_all(ctx: SessionContext) -> list[Any]:
     offloads = []
     entries: list[LogEntry] = []
-    stored_calls = cm.recovery.stored_calls
+    stored_calls = ctx.recovery.stored_calls
     rewrites: list[Any] = []
-    for event in cm.session.read(kinds=["message", "offload", REWRITE]):
+    for event in ctx.session.read(kinds=["message", "offload", REWRITE]):
         if event.kind == "offload":
             offloads.append(event)
             continue
@@ -250,42 +252,44 @@ def load_all(cm: ContextManager) -> list[Any]:
     answered = {e.message.tool_call_id for e in entries if e.message.role == "tool"}
     retracts = stored_retracts(rewrites)
     for entry in entries:
-        if len(cm.view) in retracts:
-            cm.view.retract([p for p in retracts.pop(len(cm.view)) if p < len(cm.view)])
+        if len(ctx.view) in retracts:
+            ctx.view.retract([p for p in retracts.pop(len(ctx.view)) if p < len(ctx.view)])
         msg = entry.message
         if entry.tokens is not None:
-            cm._cache.seed(msg, entry.tokens)
+            ctx.cache.seed(msg, entry.tokens)
         if msg.tool_calls:
-            cm.view.expect_answers(len(cm.view), {c.id for c in msg.tool_calls if c.id in answered})
-        cm.view.append(msg, entry.seq, checked=True)  # entry_of validated it
-    if len(cm.view) in retracts:
-        cm.view.retract([p for p in retracts.pop(len(cm.view)) if p < len(cm.view)])
+            ctx.view.expect_answers(
+                len(ctx.view), {c.id for c in msg.tool_calls if c.id in answered}
+            )
+        ctx.view.append(msg, entry.seq, checked=True)  # entry_of validated it
+    if len(ctx.view) in retracts:
+        ctx.view.retract([p for p in retracts.pop(len(ctx.view)) if p < len(ctx.view)])
     return offloads
 
 
-def load_view_state(cm: ContextManager) -> None:
-    last = cm.session.read_last(1, ["state"])
-    calibration = cm.store.get_doc("calibration", f"{cm.session_id}/calibration")
+def load_view_state(ctx: SessionContext) -> None:
+    last = ctx.session.read_last(1, ["state"])
+    calibration = ctx.store.get_doc("calibration", f"{ctx.session_id}/calibration")
     if not last:
-        reapply_offloads(cm, {})
+        reapply_offloads(ctx, {})
     else:
         try:
-            apply_state(cm, last[0].data)
+            apply_state(ctx, last[0].data)
         except (ValueError, TypeError, KeyError) as exc:
             # the state is derived (the log is the truth): start the view over, say why
-            cm.recovery.note_problem(f"compactor state (event {last[0].seq}) ignored: {exc}")
-            cm.compactor.state = CompactorState()
-            cm.calibration = Calibration()
-            cm.compactor.scale = cm.calibration.apply
-            reapply_offloads(cm, {})
+            ctx.recovery.note_problem(f"compactor state (event {last[0].seq}) ignored: {exc}")
+            ctx.compactor.state = CompactorState()
+            ctx.calibration = Calibration()
+            ctx.compactor.scale = ctx.calibration.apply
+            reapply_offloads(ctx, {})
     if calibration is not None:
         with contextlib.suppress(ValueError, TypeError, KeyError):
-            cm.calibration = Calibration.from_dict(calibration)
-            cm.compactor.scale = cm.calibration.apply
+            ctx.calibration = Calibration.from_dict(calibration)
+            ctx.compactor.scale = ctx.calibration.apply
 
 
-def apply_state(cm: ContextManager, data: Mapping[str, Any]) -> None:
-    st = cm.compactor.state
+def apply_state(ctx: SessionContext, data: Mapping[str, Any]) -> None:
+    st = ctx.compactor.state
     st.last_summary = str(data.get("last_summary", ""))
     st.last_anchors = tuple(
         Anchor(type=AnchorType(a["type"]), content=str(a["content"]))
@@ -297,29 +301,27 @@ def apply_state(cm: ContextManager, data: Mapping[str, Any]) -> None:
     st.last_artifacts = tuple(data.get("last_artifacts", ()))
     written = data.get("written")
     if isinstance(written, Mapping):
-        cm.compactor.written.restore(cm.view, written)
-    cm.calibration = Calibration.from_dict(data.get("calibration", {}))
-    cm.compactor.scale = cm.calibration.apply
-    cm._set_window(LearnedWindow.from_dict(data.get("learned_window")))
-    reapply_offloads(cm, data.get("offload_policies", {}))
-    boundary = int(data.get("boundary", cm.view.prefix_len))
-    if st.boundary_uuid is not None and st.boundary_uuid in cm.view.uuids:
-        boundary = cm.view.uuids[st.boundary_uuid]
-    if boundary > cm.view.prefix_len and st.compaction_text:
+        ctx.compactor.written.restore(ctx.view, written)
+    ctx.calibration = Calibration.from_dict(data.get("calibration", {}))
+    ctx.compactor.scale = ctx.calibration.apply
+    ctx.set_window(LearnedWindow.from_dict(data.get("learned_window")))
+    reapply_offloads(ctx, data.get("offload_policies", {}))
+    boundary = int(data.get("boundary", ctx.view.prefix_len))
+    if st.boundary_uuid is not None and st.boundary_uuid in ctx.view.uuids:
+        boundary = ctx.view.uuids[st.boundary_uuid]
+    if boundary > ctx.view.prefix_len and st.compaction_text:
         msg = Message(
             role="user",
             content=st.compaction_text,
             uuid=data.get("compaction_uuid") or f"cf-compaction-{st.compactions}",
             metadata={"cf_kind": "compaction"},
         )
-        cm.view.set_boundary(min(boundary, len(cm.view)), msg)
+        ctx.view.set_boundary(min(boundary, len(ctx.view)), msg)
 
 
-def reapply_offloads(cm: ContextManager, policies: Mapping[str, str]) -> None:
-    entries = cm.offload.entries()
-    if cm.eviction_store is not cm.offload:
-        entries.update(cm.eviction_store.entries())
-    view = cm.view
+def reapply_offloads(ctx: SessionContext, policies: Mapping[str, str]) -> None:
+    entries = ctx.offload_entries()
+    view = ctx.view
     for key, entry in entries.items():
         idx = view.result_index(key)
         if idx is None and key.startswith(("msg-", "args-")):
@@ -328,26 +330,26 @@ def reapply_offloads(cm: ContextManager, policies: Mapping[str, str]) -> None:
             continue
         policy = policies.get(key, entry.policy)
         if view.is_loaded(idx):
-            cm.compactor.reapply(idx, entry, policy)
+            ctx.compactor.reapply(idx, entry, policy)
             continue
         # before the boundary of a lazily reopened history: applied when it is loaded
-        cm._deferred.append((idx, entry, policy))
-        if deferred_policy(cm, entry, policy):
-            cm.compactor.state.offload_policies[entry.tool_call_id] = policy
+        ctx.deferred.append((idx, entry, policy))
+        if deferred_policy(ctx, entry, policy):
+            ctx.compactor.state.offload_policies[entry.tool_call_id] = policy
 
 
-def reapply_deferred(cm: ContextManager) -> None:
-    deferred, cm._deferred = cm._deferred, []
-    with cm.view.deferred_sums():
+def reapply_deferred(ctx: SessionContext) -> None:
+    deferred, ctx.deferred = ctx.deferred, []
+    with ctx.view.deferred_sums():
         for idx, entry, policy in deferred:
-            cm.compactor.reapply(idx, entry, policy)
+            ctx.compactor.reapply(idx, entry, policy)
 
 
-def state_data(cm: ContextManager) -> dict[str, Any]:
-    st: CompactorState = cm.compactor.state
-    comp = cm.view.compaction
+def state_data(ctx: SessionContext) -> dict[str, Any]:
+    st: CompactorState = ctx.compactor.state
+    comp = ctx.view.compaction
     return {
-        "boundary": cm.view.boundary,
+        "boundary": ctx.view.boundary,
         "boundary_uuid": st.boundary_uuid,
         "compaction_text": st.compaction_text,
         "compaction_uuid": comp.uuid if comp is not None else None,
@@ -355,23 +357,28 @@ def state_data(cm: ContextManager) -> dict[str, Any]:
         "last_anchors": [{"type": a.type.value, "content": a.content} for a in st.last_anchors],
         "compactions": st.compactions,
         "last_artifacts": list(st.last_artifacts),
-        "written": cm.compactor.written.snapshot(cm.view),
-        "offload_policies": changed_policies(cm),
-        "calibration": cm.calibration.to_dict(),
-        "learned_window": cm.learned_window.to_dict() if cm.learned_window else None,
+        "written": ctx.compactor.written.snapshot(ctx.view),
+        "offload_policies": changed_policies(ctx),
+        "calibration": ctx.calibration.to_dict(),
+        "learned_window": ctx.learned_window.to_dict() if ctx.learned_window else None,
     }
 
 
-def changed_policies(cm: ContextManager) -> dict[str, str]:
+def save_state(ctx: SessionContext) -> None:
+    """A ``state`` event with the compactor's state (in the current unit), and the
+    calibration."""
+    ctx.session.emit("state", state_data(ctx))
+    ctx.save_calibration()
+
+
+def changed_policies(ctx: SessionContext) -> dict[str, str]:
     """The offload policies that differ from the one stored with their entry (reopening
     falls back to the entry's): the state stays small however many outputs were
     offloaded."""
-    entries = cm.offload.entries()
-    if cm.eviction_store is not cm.offload:
-        entries.update(cm.eviction_store.entries())
+    entries = ctx.offload_entries()
     return {
         key: policy
-        for key, policy in cm.compactor.state.offload_policies.items()
+        for key, policy in ctx.compactor.state.offload_policies.items()
         if (entry := entries.get(key)) is None or entry.policy != policy
     }
 
@@ -386,5 +393,6 @@ __all__ = [
     "load_view_state",
     "reapply_deferred",
     "reapply_offloads",
+    "save_state",
     "state_data",
 ]

@@ -362,75 +362,106 @@ class ShellReader:
         stdin_file: str | None,
         body: str | None,
     ) -> None:
-        prog, args, ops = seg.prog, seg.args, seg.ops
-        reads: list[str] = []
+        prog = seg.prog
         if prog in ("cat", "echo", "printf") or (
             body is not None and prog not in ("python", "python3")
         ):
             for tok, target in redirects:
-                ops.append(FileOp(path=target, op="append" if ">>" in tok else "write", via=prog))
+                op = "append" if ">>" in tok else "write"
+                seg.ops.append(FileOp(path=target, op=op, via=prog))
                 self._keep_script(target, body)
+        reads = self._program_ops(seg, pos, stdin_file, body)
+        if prog == "create" and pos:
+            self.open_file = self.norm(pos[0])
+        for r in reads:
+            self._add(seg.reads, r)
+
+    def _program_ops(
+        self, seg: Segment, pos: list[str], stdin_file: str | None, body: str | None
+    ) -> list[str]:
+        """The file operations of the segment's program (appended to ``seg.ops``); the files
+        it reads."""
+        prog, args, ops = seg.prog, seg.args, seg.ops
         if prog == "tee":
             append = any(a in ("-a", "--append") for a in args)
             for p0 in pos:
                 ops.append(FileOp(path=p0, op="append" if append else "write", via="tee"))
                 self._keep_script(p0, body)
         elif prog == "sed":
-            inplace = any(
-                a.startswith("-i")
-                or a == "--in-place"
-                or (a.startswith("-") and "i" in a[1:] and not a.startswith("--"))
-                for a in args
-            )
-            has_e = any(a in ("-e", "-f", "--expression") for a in args)
-            files = pos if has_e else pos[1:]
-            if inplace:
-                ops += [FileOp(path=f, op="edit", via="sed") for f in files]
-            else:
-                reads += files
+            return _sed_ops(seg, pos)
         elif prog == "perl" and any(re.match(r"^-\w*i", a) for a in args):
             ops += [FileOp(path=f, op="edit", via="perl") for f in pos[1:]]
         elif prog in ("cp", "mv", "install", "ln") and len(pos) >= 2:
             kind = {"cp": "copy", "mv": "move"}.get(prog, "write")
             ops.append(FileOp(path=pos[-1], op=kind, via=prog, detail=", ".join(pos[:-1])))
-        elif prog in ("touch", "create"):
-            ops += [FileOp(path=p0, op="create", via=prog) for p0 in pos]
-        elif prog == "rm":
-            ops += [FileOp(path=p0, op="delete", via="rm") for p0 in pos]
+        elif prog in ("touch", "create", "rm"):
+            op = "delete" if prog == "rm" else "create"
+            ops += [FileOp(path=p0, op=op, via=prog) for p0 in pos]
         elif prog in ("patch", "git-apply", "git-am"):
-            text = body or ""
-            src = stdin_file or (pos[-1] if prog != "patch" and len(pos) > 1 else None)
-            if src and (s := self.norm(src)) is not None:
-                text += "\n" + self.scripts.get(s, "")
-            via = prog.replace("-", " ")
-            ops += [FileOp(path=f, op="patch", via=via) for f in _DIFF_TARGET.findall(text)]
-            if prog == "patch" and len(pos) >= 1 and not text.strip():
-                ops.append(FileOp(path=pos[0], op="patch", via=via))
-            elif src and not text.strip():
-                ops.append(FileOp(path=src, op="apply", via=via))
+            self._patch_ops(seg, pos, stdin_file, body)
         elif prog.startswith("python"):
-            code = body or ""
-            if "-c" in args:
-                j = args.index("-c")
-                code += args[j + 1] if j + 1 < len(args) else ""
-            elif pos and (s := self.norm(pos[0])) is not None:
-                code += self.scripts.get(s, "")
-            ops += [FileOp(path=f, op="write", via="python") for f in python_writes(code)]
-        elif prog in _VIEW_PROGS:
-            reads += pos[-1:] if prog in ("head", "tail") else pos[:1] if prog == "open" else pos
+            self._python_ops(seg, pos, body)
+        else:
+            return self._read_ops(seg, pos)
+        return []
+
+    def _patch_ops(
+        self, seg: Segment, pos: list[str], stdin_file: str | None, body: str | None
+    ) -> None:
+        prog = seg.prog
+        text = body or ""
+        src = stdin_file or (pos[-1] if prog != "patch" and len(pos) > 1 else None)
+        if src and (s := self.norm(src)) is not None:
+            text += "\n" + self.scripts.get(s, "")
+        via = prog.replace("-", " ")
+        seg.ops.extend(FileOp(path=f, op="patch", via=via) for f in _DIFF_TARGET.findall(text))
+        if prog == "patch" and len(pos) >= 1 and not text.strip():
+            seg.ops.append(FileOp(path=pos[0], op="patch", via=via))
+        elif src and not text.strip():
+            seg.ops.append(FileOp(path=src, op="apply", via=via))
+
+    def _python_ops(self, seg: Segment, pos: list[str], body: str | None) -> None:
+        args = seg.args
+        code = body or ""
+        if "-c" in args:
+            j = args.index("-c")
+            code += args[j + 1] if j + 1 < len(args) else ""
+        elif pos and (s := self.norm(pos[0])) is not None:
+            code += self.scripts.get(s, "")
+        seg.ops.extend(FileOp(path=f, op="write", via="python") for f in python_writes(code))
+
+    def _read_ops(self, seg: Segment, pos: list[str]) -> list[str]:
+        """Viewers, search and the agent's ``edit`` of the open file; the files read."""
+        prog = seg.prog
+        if prog in _VIEW_PROGS:
             if prog == "open" and pos:
                 self.open_file = self.norm(pos[0])
-        elif prog in ("grep", "egrep", "rg") and len(pos) >= 2:
-            reads += pos[1:]
-        elif prog == "edit" and self.open_file:
+            return pos[-1:] if prog in ("head", "tail") else pos[:1] if prog == "open" else pos
+        if prog in ("grep", "egrep", "rg") and len(pos) >= 2:
+            return pos[1:]
+        if prog == "edit" and self.open_file:
             rng = next((a for a in pos if re.fullmatch(r"\d+:\d+", a)), "")
-            ops.append(
+            seg.ops.append(
                 FileOp(path=self.open_file, op="edit", via="edit", detail=rng and f"lines {rng}")
             )
-        if prog == "create" and pos:
-            self.open_file = self.norm(pos[0])
-        for r in reads:
-            self._add(seg.reads, r)
+        return []
+
+
+def _sed_ops(seg: Segment, pos: list[str]) -> list[str]:
+    """``sed -i`` edits its files; another sed reads them."""
+    args = seg.args
+    inplace = any(
+        a.startswith("-i")
+        or a == "--in-place"
+        or (a.startswith("-") and "i" in a[1:] and not a.startswith("--"))
+        for a in args
+    )
+    has_e = any(a in ("-e", "-f", "--expression") for a in args)
+    files = pos if has_e else pos[1:]
+    if inplace:
+        seg.ops.extend(FileOp(path=f, op="edit", via="sed") for f in files)
+        return []
+    return files
 
 
 def files_written(

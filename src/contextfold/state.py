@@ -1,4 +1,4 @@
-"""Session state that compaction never touches (seed 002, section 4).
+"""Session state that compaction never touches.
 
 Plan mode, the todo list, background tasks and permissions live beside the messages, as
 ``session_state`` snapshots in the session's log (the newest one wins). No compaction strategy reads or changes them; the todo
@@ -39,7 +39,7 @@ class SessionState:
     permissions: dict[str, Any] = field(default_factory=dict)
 
     def active_task_lines(self) -> list[str]:
-        """Todo items as seed 4.8's Active Tasks lines ("[>] ...", "[ ] ..."); done ones omitted."""
+        """Todo items as the compaction message's Active Tasks lines ("[>] ...", "[ ] ..."); done ones omitted."""
         return [f"{_MARK[t.status]} {t.content}" for t in self.todos if t.status != "completed"]
 
     def set_todos(self, items: list[Mapping[str, Any]] | list[TodoItem]) -> None:

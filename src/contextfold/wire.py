@@ -214,66 +214,80 @@ def from_anthropic(
             raise InvalidMessageError("content must be a string or a list of blocks", index=index)
         group = new_uuid()
         if role == "assistant":
-            blocks: list[Mapping[str, Any]] = []
-            calls: list[ToolCall] = []
-            positions: list[int] = []
-            for j, block in enumerate(content):
-                _block(block, j, index)
-                if block.get("type") == "tool_use":
-                    cextra = {
-                        k: v for k, v in block.items() if k not in ("type", "id", "name", "input")
-                    }
-                    calls.append(
-                        ToolCall(
-                            id=str(block.get("id") or ""),
-                            name=str(block.get("name") or ""),
-                            arguments=json.dumps(block.get("input", {}), ensure_ascii=False),
-                            extra=cextra,
-                        )
-                    )
-                    positions.append(j)
-                else:
-                    blocks.append(dict(block))
-            if positions and positions != list(range(len(blocks), len(content))):
-                extra["_tool_use_positions"] = positions
-            msg = Message(
-                role="assistant", content=tuple(blocks), tool_calls=tuple(calls), extra=extra
+            out.append(_assistant_from(content, extra, index))
+        else:
+            out.extend(_user_from(content, extra, index, group))
+    return out
+
+
+def _assistant_from(content: list[Any], extra: dict[str, Any], index: int) -> Message:
+    """An Anthropic assistant message's blocks: ``tool_use`` blocks become tool calls (their
+    positions among the other blocks kept when they are not all at the end)."""
+    blocks: list[Mapping[str, Any]] = []
+    calls: list[ToolCall] = []
+    positions: list[int] = []
+    for j, block in enumerate(content):
+        _block(block, j, index)
+        if block.get("type") == "tool_use":
+            cextra = {k: v for k, v in block.items() if k not in ("type", "id", "name", "input")}
+            calls.append(
+                ToolCall(
+                    id=str(block.get("id") or ""),
+                    name=str(block.get("name") or ""),
+                    arguments=json.dumps(block.get("input", {}), ensure_ascii=False),
+                    extra=cextra,
+                )
             )
-            out.append(check_message(msg, index))
+            positions.append(j)
+        else:
+            blocks.append(dict(block))
+    if positions and positions != list(range(len(blocks), len(content))):
+        extra["_tool_use_positions"] = positions
+    msg = Message(role="assistant", content=tuple(blocks), tool_calls=tuple(calls), extra=extra)
+    return check_message(msg, index)
+
+
+def _user_from(content: list[Any], extra: dict[str, Any], index: int, group: str) -> list[Message]:
+    """An Anthropic user message's blocks: each ``tool_result`` becomes a tool message, the
+    other blocks user messages between them, in order (one group id keeps them together)."""
+    out: list[Message] = []
+    pending: list[Mapping[str, Any]] = []
+    part = 0
+    for j, block in enumerate(content):
+        _block(block, j, index)
+        if block.get("type") != "tool_result":
+            pending.append(dict(block))
             continue
-        # user message: split tool results from the rest, keep their order via a group id
-        pending: list[Mapping[str, Any]] = []
-        part = 0
-        for j, block in enumerate(content):
-            _block(block, j, index)
-            if block.get("type") != "tool_result":
-                pending.append(dict(block))
-                continue
-            if pending:
-                out.append(_user_part(pending, group, part, extra, index))
-                part += 1
-                pending = []
-            inner = block.get("content")
-            rextra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
-            if "content" not in block:
-                rextra["_no_content"] = True
-            if part == 0 and extra:
-                rextra["_msg_extra"] = extra
-            meta = {"anthropic_group": group, "anthropic_part": part}
-            tool_msg = Message(
-                role="tool",
-                tool_call_id=str(block.get("tool_use_id") or ""),
-                content=_content_in(inner, index),
-                metadata=meta,
-                extra=rextra,
-            )
-            out.append(check_message(tool_msg, index))
-            part += 1
         if pending:
             out.append(_user_part(pending, group, part, extra, index))
-        if not content:
-            out.append(Message(role="user", content=(), extra=extra))
+            part += 1
+            pending = []
+        out.append(_tool_result_message(block, group, part, extra, index))
+        part += 1
+    if pending:
+        out.append(_user_part(pending, group, part, extra, index))
+    if not content:
+        out.append(Message(role="user", content=(), extra=extra))
     return out
+
+
+def _tool_result_message(
+    block: Mapping[str, Any], group: str, part: int, extra: dict[str, Any], index: int
+) -> Message:
+    rextra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
+    if "content" not in block:
+        rextra["_no_content"] = True
+    if part == 0 and extra:
+        rextra["_msg_extra"] = extra
+    meta = {"anthropic_group": group, "anthropic_part": part}
+    tool_msg = Message(
+        role="tool",
+        tool_call_id=str(block.get("tool_use_id") or ""),
+        content=_content_in(block.get("content"), index),
+        metadata=meta,
+        extra=rextra,
+    )
+    return check_message(tool_msg, index)
 
 
 def _user_part(
@@ -307,6 +321,53 @@ def _as_blocks(content: Content) -> list[dict[str, Any]]:
     return [dict(b) for b in content]
 
 
+def _system_of(messages: Sequence[Message]) -> str | list[dict[str, Any]] | None:
+    """The Anthropic ``system`` of the system and developer messages (joined when several)."""
+    parts = [m for m in messages if m.role in ("system", "developer")]
+    if not parts:
+        return None
+    if len(parts) == 1 and (parts[0].content is None or isinstance(parts[0].content, str)):
+        return parts[0].content or ""
+    blocks: list[dict[str, Any]] = []
+    for m in parts:
+        blocks.extend(_as_blocks(m.content))
+    return blocks
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    try:
+        args = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        args = {"_raw_arguments": call.arguments}
+    use: dict[str, Any] = {"type": "tool_use", "id": call.id, "name": call.name, "input": args}
+    use.update(
+        {k: v for k, v in call.extra.items() if k not in ("type", "function_extra", "no_arguments")}
+    )
+    return use
+
+
+def _assistant_item(msg: Message) -> dict[str, Any]:
+    """An assistant message in Anthropic form: its blocks with the ``tool_use`` blocks back
+    at their positions."""
+    blocks = _as_blocks(msg.content)
+    uses = [_tool_use(call) for call in msg.tool_calls]
+    positions = msg.extra.get("_tool_use_positions")
+    if positions and len(positions) == len(uses):
+        it_blocks, it_uses, pos = iter(blocks), iter(uses), set(positions)
+        blocks = [
+            next(it_uses) if j in pos else next(it_blocks) for j in range(len(blocks) + len(uses))
+        ]
+    else:
+        blocks = blocks + uses
+    extra = {k: v for k, v in msg.extra.items() if k != "_tool_use_positions"}
+    if isinstance(msg.content, str) and not msg.tool_calls:
+        item: dict[str, Any] = {"role": "assistant", "content": msg.content}
+    else:
+        item = {"role": "assistant", "content": blocks}
+    item.update(extra)
+    return item
+
+
 def to_anthropic(
     messages: Sequence[Message],
 ) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
@@ -315,19 +376,7 @@ def to_anthropic(
     System and developer messages go to ``system`` (joined when there are several). Consecutive
     messages that map to the same role are merged into one message, as the API requires.
     """
-    system_parts: list[Message] = [m for m in messages if m.role in ("system", "developer")]
-    system: str | list[dict[str, Any]] | None
-    if not system_parts:
-        system = None
-    elif len(system_parts) == 1 and (
-        system_parts[0].content is None or isinstance(system_parts[0].content, str)
-    ):
-        system = system_parts[0].content or ""
-    else:
-        blocks: list[dict[str, Any]] = []
-        for m in system_parts:
-            blocks.extend(_as_blocks(m.content))
-        system = blocks
+    system = _system_of(messages)
     out: list[dict[str, Any]] = []
     last_group: str | None = None
     for msg in messages:
@@ -335,45 +384,7 @@ def to_anthropic(
             continue
         group = msg.metadata.get("anthropic_group")
         if msg.role == "assistant":
-            blocks = _as_blocks(msg.content)
-            uses = []
-            for call in msg.tool_calls:
-                try:
-                    args = json.loads(call.arguments) if call.arguments.strip() else {}
-                except ValueError:
-                    args = {"_raw_arguments": call.arguments}
-                use: dict[str, Any] = {
-                    "type": "tool_use",
-                    "id": call.id,
-                    "name": call.name,
-                    "input": args,
-                }
-                use.update(
-                    {
-                        k: v
-                        for k, v in call.extra.items()
-                        if k not in ("type", "function_extra", "no_arguments")
-                    }
-                )
-                uses.append(use)
-            positions = msg.extra.get("_tool_use_positions")
-            if positions and len(positions) == len(uses):
-                merged: list[dict[str, Any]] = []
-                it_blocks = iter(blocks)
-                it_uses = iter(uses)
-                total = len(blocks) + len(uses)
-                pos = set(positions)
-                for j in range(total):
-                    merged.append(next(it_uses) if j in pos else next(it_blocks))
-                blocks = merged
-            else:
-                blocks = blocks + uses
-            extra = {k: v for k, v in msg.extra.items() if k != "_tool_use_positions"}
-            if isinstance(msg.content, str) and not msg.tool_calls:
-                item: dict[str, Any] = {"role": "assistant", "content": msg.content}
-            else:
-                item = {"role": "assistant", "content": blocks}
-            item.update(extra)
+            item = _assistant_item(msg)
             if out and out[-1]["role"] == "assistant":
                 _merge_into(out[-1], item)
             else:

@@ -140,16 +140,7 @@ def replay_one(
             if msg.get("role") != "assistant" or i == 0:
                 continue
             new = messages[prev_i:i]
-            for m in new:
-                role = m.get("role")
-                if role == "user":
-                    newest_user = content_text(m.get("content"))
-                elif role == "tool" and m.get("tool_call_id"):
-                    text = content_text(m.get("content"))
-                    if text:
-                        originals[str(m["tool_call_id"])] = text
-                elif role == "assistant":
-                    edited.extend(f for f in tool_call_edits(m) if f not in edited)
+            newest_user = _note_new(new, originals, edited) or newest_user
             prev_i = i
             strat.add(new)
             t0 = time.perf_counter()
@@ -177,21 +168,7 @@ def replay_one(
                 keep_first += 1
             if newest_user is not None and _present(newest_user, contents):
                 keep_newest += 1
-            # tool outputs that left the view
-            in_view = {
-                str(m.get("tool_call_id")): t
-                for m, t in zip(view, contents, strict=False)
-                if m.get("role") == "tool"
-            }
-            joined: str | None = None
-            for tid, orig in originals.items():
-                if tid in left or in_view.get(tid) == orig:
-                    continue
-                if joined is None:
-                    joined = "\n".join(contents)
-                if orig in joined:
-                    continue
-                left[tid] = strat.recover(tid) == orig
+            _note_left(strat, view, contents, originals, left)
             # artifact recall after each compaction / rewrite
             if compacted or not is_extension(prev_view, view):
                 art_events += 1
@@ -233,6 +210,47 @@ def replay_one(
         "prepare_ms": [round(x, 4) for x in prepare_ms],
         "compaction_ms": [round(x, 4) for x in compaction_ms],
     }
+
+
+def _note_new(new: Sequence[MsgDict], originals: dict[str, str], edited: list[str]) -> str | None:
+    """Record the tool outputs and edited files of the messages just added; the newest user
+    request among them (None when there is none)."""
+    newest_user: str | None = None
+    for m in new:
+        role = m.get("role")
+        if role == "user":
+            newest_user = content_text(m.get("content"))
+        elif role == "tool" and m.get("tool_call_id"):
+            text = content_text(m.get("content"))
+            if text:
+                originals[str(m["tool_call_id"])] = text
+        elif role == "assistant":
+            edited.extend(f for f in tool_call_edits(m) if f not in edited)
+    return newest_user
+
+
+def _note_left(
+    strat: Strategy,
+    view: Sequence[MsgDict],
+    contents: Sequence[str],
+    originals: dict[str, str],
+    left: dict[str, bool],
+) -> None:
+    """Tool outputs that left the view now, each with whether it is restored byte-exact."""
+    in_view = {
+        str(m.get("tool_call_id")): t
+        for m, t in zip(view, contents, strict=False)
+        if m.get("role") == "tool"
+    }
+    joined: str | None = None
+    for tid, orig in originals.items():
+        if tid in left or in_view.get(tid) == orig:
+            continue
+        if joined is None:
+            joined = "\n".join(contents)
+        if orig in joined:
+            continue
+        left[tid] = strat.recover(tid) == orig
 
 
 def _present(text: str, contents: Sequence[str]) -> bool:

@@ -144,7 +144,11 @@ def _sed_edit(cmd: str) -> tuple[str, str, str] | None:
     return words[3], old, new
 
 
-def convert_call(command: str, output: str, style: str) -> tuple[str, dict[str, Any], str] | None:
+#: (tool name, arguments, output) of a converted call
+Converted = tuple[str, dict[str, Any], str]
+
+
+def convert_call(command: str, output: str, style: str) -> Converted | None:
     """``(tool name, arguments, output)`` of one shell call in ``style``, or None to keep it."""
     if style not in STYLES:
         raise ValueError(f"unknown tool style {style!r}; choose from {', '.join(STYLES)}")
@@ -176,32 +180,44 @@ def convert_call(command: str, output: str, style: str) -> tuple[str, dict[str, 
         return None
     read = _read_spec(cmd)
     if read is not None:
-        rel, first, last, numbered = read
-        path = _join(cwd, rel)
-        text = body if numbered else _numbered(body, first)
-        if style == "claude":
-            rargs: dict[str, Any] = {"file_path": path}
-            if first > 1:
-                rargs["offset"] = first
-            if last is not None:
-                rargs["limit"] = last - first + 1
-            return "Read", rargs, text
-        vargs: dict[str, Any] = {"command": "view", "path": path}
-        if last is not None:
-            vargs["view_range"] = [first, last]
-        head = f"Here's the result of running `cat -n` on {path}:\n"
-        return "str_replace_editor", vargs, head + text
+        return _read_call(cwd, read, body, style)
     grep = _grep_spec(cmd)
     if grep is not None and style == "claude":
-        pattern, where, flags = grep
-        gargs: dict[str, Any] = {"pattern": pattern, "path": _join(cwd, where)}
-        gargs["output_mode"] = "content"
-        if any("n" in f for f in flags if not f.startswith("--")):
-            gargs["-n"] = True
-        if any("i" in f for f in flags if not f.startswith("--")):
-            gargs["-i"] = True
-        return "Grep", gargs, body.rstrip("\n") or "No matches found"
+        return _grep_call(cwd, grep, body)
     return None
+
+
+def _read_call(
+    cwd: str, read: tuple[str, int, int | None, bool], body: str, style: str
+) -> Converted:
+    """A file read as the style's read/view tool."""
+    rel, first, last, numbered = read
+    path = _join(cwd, rel)
+    text = body if numbered else _numbered(body, first)
+    if style == "claude":
+        rargs: dict[str, Any] = {"file_path": path}
+        if first > 1:
+            rargs["offset"] = first
+        if last is not None:
+            rargs["limit"] = last - first + 1
+        return "Read", rargs, text
+    vargs: dict[str, Any] = {"command": "view", "path": path}
+    if last is not None:
+        vargs["view_range"] = [first, last]
+    head = f"Here's the result of running `cat -n` on {path}:\n"
+    return "str_replace_editor", vargs, head + text
+
+
+def _grep_call(cwd: str, grep: tuple[str, str, list[str]], body: str) -> Converted:
+    """A grep as Claude Code's Grep tool."""
+    pattern, where, flags = grep
+    gargs: dict[str, Any] = {"pattern": pattern, "path": _join(cwd, where)}
+    gargs["output_mode"] = "content"
+    if any("n" in f for f in flags if not f.startswith("--")):
+        gargs["-n"] = True
+    if any("i" in f for f in flags if not f.startswith("--")):
+        gargs["-i"] = True
+    return "Grep", gargs, body.rstrip("\n") or "No matches found"
 
 
 def convert_trace(messages: Sequence[Mapping[str, Any]], style: str) -> list[dict[str, Any]]:

@@ -401,7 +401,7 @@ def _print_summary(
     tiers: dict[str, int] = {}
     for r in records:
         tiers[r.tier.label] = tiers.get(r.tier.label, 0) + 1
-    history_tokens = cm._cache.count_many(cm.history)
+    history_tokens = cm.context.cache.count_many(cm.history)
     lines = [
         "\nSummary",
         f"  model calls replayed:  {calls}",

@@ -1,4 +1,4 @@
-"""TokenBudgetCompactor: the no-LLM fallback (seed 000, 6.2 and 6.3), and orphan repair.
+"""TokenBudgetCompactor: the no-LLM fallback, and orphan repair.
 
 Works on a plain message list: keeps the leading system messages, the first and the newest user
 message, and as many of the newest messages as fit the budget, cutting only where no tool call

@@ -1,5 +1,5 @@
 """Shared pieces of the view compactors: tier choice, state, the per-run scratch record,
-and seed 002's four-section compaction message."""
+and the four-section compaction message."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ COMPACTION_KIND = "compaction"
 
 
 def determine_tier(ratio: float, cfg: TierConfig) -> Tier:
-    """Seed 2.2's determineTier, on an already computed ratio."""
+    """The tier of a window ratio (None / Warn / Soft / Full / Emergency)."""
     if ratio >= cfg.emergency_threshold:
         return Tier.EMERGENCY
     if ratio >= cfg.full_threshold:
@@ -34,7 +34,7 @@ def determine_tier(ratio: float, cfg: TierConfig) -> Tier:
 
 @dataclass(kw_only=True)
 class CompactorState:
-    """What survives a restart besides the history (seed 4.7's lastSummary/lastAnchors)."""
+    """What survives a restart besides the history (the last summary and anchors)."""
 
     last_summary: str = ""
     last_anchors: tuple[Anchor, ...] = ()
@@ -42,7 +42,7 @@ class CompactorState:
     boundary_uuid: str | None = None
     compactions: int = 0
     offload_policies: dict[str, str] = field(default_factory=dict)
-    #: ARTIFACTS of seed 002's four-section summaries, merged across rounds.
+    #: ARTIFACTS of the four-section summaries, merged across rounds.
     last_artifacts: tuple[str, ...] = ()
 
 
@@ -71,7 +71,7 @@ def render_sections_message(
     recall: Sequence[str] = (),
     note: str | None = None,
 ) -> str:
-    """Seed 002's four-section compaction message (SESSION INTENT / SUMMARY / ARTIFACTS /
+    """The four-section compaction message (SESSION INTENT / SUMMARY / ARTIFACTS /
     NEXT STEPS), with the same optional sections as the anchors format."""
     by_type = {a.type: a for a in anchors}
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def truncate(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
-    """Seed 6.3: no LLM. Keep the newest messages within the target; the dropped range gets
+    """Truncation, no LLM. Keep the newest messages within the target; the dropped range gets
     an extractive (deterministic, no LLM) summary merged into the previous anchors."""
     v = comp.view
     start = v.boundary

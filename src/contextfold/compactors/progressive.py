@@ -1,4 +1,4 @@
-"""ProgressiveCompactor: tiered compaction by window ratio (seed 000).
+"""ProgressiveCompactor: tiered compaction by window ratio.
 
 Tiers None / Warn / Soft / Full / Emergency. Each run works on a :class:`HistoryView`: it
 decides the tier (pure, :func:`determine_tier`), then moves the view's boundary and/or swaps
@@ -46,10 +46,12 @@ from .common import (
     determine_tier,
 )
 from .emergency import TIGHT_POLICY, squeeze, squeeze_one, truncate
-from .harness import kept_tail, recover_overflow, run_trigger
+from .harness import recover_overflow, run_trigger
 from .measure import Measure
-from .pinned import apply_pinned, budget_of, reduce_pinned
-from .stale import OWN_TOOLS, offload_stale
+from .pinned import apply_pinned, budget_of
+from .pipeline import CompactionPipeline, progressive_stages
+from .stages import CompactionRun, Stage
+from .stale import OWN_TOOLS
 from .summarize import offloaded_refs, set_compaction, summarize
 
 log = logging.getLogger("contextfold")
@@ -58,7 +60,7 @@ __all__ = ["CompactorState", "ProgressiveCompactor", "determine_tier"]
 
 
 class ProgressiveCompactor(Measure):
-    """Seed 000's ProgressiveCompactor over an incremental view."""
+    """Tiered compaction over an incremental view (the tier run is a pipeline of stages)."""
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class ProgressiveCompactor(Measure):
         index_range: IndexRange | None = None,
         active_tasks: Callable[[], list[str]] | None = None,
         policies: dict[str, OffloadPolicy] | None = None,
+        stages: Sequence[Stage] | None = None,
     ) -> None:
         self.view = view
         self.window = window
@@ -97,6 +100,8 @@ class ProgressiveCompactor(Measure):
         self.index_range = index_range
         self.active_tasks = active_tasks
         self.state = CompactorState()
+        #: the stages of a tier run, in order (see :mod:`contextfold.compactors.pipeline`)
+        self.pipeline = CompactionPipeline(progressive_stages() if stages is None else stages)
         #: Tokens of the fixed prefix at the latest run (see :meth:`measure_fixed`).
         self.fixed = 0
         self.compaction_policy = replace(
@@ -140,7 +145,7 @@ class ProgressiveCompactor(Measure):
         config: TierConfig | None = None,
         counter: str | None = None,
     ) -> ProgressiveCompactor:
-        """A compactor for the seed's list interfaces without a ContextManager. With a
+        """A compactor for the list interfaces (:mod:`.protocols`) without a ContextManager. With a
         ``workspace`` it offloads and records there; without one it only summarizes."""
         from ..records import StoreRecordStore
         from ..storage import open_store
@@ -181,124 +186,11 @@ class ProgressiveCompactor(Measure):
             return record
 
     def _run(self, *, extra_tokens: int, force: Tier | None, reason: str) -> CompactionRecord:
-        first = self.view_tokens(extra_tokens)
-        run = _Run(
-            tier=Tier.NONE,
-            tokens_before=first,
-            msgs_before=len(self.view.view_messages()),
-            started=time.perf_counter(),
-            reason=reason,
-            forced=force is not None,
-        )
-        shortened = reduce_pinned(
-            self,
-            None,
-            above=int(self.cfg.pinned_max_ratio * self.window),
-            budget=self.pinned_budget,
-            errors=run.errors,
-        )
-        for entry in shortened:
-            run.offloaded.append(entry)
-            run.notes.append(
-                f"pinned message of {entry.chars} characters is over "
-                f"{self.cfg.pinned_max_ratio:.0%} of the window: shortened to head and tail, "
-                f"full text in {entry.path}"
-            )
-        self.measure_fixed(extra_tokens)
-        stale = offload_stale(self, run) if force is None else 0
-        before = self.view_tokens(extra_tokens)
-        tier = force or self.tier_for(before)
-        stale_only = tier is Tier.NONE and stale > 0
-        if stale_only:
-            tier = Tier.WARN
-            run.reason = run.reason or (
-                f"{stale} stale tool outputs offloaded (view at {first / self.window:.0%} of "
-                f"the {self.window}-token window)"
-            )
-        run.tier = tier
-        run.reason = run.reason or self._reason(tier, before)
-        if tier is Tier.NONE:
-            return self._record(run, before, extra_tokens, persist=bool(shortened))
-        if tier is Tier.WARN:
-            if not stale_only:
-                with telemetry.span("contextfold.compaction.offload", {"contextfold.tier": "warn"}):
-                    self._warn(run)
-            if force is None and self.cfg.warn_escalates and self._warn_falls_short(extra_tokens):
-                # the view would be back at the warn line within a few turns: summarize now
-                # rather than rewrite it again and again (each rewrite is a cache miss)
-                run.notes.append(
-                    "offloading alone left the view above the middle of target and warn: Soft"
-                )
-                tier = run.tier = Tier.SOFT
-                stale_only = False
-        if tier is Tier.WARN:
-            pass
-        elif tier in (Tier.SOFT, Tier.FULL):
-            with telemetry.span(
-                "contextfold.compaction.summarize", {"contextfold.tier": tier.value}
-            ):
-                self._summarize_tier(run, extra_tokens)
-        else:
-            run.errors.append("emergency fallback: forced truncation")
-            with telemetry.span(
-                "contextfold.compaction.truncate", {"contextfold.tier": "emergency"}
-            ):
-                self._truncate(run, extra_tokens)
-        if not stale_only and force is None:
-            # the tier changed the view: decide the stale batch again on the new view, now, so
-            # the next prepare() with nothing new returns the same view (one cache miss)
-            offload_stale(self, run)
-        changed = bool(run.offloaded or run.summarized or run.errors)
-        return self._record(run, self.view_tokens(extra_tokens), extra_tokens, persist=changed)
-
-    def _reason(self, tier: Tier, tokens: int) -> str:
-        ratio = tokens / self.window if self.window else 0.0
-        text = f"view at {ratio:.0%} of the {self.window}-token window"
-        if self.fixed:
-            movable = max(0, tokens - self.fixed) / self.working_window
-            text += (
-                f" (messages at {movable:.0%} of the {self.working_window} tokens left after "
-                f"the {self.fixed}-token fixed prefix)"
-            )
-        return f"{text} -> {tier.label}"
-
-    # ------------------------------------------------------------------ tiers
-    def _warn(self, run: _Run) -> None:
-        v = self.view
-        tail = v.tail_start(self.cfg.min_tail_messages)
-        self._offload_range(run, v.boundary, tail, self.compaction_policy)
-
-    def _summarize_tier(self, run: _Run, extra: int) -> None:
-        v = self.view
-        start = v.boundary
-        tail = v.tail_start(self.cfg.min_tail_messages)
-        if tail <= start:
-            run.notes.append("head is empty: nothing to summarize")
-            if self.cfg.offload_tail:
-                run.notes[-1] += "; offloading the tail instead"
-                self._offload_range(run, start, len(v), self.compaction_policy)
-            self._ensure_fits(run, extra)
-            return
-        end = tail
-        if run.tier is Tier.SOFT:
-            mid = v.legal_cut_at_or_before(start + (tail - start) // 2, start)
-            end = mid if mid > start else tail
-        self._offload_range(run, start, end, self.compaction_policy)
-        if self.cfg.extend_to_target:
-            end = self._extend_for_target(run, start, end, tail, extra)
-        if (
-            self.cfg.extend_to_target
-            and end > start
-            and self._projected(end, extra) >= self.view_tokens(extra)
-        ):
-            # the summary would take about as much as it replaces: wait for a longer head
-            run.notes.append("summarizing the head would not make the view smaller: skipped")
-            end = start
-        if end > start:
-            self._summarize(run, start, end, use_llm=True)
-        if self.cfg.offload_tail and self.view_tokens(extra) > self.target_tokens:
-            self._offload_range(run, v.boundary, len(v), self.compaction_policy)
-        self._ensure_fits(run, extra)
+        record = self.pipeline.run(self, extra_tokens=extra_tokens, force=force, reason=reason)
+        if record is None:  # a stage of the caller's called the run off: nothing changed
+            run = CompactionRun(self, extra_tokens=extra_tokens, force=force, reason=reason)
+            return self._record(run.scratch, run.view_tokens(), extra_tokens, persist=False)
+        return record
 
     @property
     def compaction_budget(self) -> int:
@@ -327,23 +219,6 @@ class ProgressiveCompactor(Measure):
     def _projected(self, boundary: int, extra: int) -> int:
         raw = self.view.view_tokens(boundary, compaction_tokens=self._estimated_summary_tokens())
         return self.scale(raw) + extra
-
-    def _extend_for_target(self, run: _Run, start: int, end: int, tail: int, extra: int) -> int:
-        """Grow the summarized range (legal cuts only) until the view fits the target."""
-        v = self.view
-        if self._projected(end, extra) <= self.target_tokens:
-            return end
-        new_end = end
-        while new_end < tail and self._projected(new_end, extra) > self.target_tokens:
-            nxt = v.legal_cut_at_or_after(new_end + 1)
-            new_end = min(nxt, tail)
-        if new_end != end:
-            self._offload_range(run, end, new_end, self.compaction_policy)
-            run.notes.append(
-                f"summarized {new_end - start} messages instead of {end - start} to leave room "
-                f"(target {self.cfg.target_ratio:.0%} of the window)"
-            )
-        return new_end
 
     def _ensure_fits(self, run: _Run, extra: int) -> None:
         """Nothing may leave this compactor above the window: fall back to truncation."""
@@ -452,15 +327,15 @@ class ProgressiveCompactor(Measure):
         self.apply_offload(index, entry, policy)
         return True
 
-    # ------------------------------------------------------------------ seed 7.1 interfaces
+    # ------------------------------------------------------------------ list interfaces
     def compact_with_record(
         self, msgs: Sequence[Message]
     ) -> tuple[list[Message], CompactionRecord]:
         """RecordedCompactor on a plain message list (the whole history each call).
 
-        Orphaned tool pairs are repaired first (seed 6.2). When ``msgs`` extends the history seen
+        Orphaned tool pairs are repaired first. When ``msgs`` extends the history seen
         before (same uuids), only the new messages are appended and the earlier compaction is
-        kept; otherwise the view starts over, keeping lastSummary/lastAnchors (seed 4.7).
+        kept; otherwise the view starts over, keeping the last summary and anchors.
         """
         self._sync(repair_orphaned_tool_pairs(msgs))
         record = self.run()
@@ -470,7 +345,7 @@ class ProgressiveCompactor(Measure):
         return self.compact_with_record(msgs)[0]
 
     def compact_force(self, msgs: Sequence[Message]) -> list[Message]:
-        """ForceCompactor: seed 7.1 says CompactForce runs TierEmergency directly."""
+        """ForceCompactor: CompactForce runs the emergency tier directly."""
         self._sync(repair_orphaned_tool_pairs(msgs))
         self.run(force=Tier.EMERGENCY, reason="CompactForce")
         return self.view.view_messages()
@@ -487,20 +362,17 @@ class ProgressiveCompactor(Measure):
         for msg in msgs[len(known) :]:
             v.append(msg)
 
-    # ------------------------------------------------------------------ seed 002 (harness.py)
+    # ------------------------------------------------------------------ harness strategies
     def run_trigger(
         self, trig: SummaryTriggerConfig, *, extra_tokens: int = 0
     ) -> CompactionRecord | None:
-        """Seed 002 2.1 trigger-based summary compaction; see :func:`harness.run_trigger`."""
+        """Trigger-based summary compaction (the trigger stage); see :func:`harness.run_trigger`."""
         return run_trigger(self, trig, extra_tokens=extra_tokens)
-
-    def _kept_tail(self, trig: SummaryTriggerConfig) -> int:
-        return kept_tail(self, trig)
 
     def recover_overflow(
         self, *, extra_tokens: int = 0, note: str | None = None
     ) -> CompactionRecord:
-        """Seed 002 2.4 overflow recovery; see :func:`harness.recover_overflow`."""
+        """Overflow recovery; see :func:`harness.recover_overflow`."""
         return recover_overflow(self, extra_tokens=extra_tokens, note=note)
 
     # ------------------------------------------------------------------ records

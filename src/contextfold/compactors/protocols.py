@@ -1,4 +1,4 @@
-"""Seed 000 section 7.1: the three compactor interfaces, as Protocols."""
+"""The three list-in, list-out compactor interfaces, as Protocols."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class RecordedCompactor(Compactor, Protocol):
 def apply_compaction(
     comp: Compactor | None, msgs: Sequence[Message]
 ) -> tuple[list[Message], CompactionRecord | None]:
-    """Seed 5.3's applyCompactionWith: use the richest interface the compactor offers."""
+    """Compact ``msgs`` with the richest interface the compactor offers."""
     if comp is None:
         return list(msgs), None
     if isinstance(comp, RecordedCompactor):

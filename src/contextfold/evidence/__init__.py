@@ -1,4 +1,4 @@
-"""Recoverable compaction (seed 004): evidence that left the view can be found and restored.
+"""Recoverable compaction: evidence that left the view can be found and restored.
 
 * :mod:`.model`: CompactBlock, CompactSummaryItem, EvidencePointer (JSON, schema version 2)
 * :mod:`.classify`: content types and anchors of a text

@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..shell import PATH_KEYS, ShellReader, parse_arguments, simple_commands
+from ..shell import (
+    PATH_KEYS,
+    CallEffects,
+    Segment,
+    ShellReader,
+    parse_arguments,
+    simple_commands,
+)
 from .classify import normalize_command
 from .model import EvidencePointer
 
@@ -217,6 +224,52 @@ def _search_operands(args: list[str]) -> list[str]:
     return explicit[:1] + out if explicit else out
 
 
+def _segment_fields(
+    seg: Segment, paths: list[str], patterns: list[str], lines: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """Add one command's paths and patterns; the line range it reads (the first one)."""
+    pos = [a for a in seg.args if not a.startswith("-")]
+    patterns += [p for p in pos if "::" in p]
+    if seg.prog in ("grep", "egrep", "rg", "ag") and pos:
+        pos = _search_operands(seg.args)
+        patterns += pos[:1]
+        paths += [p for p in pos[1:] if _plain_path(p)]
+    elif seg.prog == "find":
+        for i, a in enumerate(seg.args[:-1]):
+            if a in ("-name", "-iname", "-path"):
+                patterns.append(seg.args[i + 1])
+        paths += [p for p in pos[:1] if _plain_path(p) and p not in (".", "/")]
+    elif seg.prog == "sed" and pos:
+        m = _SED_RANGE.match(pos[0])
+        if m and lines is None:
+            lines = (int(m.group(1)), int(m.group(2) or m.group(1)))
+    elif seg.prog == "head" and lines is None:
+        n = next((a for a in seg.args if a.isdigit()), None)
+        if n is not None:
+            lines = (1, int(n))
+    elif seg.prog in ("python", "python3", "pytest", "node", "bash", "sh", "ruby", "go"):
+        paths += [p for p in pos[:3] if _plain_path(p)]
+    else:
+        paths += [p for p in pos if _plain_path(p)]
+    paths += [p.split("::", 1)[0] for p in pos if "::" in p]
+    return lines
+
+
+def _shell_action(eff: CallEffects, progs: list[str]) -> str:
+    """What a command line does: edit / write files, read them, search, or run."""
+    if eff.writes or any(op.writes for op in eff.ops):
+        return "edit" if any(op.op in ("edit", "patch") for op in eff.ops) else "write"
+    if (
+        eff.reads
+        and all(p in _SHELL_VIEW or p in _GREP for p in progs)
+        and any(seg.prog in _SHELL_VIEW and seg.reads for seg in eff.segments)
+    ):
+        return "read"
+    if progs and progs[0] in _SHELL_SEARCH:
+        return "search"
+    return "run"
+
+
 @functools.lru_cache(maxsize=4096)  # the same call is read at ingest, as evidence, in summaries
 def _shell_fields(name: str, command: str) -> CallFields:
     reader = ShellReader()
@@ -229,46 +282,12 @@ def _shell_fields(name: str, command: str) -> CallFields:
         if seg.prog in _NO_PATHS or not seg.prog:
             continue
         progs.append(seg.prog)
-        pos = [a for a in seg.args if not a.startswith("-")]
-        patterns += [p for p in pos if "::" in p]
-        if seg.prog in ("grep", "egrep", "rg", "ag") and pos:
-            pos = _search_operands(seg.args)
-            patterns += pos[:1]
-            paths += [p for p in pos[1:] if _plain_path(p)]
-        elif seg.prog == "find":
-            for i, a in enumerate(seg.args[:-1]):
-                if a in ("-name", "-iname", "-path"):
-                    patterns.append(seg.args[i + 1])
-            paths += [p for p in pos[:1] if _plain_path(p) and p not in (".", "/")]
-        elif seg.prog == "sed" and pos:
-            m = _SED_RANGE.match(pos[0])
-            if m and lines is None:
-                lines = (int(m.group(1)), int(m.group(2) or m.group(1)))
-        elif seg.prog == "head" and lines is None:
-            n = next((a for a in seg.args if a.isdigit()), None)
-            if n is not None:
-                lines = (1, int(n))
-        elif seg.prog in ("python", "python3", "pytest", "node", "bash", "sh", "ruby", "go"):
-            paths += [p for p in pos[:3] if _plain_path(p)]
-        else:
-            paths += [p for p in pos if _plain_path(p)]
-        paths += [p.split("::", 1)[0] for p in pos if "::" in p]
+        lines = _segment_fields(seg, paths, patterns, lines)
     for _tokens, body in simple_commands(command):
         if body:
             paths += _patch_paths(body)
     urls = _URL.findall(command)
-    if eff.writes or any(op.writes for op in eff.ops):
-        action = "edit" if any(op.op in ("edit", "patch") for op in eff.ops) else "write"
-    elif (
-        eff.reads
-        and all(p in _SHELL_VIEW or p in _GREP for p in progs)
-        and any(seg.prog in _SHELL_VIEW and seg.reads for seg in eff.segments)
-    ):
-        action = "read"
-    elif progs and progs[0] in _SHELL_SEARCH:
-        action = "search"
-    else:
-        action = "run"
+    action = _shell_action(eff, progs)
     return CallFields(
         tool=name,
         command=command[:MAX_COMMAND_CHARS],

@@ -1,4 +1,4 @@
-"""The ``<system-reminder>`` block that carries restored evidence into a turn (seed 004, 4.4).
+"""The ``<system-reminder>`` block that carries restored evidence into a turn.
 
 Restored text is data, not instructions. It is fenced with a backtick fence longer than any
 backtick run inside it, and every tag that could close the block or open a role or system

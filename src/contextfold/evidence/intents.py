@@ -1,4 +1,4 @@
-"""Which user messages ask for evidence from before a compaction (seed 004, section 5.2).
+"""Which user messages ask for evidence from before a compaction.
 
 Three intents, recognized in English and Chinese by hand-written patterns:
 

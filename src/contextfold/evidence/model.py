@@ -1,7 +1,7 @@
-"""Records of recoverable compaction (seed 004, section 3).
+"""Records of recoverable compaction.
 
 Three frozen records, each with ``to_dict()`` / ``from_dict()`` for the JSON lines of
-``compact-blocks.jsonl``. JSON keys are the seed's camelCase names (``messageUuid``,
+``compact-blocks.jsonl``. JSON keys are camelCase names (``messageUuid``,
 ``toolUseId`` ...); Python attributes are snake_case. Every dict carries ``schema_version``;
 ``from_dict`` ignores keys it does not know (a later version's file stays readable) and fills
 defaults for keys that are missing (an earlier version's file stays readable).

@@ -145,7 +145,7 @@ def file_key(f: Found, key: str, ds: set[str]) -> None:
 
 
 def preference(doc: Doc, wants_error: bool) -> float:
-    """The seed's preferences (5.3) as a factor; recency is applied at query time."""
+    """The preferences for tool results and failures as a factor; recency is applied at query time."""
     rank = doc.rank
     if rank is None:
         return 1.0

@@ -1,11 +1,11 @@
-"""Candidate retrieval over the evidence of a session (seed 004, section 5.3; issue 11).
+"""Candidate retrieval over the evidence of a session.
 
 BM25 over each evidence body plus its hints (command, tool, paths, patterns, URLs, anchors,
 content types, all from :func:`.fields.evidence_fields`' sources), and exact lookups for what a
 question can name: a command (in backticks or verbatim, also by its first line), a file path in
 any form (by path suffix), a URL, a search pattern, a tool, an exception type. The candidates
 and what matched go to :func:`.rank.rerank`, which decides the order (match level, ordinal,
-recency, the seed's preferences for tool results and failures).
+recency, the preferences for tool results and failures).
 
 Both are persisted in the store, written with each block (:mod:`.lookups`): BM25 is the
 store's index, the exact lookups are keys of the same documents. A question looks up only the

@@ -1,4 +1,4 @@
-"""The recoverable store: content-addressed bodies plus the thin index (seed 004, 2 and 4).
+"""The recoverable store: content-addressed bodies plus the thin index.
 
 Bodies are blobs of the session's store (by sha256; a pointer names one as
 ``evidence/<sha[:2]>/<sha>.txt``, the file ``contextfold export`` writes). Each
@@ -9,7 +9,7 @@ the compaction that made it: nothing is rebuilt when a session is reopened.
 :class:`EvidenceStore` turns the range of messages a compaction just removed from the view into
 a :class:`CompactBlock` (:meth:`EvidenceStore.index_compaction`), files a sub-agent's output
 under the same index (:meth:`EvidenceStore.add_subagent_output`) and gets a body back following
-the seed's priority (:meth:`EvidenceStore.restore`).
+the restore priority (:meth:`EvidenceStore.restore`).
 """
 
 from __future__ import annotations

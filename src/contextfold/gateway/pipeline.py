@@ -130,6 +130,15 @@ class Pipeline:
             schemas = sess.tool_schemas[adapter.name] = adapter.tool_schemas(openai)
         return [s for s in schemas if adapter.tool_name(s) in names]
 
+    def speak_for(
+        self, sess: Session, adapter: ProviderAdapter, model: str, forwarded: dict[str, str]
+    ) -> None:
+        """The upstream summarizer speaks for this request (its provider, model, headers)."""
+        if sess.context is not None:
+            sess.context.provider = adapter.summary_format
+            sess.context.model = self.config.summary_model or model
+            sess.context.headers = forwarded
+
     async def begin(
         self,
         adapter: ProviderAdapter,
@@ -174,10 +183,7 @@ class Pipeline:
             sess = synced.session
             sess.key = key
             try:
-                if sess.context is not None:  # the upstream summarizer speaks for this request
-                    sess.context.provider = adapter.summary_format
-                    sess.context.model = self.config.summary_model or model
-                    sess.context.headers = forwarded
+                self.speak_for(sess, adapter, model, forwarded)
                 names = self.wants_gateway_tools(sess, client_names, tools_allowed)
                 tools = client_tools + self.tool_schemas(sess, names, adapter)
                 earlier = sess.cm.last_record

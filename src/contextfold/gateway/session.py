@@ -297,16 +297,19 @@ def prepare_view(sess: Session, tools: Sequence[Mapping[str, Any]] | None) -> Pr
     message with its index in the client's request when it is the client's unchanged one."""
     cm = sess.cm
     schemas = [dict(t) for t in tools or []]
-    dicts = cm.prepare(tools=schemas or None)
+    prepared = cm.prepare_view(tools=schemas or None)
     record = cm.last_record
-    view = cm.view_messages
     history = cm.view.history  # not cm.history: no copy of the whole history per request
     positions = cm.view.uuids
     # the client's conversation is the history without what its rewrites retracted:
     # history position -> index in the client's request
     gone = sorted(cm.view.retracted) if cm.view.retracted else None
     items: list[ViewItem] = []
-    for m in view:
+    injected = prepared.injection.position if prepared.injection is not None else -1
+    for j, m in enumerate(prepared.messages):
+        if j == injected:  # the evidence injected before the newest user message
+            items.append(ViewItem(m, None))
+            continue
         i = positions.get(m.uuid)
         same = i is not None and history[i] is m
         if same and gone is not None and i is not None:
@@ -314,24 +317,10 @@ def prepare_view(sess: Session, tools: Sequence[Mapping[str, Any]] | None) -> Pr
         items.append(ViewItem(m, i if same else None))
         if not same and not sess.recall_ready and recall_marker(m):
             sess.recall_ready = True
-    if len(dicts) == len(view) + 1:  # evidence injected before the newest user message
-        pos = next((j for j in range(len(view) - 1, -1, -1) if view[j].role == "user"), len(view))
-        inject = dicts[pos]
-        items.insert(
-            pos,
-            ViewItem(
-                Message(
-                    role="user",
-                    content=inject.get("content"),
-                    metadata={"cf_kind": "injection"},
-                ),
-                None,
-            ),
-        )
     return Prepared(
         items=items,
         tools=schemas,
-        view_tokens=cm.view_tokens,
+        view_tokens=prepared.tokens,
         history_tokens=sess.history_tokens,
         record=record,
     )

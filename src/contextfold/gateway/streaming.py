@@ -102,21 +102,24 @@ class OpenAIAssembler:
                 if isinstance(delta.get(key), str):
                     into.append(delta[key])
             for tc in delta.get("tool_calls") or []:
-                if not isinstance(tc, dict):
-                    continue
-                slot = self.calls.setdefault(
-                    int(tc.get("index", 0)),
-                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                if tc.get("type"):
-                    slot["type"] = tc["type"]
-                fn = _dict(tc.get("function"))
-                if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
-                if isinstance(fn.get("arguments"), str):
-                    slot["function"]["arguments"] += fn["arguments"]
+                if isinstance(tc, dict):
+                    self._add_call(tc)
+
+    def _add_call(self, tc: dict[str, Any]) -> None:
+        """One tool call's chunk: its id, type and name, and the next piece of arguments."""
+        slot = self.calls.setdefault(
+            int(tc.get("index", 0)),
+            {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if tc.get("id"):
+            slot["id"] = tc["id"]
+        if tc.get("type"):
+            slot["type"] = tc["type"]
+        fn = _dict(tc.get("function"))
+        if fn.get("name"):
+            slot["function"]["name"] += fn["name"]
+        if isinstance(fn.get("arguments"), str):
+            slot["function"]["arguments"] += fn["arguments"]
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
@@ -130,6 +133,10 @@ class OpenAIAssembler:
 
     def call_indexes(self) -> dict[int, str]:
         return {i: c["function"]["name"] for i, c in self.calls.items()}
+
+
+#: delta type -> the block field its text is appended to
+_TEXT_DELTAS = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
 
 
 class AnthropicAssembler:
@@ -158,20 +165,7 @@ class AnthropicAssembler:
             if self.blocks[idx].get("type") in ("tool_use", "server_tool_use"):
                 self._json[idx] = []
         elif kind == "content_block_delta":
-            idx = int(obj.get("index", 0))
-            block = self.blocks.setdefault(idx, {"type": "text", "text": ""})
-            delta = _dict(obj.get("delta"))
-            dt = delta.get("type")
-            if dt == "text_delta":
-                block["text"] = block.get("text", "") + str(delta.get("text", ""))
-            elif dt == "input_json_delta":
-                self._json.setdefault(idx, []).append(str(delta.get("partial_json", "")))
-            elif dt == "thinking_delta":
-                block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
-            elif dt == "signature_delta":
-                block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
-            elif dt == "citations_delta":
-                block.setdefault("citations", []).append(delta.get("citation"))
+            self._add_delta(int(obj.get("index", 0)), _dict(obj.get("delta")))
         elif kind == "content_block_stop":
             idx = int(obj.get("index", 0))
             parts = self._json.pop(idx, None)
@@ -186,6 +180,18 @@ class AnthropicAssembler:
             if delta.get("stop_reason"):
                 self.stop_reason = delta["stop_reason"]
             self.usage.update(_dict(obj.get("usage")))
+
+    def _add_delta(self, idx: int, delta: dict[str, Any]) -> None:
+        """A content block's next piece: text, tool input JSON, thinking, signature, citation."""
+        block = self.blocks.setdefault(idx, {"type": "text", "text": ""})
+        dt = delta.get("type")
+        if dt == "input_json_delta":
+            self._json.setdefault(idx, []).append(str(delta.get("partial_json", "")))
+        elif dt == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+        elif dt in _TEXT_DELTAS:
+            key = _TEXT_DELTAS[dt]
+            block[key] = block.get(key, "") + str(delta.get(key, ""))
 
     def content(self) -> list[dict[str, Any]]:
         out = []

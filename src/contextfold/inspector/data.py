@@ -48,7 +48,7 @@ class Compaction:
 
 
 @dataclass(kw_only=True, slots=True)
-class SessionLog:
+class LogDigest:
     """The parts of one session's log the inspector needs (message bodies not included)."""
 
     session_id: str
@@ -121,10 +121,10 @@ def _read_messages(store: Store, session_id: str) -> list[MessageHead]:
     return out
 
 
-def read_log(store: Store, session_id: str) -> SessionLog:
+def read_log(store: Store, session_id: str) -> LogDigest:
     """The session's message heads, compactions, states, offloads and evidence blocks."""
     info = get_session(store, session_id)
-    log = SessionLog(session_id=session_id, agent_id=info.agent_id)
+    log = LogDigest(session_id=session_id, agent_id=info.agent_id)
     log.head = store.head(session_id)
     log.messages = _message_heads(store, session_id)
     seqs = [m.seq for m in log.messages]

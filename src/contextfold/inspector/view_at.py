@@ -9,10 +9,10 @@ from ..errors import ConfigError
 from ..sessions.log import entry_of
 from ..storage import Store
 from ..view_layout import CHANGED, VIEW_EVENT, positions
-from .data import PREVIEW_CHARS, Compaction, SessionLog, read_log
+from .data import PREVIEW_CHARS, Compaction, LogDigest, read_log
 
 
-def _governing(log: SessionLog, seq: int) -> tuple[Compaction | None, int]:
+def _governing(log: LogDigest, seq: int) -> tuple[Compaction | None, int]:
     """The newest compaction before event ``seq`` and the view's boundary then."""
     current = None
     for c in log.compactions:
@@ -25,7 +25,7 @@ def _governing(log: SessionLog, seq: int) -> tuple[Compaction | None, int]:
     return current, boundary
 
 
-def _evidence_by_message(log: SessionLog, seq: int) -> dict[str, str]:
+def _evidence_by_message(log: LogDigest, seq: int) -> dict[str, str]:
     out: dict[str, str] = {}
     for s, block in log.blocks:
         if s >= seq:

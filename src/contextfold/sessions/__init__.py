@@ -1,4 +1,4 @@
-"""Raw session logs, search over them and the session_* agent tools (seed 002, section 5)."""
+"""Raw session logs, search over them and the session_* agent tools."""
 
 from .index import SearchHit, SessionIndex
 from .log import LogEntry, SessionLog, SessionMeta, read_entries

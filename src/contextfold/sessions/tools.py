@@ -123,6 +123,95 @@ def render_message(
     return "\n".join(parts)
 
 
+def _session_history(
+    index: SessionIndex, scope: _Scope, args: Mapping[str, Any], max_result_chars: int
+) -> str:
+    """``session_history``: a page of a session's raw messages, newest last."""
+    sid = _session_id(args)
+    last_n = _int_arg(args, "lastN", DEFAULT_LAST_N, 1, MAX_LAST_N)
+    offset = _int_arg(args, "offset", 0, 0, 10**9)
+    max_chars = _int_arg(args, "maxChars", max_result_chars, 1, MAX_CHARS_CAP)
+    char_offset = _int_arg(args, "charOffset", 0, 0, 10**12)
+    info = index.store.session(sid)
+    if info is None:
+        raise ToolArgumentsError(f"session_history: no session {sid!r}")
+    owner = info.agent_id
+    wanted = args.get("agentId")
+    if wanted not in (None, "") and wanted != owner:
+        raise ToolArgumentsError(
+            f"session_history: session {sid!r} does not belong to agent {wanted!r}"
+        )
+    scope.check(owner)
+    try:
+        # only the newest lastN + offset messages are read, never the whole log
+        entries = read_entries(index.store, sid, last=last_n + offset)
+    except StorageError as exc:
+        raise ToolArgumentsError(f"session_history: cannot read session {sid!r}: {exc}") from None
+    total = info.messages
+    base = total - len(entries)  # position of entries[0]
+    stop = max(0, total - offset)
+    start = max(0, stop - last_n)
+    chosen = entries[max(0, start - base) : max(0, stop - base)] if stop > start else []
+    header = (
+        f"Session {sid} (agent {owner}): messages {start}-{stop - 1} of {total} "
+        f"(seq numbers; oldest first)."
+        if chosen
+        else f"Session {sid} (agent {owner}) has {total} messages; offset {offset} is past "
+        f"the start."
+    )
+    body = [
+        render_message(
+            e,
+            max_chars=max_chars,
+            session_id=sid,
+            offset=total - 1 - (start + i),
+            char_offset=char_offset,
+        )
+        for i, e in enumerate(chosen)
+    ]
+    more = []
+    if start > 0:
+        more.append(
+            f"{start} earlier message(s): call session_history with "
+            f'{{"sessionId": "{sid}", "offset": {total - start}, "lastN": {last_n}}}.'
+        )
+    return "\n\n".join([header, *body, *more])
+
+
+def _session_search(index: SessionIndex, scope: _Scope, args: Mapping[str, Any]) -> str:
+    """``session_search``: full-text hits over the sessions the agent may read."""
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ToolArgumentsError("session_search: 'query' must be a non-empty string")
+    target = scope.target(args)
+    limit = _int_arg(args, "limit", 10, 1, 50)
+    sid: str | None = None
+    if args.get("sessionId") not in (None, ""):
+        sid = _session_id(args)
+        owner = index.session_agent(sid)
+        if owner is None:
+            raise ToolArgumentsError(f"session_search: no indexed session {sid!r}")
+        if target is not None and owner != target:
+            raise ToolArgumentsError(
+                f"session_search: session {sid!r} does not belong to agent {target!r}"
+            )
+        target = scope.check(owner)
+    if target is None and "*" in scope.allowed:
+        hits = index.search(query, agent_id=None, limit=limit, session_id=sid)
+    else:
+        hits = index.search(query, agent_id=target, limit=limit, session_id=sid)
+    if not hits:
+        return f"No matches for {json.dumps(query, ensure_ascii=False)}."
+    lines = [f"{len(hits)} match(es) for {json.dumps(query, ensure_ascii=False)}, best first:"]
+    for h in hits:
+        lines.append(
+            f"- session {h.session_id} seq {h.seq} ({h.role}, {h.ts}, agent {h.agent_id}): "
+            f"{h.snippet}"
+        )
+    lines.append('Read around a hit with session_history {"sessionId": ..., "offset": ...}.')
+    return "\n".join(lines)
+
+
 def session_tools(
     index: SessionIndex,
     *,
@@ -148,89 +237,10 @@ def session_tools(
         return "\n".join(lines)
 
     def session_history(args: Mapping[str, Any]) -> str:
-        sid = _session_id(args)
-        last_n = _int_arg(args, "lastN", DEFAULT_LAST_N, 1, MAX_LAST_N)
-        offset = _int_arg(args, "offset", 0, 0, 10**9)
-        max_chars = _int_arg(args, "maxChars", max_result_chars, 1, MAX_CHARS_CAP)
-        char_offset = _int_arg(args, "charOffset", 0, 0, 10**12)
-        info = index.store.session(sid)
-        if info is None:
-            raise ToolArgumentsError(f"session_history: no session {sid!r}")
-        owner = info.agent_id
-        wanted = args.get("agentId")
-        if wanted not in (None, "") and wanted != owner:
-            raise ToolArgumentsError(
-                f"session_history: session {sid!r} does not belong to agent {wanted!r}"
-            )
-        scope.check(owner)
-        try:
-            # only the newest lastN + offset messages are read, never the whole log
-            entries = read_entries(index.store, sid, last=last_n + offset)
-        except StorageError as exc:
-            raise ToolArgumentsError(
-                f"session_history: cannot read session {sid!r}: {exc}"
-            ) from None
-        total = info.messages
-        base = total - len(entries)  # position of entries[0]
-        stop = max(0, total - offset)
-        start = max(0, stop - last_n)
-        chosen = entries[max(0, start - base) : max(0, stop - base)] if stop > start else []
-        header = (
-            f"Session {sid} (agent {owner}): messages {start}-{stop - 1} of {total} "
-            f"(seq numbers; oldest first)."
-            if chosen
-            else f"Session {sid} (agent {owner}) has {total} messages; offset {offset} is past "
-            f"the start."
-        )
-        body = [
-            render_message(
-                e,
-                max_chars=max_chars,
-                session_id=sid,
-                offset=total - 1 - (start + i),
-                char_offset=char_offset,
-            )
-            for i, e in enumerate(chosen)
-        ]
-        more = []
-        if start > 0:
-            more.append(
-                f"{start} earlier message(s): call session_history with "
-                f'{{"sessionId": "{sid}", "offset": {total - start}, "lastN": {last_n}}}.'
-            )
-        return "\n\n".join([header, *body, *more])
+        return _session_history(index, scope, args, max_result_chars)
 
     def session_search(args: Mapping[str, Any]) -> str:
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ToolArgumentsError("session_search: 'query' must be a non-empty string")
-        target = scope.target(args)
-        limit = _int_arg(args, "limit", 10, 1, 50)
-        sid: str | None = None
-        if args.get("sessionId") not in (None, ""):
-            sid = _session_id(args)
-            owner = index.session_agent(sid)
-            if owner is None:
-                raise ToolArgumentsError(f"session_search: no indexed session {sid!r}")
-            if target is not None and owner != target:
-                raise ToolArgumentsError(
-                    f"session_search: session {sid!r} does not belong to agent {target!r}"
-                )
-            target = scope.check(owner)
-        if target is None and "*" in scope.allowed:
-            hits = index.search(query, agent_id=None, limit=limit, session_id=sid)
-        else:
-            hits = index.search(query, agent_id=target, limit=limit, session_id=sid)
-        if not hits:
-            return f"No matches for {json.dumps(query, ensure_ascii=False)}."
-        lines = [f"{len(hits)} match(es) for {json.dumps(query, ensure_ascii=False)}, best first:"]
-        for h in hits:
-            lines.append(
-                f"- session {h.session_id} seq {h.seq} ({h.role}, {h.ts}, agent {h.agent_id}): "
-                f"{h.snippet}"
-            )
-        lines.append('Read around a hit with session_history {"sessionId": ..., "offset": ...}.')
-        return "\n".join(lines)
+        return _session_search(index, scope, args)
 
     agent_prop = {
         "type": "string",

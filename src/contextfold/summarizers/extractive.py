@@ -3,13 +3,13 @@
 No model, no randomness: it reads the messages and pulls out the task (first user request),
 what the agent did (tool calls and their outcomes, files edited), the decisions it stated,
 what failed (exit codes, tracebacks, pytest failures) and the plans it announced last. The
-output follows the seed 000 anchors format (or seed 002's four sections) and is bounded.
+output follows the anchors format (or the four sections) and is bounded.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..anchors import (
     NA,
@@ -187,38 +187,20 @@ class ExtractiveSummarizer:
             return max(1, int(n * scale))
 
         item_chars = max(60, int(220 * scale))
-
         prev_anchors: Sequence[Anchor] = request.previous_anchors
         prev_summary = request.previous_summary or ""
         if prev_summary and ("## " in prev_summary or "**" in prev_summary):
             parsed = parse_summary(prev_summary)
             prev_anchors = prev_anchors or parsed.anchors
             prev_summary = parsed.summary
-        prev_intent = next(
-            (a for a in prev_anchors if a.type == AnchorType.USER_INTENT and not a.is_empty), None
-        )
-
-        agent = detect_agent(m.text for m in request.messages[:3] if m.role == "system")
-        requests = user_requests(msgs, agent)
-        intent_lines: list[str] = []
-        if prev_intent is not None:
-            intent_lines = [ln for ln in prev_intent.content.splitlines() if ln.strip()]
-            later = requests
-        else:
-            if requests:
-                intent_lines = [intent(requests[0], max(80, int(self.intent_chars * scale)))]
-            later = requests[1:]
-        intent_lines += [
-            f"Later request: {intent(r, max(60, int(150 * scale)))}" for r in later[-3:]
-        ]
-        intent_lines = [_defuse(ln) for ln in intent_lines]
-
         written: list[str] = []
         for s in steps:
             written += [w for w in s.writes if not s.failed and w not in written]
             written += [w for w in s.diff_files if w not in written]
         new = {
-            AnchorType.USER_INTENT: "\n".join(intent_lines),
+            AnchorType.USER_INTENT: "\n".join(
+                self._intent_lines(request, msgs, prev_anchors, scale)
+            ),
             AnchorType.EXECUTION_PROGRESS: self._progress(steps, k(self.max_progress)),
             AnchorType.KEY_DECISION: self._decisions(msgs, self.max_decisions),
             AnchorType.TRIED_SOLUTION: self._tried(steps),
@@ -235,7 +217,46 @@ class ExtractiveSummarizer:
             )
             for t, v in new.items()
         ]
-        merged = merge_anchors(prev_anchors, new_anchors)
+        final = self._capped(merge_anchors(prev_anchors, new_anchors), k, item_chars)
+        prev_files, earlier = _previous_summary(prev_summary)
+        files = union_items(prev_files, written)
+        lines, offl = self._summary_lines(request, msgs, steps, files, earlier, scale)
+        summary = "\n".join(_defuse(ln) for ln in lines)
+        if request.style == "sections":
+            return _render_sections(final, summary, files, offl)
+        return render_anchors(final, summary)
+
+    def _intent_lines(
+        self,
+        request: SummaryRequest,
+        msgs: Sequence[Message],
+        prev_anchors: Sequence[Anchor],
+        scale: float,
+    ) -> list[str]:
+        """The user's intent: the earlier summary's (or the first request), and the newest
+        later requests."""
+        prev_intent = next(
+            (a for a in prev_anchors if a.type == AnchorType.USER_INTENT and not a.is_empty), None
+        )
+        agent = detect_agent(m.text for m in request.messages[:3] if m.role == "system")
+        requests = user_requests(msgs, agent)
+        intent_lines: list[str] = []
+        if prev_intent is not None:
+            intent_lines = [ln for ln in prev_intent.content.splitlines() if ln.strip()]
+            later = requests
+        else:
+            if requests:
+                intent_lines = [intent(requests[0], max(80, int(self.intent_chars * scale)))]
+            later = requests[1:]
+        intent_lines += [
+            f"Later request: {intent(r, max(60, int(150 * scale)))}" for r in later[-3:]
+        ]
+        return [_defuse(ln) for ln in intent_lines]
+
+    def _capped(
+        self, merged: Sequence[Anchor], k: Callable[[int], int], item_chars: int
+    ) -> list[Anchor]:
+        """The list anchors within their item caps (the rest counted), items clipped."""
         caps = {
             AnchorType.EXECUTION_PROGRESS: k(self.max_progress),
             AnchorType.KEY_DECISION: k(self.max_decisions),
@@ -250,22 +271,23 @@ class ExtractiveSummarizer:
                 final.append(Anchor(type=a.type, content=_bullets(items)))
             else:
                 final.append(a)
+        return final
 
-        # Summary text
-        prev_files: list[str] = []
-        earlier: list[str] = []
-        for ln in prev_summary.splitlines():
-            if ln.startswith(("Files modified:", "Scratch files written:")):
-                prev_files += [
-                    f.strip()
-                    for f in ln.split(":", 1)[1].split(",")
-                    if f.strip() and not f.strip().startswith("(+")
-                ]
-            elif ln.strip() and not ln.startswith("Earlier:"):
-                earlier.append(ln.strip())
-            elif ln.startswith("Earlier:"):
-                earlier.insert(0, ln[len("Earlier:") :].strip())
-        files = union_items(prev_files, written)
+    def _summary_lines(
+        self,
+        request: SummaryRequest,
+        msgs: Sequence[Message],
+        steps: Sequence[Step],
+        files: list[str],
+        earlier: list[str],
+        scale: float,
+    ) -> tuple[list[str], list[str]]:
+        """The summary text's lines, and the offload placeholders the range held."""
+
+        def k(n: int) -> int:
+            return max(1, int(n * scale))
+
+        item_chars = max(60, int(220 * scale))
         n_user = sum(m.role == "user" for m in msgs)
         n_asst = sum(m.role == "assistant" for m in msgs)
         n_tool = sum(m.role == "tool" for m in msgs)
@@ -296,10 +318,25 @@ class ExtractiveSummarizer:
         if offl:
             lines.append("Offloaded outputs: " + "; ".join(dict.fromkeys(offl[-k(5) :])))
         lines += [f"Note: {clip(n, item_chars)}" for n in request.notes[: k(3)]]
-        summary = "\n".join(_defuse(ln) for ln in lines)
-        if request.style == "sections":
-            return _render_sections(final, summary, files, offl)
-        return render_anchors(final, summary)
+        return lines, offl
+
+
+def _previous_summary(prev_summary: str) -> tuple[list[str], list[str]]:
+    """The files an earlier summary listed, and its other lines (what happened earlier)."""
+    prev_files: list[str] = []
+    earlier: list[str] = []
+    for ln in prev_summary.splitlines():
+        if ln.startswith(("Files modified:", "Scratch files written:")):
+            prev_files += [
+                f.strip()
+                for f in ln.split(":", 1)[1].split(",")
+                if f.strip() and not f.strip().startswith("(+")
+            ]
+        elif ln.strip() and not ln.startswith("Earlier:"):
+            earlier.append(ln.strip())
+        elif ln.startswith("Earlier:"):
+            earlier.insert(0, ln[len("Earlier:") :].strip())
+    return prev_files, earlier
 
 
 _SCRATCH = re.compile(

@@ -1,4 +1,4 @@
-"""Preparing messages for a summarizer: argument truncation (seed 002, 2.3) and a plain-text
+"""Preparing messages for a summarizer: argument truncation and a plain-text
 transcript of the conversation."""
 
 from __future__ import annotations

@@ -1,0 +1,73 @@
+"""Ingest: messages appended to a session's history, and tool results offloaded on arrival."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..errors import ContextFoldError
+from ..messages import Message, check_encodable
+from ..offload import offloadable_text
+from ..responses import parse_inputs
+from .context import SessionContext
+
+#: What ``add`` accepts: an OpenAI (or Anthropic-block) message dict, or a Message.
+MessageInput = Mapping[str, object] | Message
+
+
+def parse(ctx: SessionContext, messages: Iterable[MessageInput]) -> list[Message]:
+    """``messages`` as neutral Messages appended after the history; a dict gets a uuid
+    derived from (session, position)."""
+    return parse_inputs(messages, len(ctx.view), ctx.uuid_for)
+
+
+def check(ctx: SessionContext, parsed: list[Message]) -> list[int]:
+    """Validate ``parsed`` as the next messages (all or nothing, before anything is written);
+    their token counts."""
+    start = len(ctx.view)
+    for i, msg in enumerate(parsed):
+        check_encodable(msg, start + i)
+    ctx.view.check_batch(parsed, start)
+    return [ctx.cache.count(m) for m in parsed]
+
+
+def append(ctx: SessionContext, parsed: list[Message], tokens: list[int]) -> None:
+    """Log and append checked messages (inside the caller's unit of work); each tool result
+    goes through the offload policies as it arrives."""
+    start = len(ctx.view)
+    ctx.log.append(parsed, start, tokens)
+    for i, msg in enumerate(parsed):
+        ctx.view.append(msg, start + i)
+        if msg.role == "tool":
+            offload_on_arrival(ctx, start + i)
+
+
+def offload_on_arrival(ctx: SessionContext, index: int) -> None:
+    """Offload a large tool result when it arrives (the eviction policy first, then ingest
+    offload), leaving a placeholder in the view; the original becomes evidence at once."""
+    msg = ctx.view.history[index]
+    text = offloadable_text(msg.content)
+    if text is None:
+        return
+    compactor = ctx.compactor
+    tool_name = compactor._tool_name(index)
+    for name, store in (("eviction", ctx.eviction_store), ("ingest", ctx.offload)):
+        policy = compactor.policies.get(name)
+        if policy is None or not policy.applies(text, tool_name):
+            continue
+        try:
+            entry = store.write(
+                msg.tool_call_id or "",
+                text,
+                message_uuid=msg.uuid,
+                policy=name,
+                tool_name=tool_name,
+            )
+        except ContextFoldError as exc:
+            ctx.recovery.note_problem(f"{name} offload failed for {msg.tool_call_id}: {exc}")
+            return
+        compactor.apply_offload(index, entry, policy)
+        ctx.recovery.index_ingest(index, entry)
+        return
+
+
+__all__ = ["MessageInput", "append", "check", "offload_on_arrival", "parse"]
