@@ -373,6 +373,7 @@ def delete_rows(conn: Any, s: str, session_id: str) -> None:
     """Every row of a session, in the connection's current transaction (the session row
     locked first, as an append locks it)."""
     conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE", (session_id,))
+    pg_branches.keep_branches(conn, s, session_id)  # its branches take the events they share
     conn.execute(f"DELETE FROM {s}.events WHERE session_id = %s", (session_id,))
     conn.execute(f"DELETE FROM {s}.search_keys WHERE session_id = %s", (session_id,))
     conn.execute(
