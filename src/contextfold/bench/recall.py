@@ -343,6 +343,7 @@ def measure(
                     "rank": rank,
                     "ms": round(ms, 3),
                     "got": [h.pointer.tool_use_id for h in hits[:3]],
+                    "why": [h.why for h in hits[:2]],
                     "want": q.tid,
                 }
             )

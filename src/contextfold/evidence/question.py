@@ -66,6 +66,8 @@ class Question:
         self.spec = parse_query(query, ())
         clean = strip_ordinals(query)
         self.clean = " ".join(clean.split())
+        #: the question's semantic vector, when it was asked of the model
+        self.qvec: Any = None
         self.terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
         quoted = [
             normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
@@ -109,6 +111,7 @@ class Question:
         scores = self._first_bm25()
         by = self._first_lookup()
         f = self._named(by)
+        self._semantic_kind(f)
         self._second_lookup(f)
         wanted = self._candidates(scores, f)
         near = self._semantic(f, wanted)
@@ -230,17 +233,28 @@ class Question:
         self._extra_bm25(wanted, f)
         return wanted
 
+    def _semantic_kind(self, f: Found) -> None:
+        """The kind of output asked for, from the question's meaning, when its words do not
+        say it (:class:`.semantic.Meanings`); nothing without the ``semantic`` extra."""
+        if not semantic.wanted(self.spec, self.quoted, f) or self.search.vectors() is None:
+            return
+        self.qvec = semantic.question_vector(semantic.frame(self.clean))
+        kind = semantic.Meanings.kind_of(self.qvec) if self.qvec is not None else None
+        if kind is not None:
+            self.spec = dataclasses.replace(self.spec, kind=kind, kind_because=semantic.BECAUSE)
+
     def _semantic(self, f: Found, wanted: set[str]) -> dict[str, float]:
         """How near in meaning each candidate is (0..1 among them), when the question's words
-        do not say what it wants (:func:`.semantic.wanted`); the nearest outputs join the
-        candidates when it names nothing at all. Empty without the ``semantic`` extra."""
-        if not semantic.wanted(self.spec, self.quoted, f):
-            return {}
+        do not say what it wants (:func:`.semantic.wanted`) and it names no file; the nearest
+        outputs join the candidates when it names nothing at all. Empty without the
+        ``semantic`` extra."""
+        if self.qvec is None or self.spec.paths or not semantic.wanted(self.spec, self.quoted, f):
+            return {}  # (a file named: its content unless the meaning says another kind)
         vectors = self.search.vectors()
         if vectors is None:
             return {}
         sid = self.search.store.session.session_id
-        sims = {f"{sid}:{pid}": s for pid, s in vectors.similarities(self.clean).items()}
+        sims = {f"{sid}:{pid}": s for pid, s in vectors.similarities(self.qvec).items()}
         if not sims:
             return {}
         if not f.strong():

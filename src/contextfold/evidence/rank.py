@@ -373,6 +373,8 @@ def _of_path(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[C
     group = [c for c in pool if c.path and c.lines >= 0]
     if q.kind is not None and best.kind:
         return [c for c in group if c.kind]
+    if best.semantic is not None:  # the kind of output nearest in meaning: best's action
+        return [c for c in group if c.pointer.action == best.pointer.action] or group
     return [c for c in group if c.pointer.action == "read"] or group
 
 

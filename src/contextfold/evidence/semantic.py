@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -55,15 +56,77 @@ def enabled() -> bool:
     return embed.available()
 
 
+#: What each kind of output is (:data:`.understand.KINDS`), and outputs of no such kind
+#: (None): a question nearest to one of these in meaning asks for that kind.
+MEANINGS: tuple[tuple[str | None, str], ...] = (
+    ("read", "the contents of a file as it was opened and displayed"),
+    ("read", "the source code of a file you looked at"),
+    ("run", "the output a program or script printed when it was executed"),
+    ("run", "what came out of running a script"),
+    ("traceback", "the exception and the stack of calls when a program crashed"),
+    ("traceback", "the error a program failed with"),
+    ("tests", "the results of the test suite: which tests passed and which failed"),
+    ("tests", "the outcome of running the unit tests"),
+    ("search", "the matching lines found by searching the code for a pattern"),
+    ("search", "where in the files a name appears"),
+    ("diff", "the changes made to the source files, as a patch"),
+    ("diff", "the modifications to the code"),
+    (None, "the names of the files and folders in a directory listing"),
+    (None, "the warnings a linter or style checker reported"),
+    (None, "the log of installing packages"),
+    (None, "the response to a web request"),
+    (None, "a count of lines, words or bytes"),
+)
+#: A kind is taken when the question is at least this near its meaning ...
+KIND_FLOOR = 0.25
+#: ... and this much nearer than to any other kind's.
+KIND_MARGIN = 0.04
+#: Said in ``recall``'s explanation of a hit whose kind the vectors chose.
+BECAUSE = "semantic match"
+
+
+def english(text: str) -> bool:
+    """The model knows English only: a question in Chinese (or any CJK text) is not asked of it."""
+    return not any("\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" for ch in text)
+
+
 def wanted(spec: QuerySpec, quoted: Sequence[str], f: Found) -> bool:
-    """Whether a question needs the vectors: its words say neither the kind of output nor a
-    command, tool, URL, pattern or error type (a file named alone still leaves open which of
-    its outputs: its content, a run of it), and it is no ordinal over every output."""
-    if spec.kind is not None or quoted or spec.tools or spec.exceptions or spec.urls:
+    """Whether a question needs the vectors: its words say neither the kind of output (or
+    the vectors said it) nor a command, tool, URL, pattern or error type (a file named alone
+    still leaves open which of its outputs: its content, a run of it), and it is no ordinal
+    over every output."""
+    if spec.kind is not None and spec.kind_because != BECAUSE:
         return False
-    if f.exact or f.partial or f.url_docs or f.pattern_docs or f.exc_docs:
+    if quoted or spec.tools or spec.exceptions or spec.urls:
+        return False
+    if f.exact or f.partial or f.url_docs or f.exc_docs:
+        return False
+    if f.pattern_docs and not spec.paths:  # (a file named is also a search pattern's words)
         return False
     return not f.bulk(spec)
+
+
+class Meanings:
+    """The vectors of :data:`MEANINGS`, computed once per process."""
+
+    _matrix: list[NDArray[np.float32]] = []
+
+    @classmethod
+    def kind_of(cls, q: NDArray[np.float32]) -> str | None:
+        """The kind whose meaning the question vector ``q`` is nearest (None: no kind, or
+        not clearly one)."""
+        enc = embed.encoder()
+        if enc is None:
+            return None
+        if not cls._matrix:
+            cls._matrix.append(enc.encode([m for _, m in MEANINGS]))
+        sims = cls._matrix[0] @ q
+        best: dict[str | None, float] = {}
+        for (kind, _), s in zip(MEANINGS, sims):
+            best[kind] = max(best.get(kind, -1.0), float(s))
+        ranked = sorted(best.items(), key=lambda kv: -kv[1])
+        (kind, top), (_, second) = ranked[0], ranked[1]
+        return kind if top >= KIND_FLOOR and top - second >= KIND_MARGIN else None
 
 
 def wanted_for(p: EvidencePointer) -> bool:
@@ -220,14 +283,28 @@ class SessionVectors:
         self._matrix = np.concatenate(parts) if parts else None
         self._blocks = blocks
 
-    def similarities(self, question: str) -> dict[str, float]:
-        """Cosine of ``question`` with every output that has a vector (pointer id -> cos)."""
-        enc = embed.encoder()
-        if self._matrix is None or enc is None:
+    def similarities(self, q: NDArray[np.float32]) -> dict[str, float]:
+        """Cosine of the question vector ``q`` with every output that has a vector (pointer
+        id -> cos)."""
+        if self._matrix is None:
             return {}
-        q = enc.encode([question])[0]
         sims = self._matrix @ q
         return {pid: round(float(s), 4) for pid, s in zip(self.ids, sims)}
+
+
+_NAMES = re.compile(r"`[^`\n]*`|[\w.~/-]*[\w-]\.[A-Za-z]\w{0,5}(?:::[\w:.\[\]-]+)?|\S*/\S*")
+
+
+def frame(text: str) -> str:
+    """The question without the names it gives (files, test ids, quoted words): what kind
+    of output it asks for is in its other words, and "test_fix.py" is no test run."""
+    return " ".join(_NAMES.sub("it", text).split())
+
+
+def question_vector(text: str) -> NDArray[np.float32] | None:
+    """The vector of a question (None: without the extra, or not in English)."""
+    enc = embed.encoder() if english(text) else None
+    return enc.encode([text])[0] if enc is not None else None
 
 
 def relative(sims: Mapping[str, float], among: Sequence[str]) -> dict[str, float]:
@@ -243,13 +320,19 @@ def relative(sims: Mapping[str, float], among: Sequence[str]) -> dict[str, float
 
 __all__ = [
     "CANDIDATES",
+    "BECAUSE",
+    "MEANINGS",
     "NAMESPACE",
+    "Meanings",
     "SessionVectors",
     "block_key",
     "describe",
+    "english",
     "enabled",
     "file_block",
+    "frame",
     "gloss",
+    "question_vector",
     "relative",
     "wanted",
     "wanted_for",
