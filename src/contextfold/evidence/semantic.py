@@ -23,7 +23,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from . import embed
 from .fields import is_own_tool
@@ -109,7 +109,7 @@ def wanted(spec: QuerySpec, quoted: Sequence[str], f: Found) -> bool:
 class Meanings:
     """The vectors of :data:`MEANINGS`, computed once per process."""
 
-    _matrix: list[NDArray[np.float32]] = []
+    _matrix: ClassVar[list[NDArray[np.float32]]] = []
 
     @classmethod
     def kind_of(cls, q: NDArray[np.float32]) -> str | None:
@@ -205,7 +205,6 @@ def describe(p: EvidencePointer, text: str) -> str:
 
 
 def _pack(matrix: NDArray[np.float32]) -> str:
-    import numpy as np
 
     return base64.b64encode(matrix.astype("<f2").tobytes()).decode("ascii")
 
@@ -319,16 +318,16 @@ def relative(sims: Mapping[str, float], among: Sequence[str]) -> dict[str, float
 
 
 __all__ = [
-    "CANDIDATES",
     "BECAUSE",
+    "CANDIDATES",
     "MEANINGS",
     "NAMESPACE",
     "Meanings",
     "SessionVectors",
     "block_key",
     "describe",
-    "english",
     "enabled",
+    "english",
     "file_block",
     "frame",
     "gloss",

@@ -24,6 +24,7 @@ from ..errors import StorageError, UnsafeIdError
 from ..messages import Message
 from ..scaffolding import strip_scaffolding
 from ..storage.session import SessionStore
+from . import semantic
 from .classify import (
     classify,
     extract_anchors,
@@ -44,7 +45,6 @@ from .keys import (
     state_key,
     terms_id,
 )
-from . import semantic
 from .lookups import IndexState, seed
 from .model import CompactBlock, EvidenceFormatError, EvidencePointer
 
