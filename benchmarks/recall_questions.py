@@ -80,13 +80,16 @@ def _costs(runs: Mapping[str, Mapping[str, Any]]) -> list[str]:
         f"{s.get('disk_bytes_per_output')} bytes per output"
         for m, s in runs.items()
     ]
-    off, on = runs.get("semantic off"), runs.get("semantic on")
-    if off is not None and on is not None:
-        a, b = off.get("restore_p50_ms"), on.get("restore_p50_ms")
-        if a is not None and b is not None:
-            added = round(b - a, 3)
-            ok = "ok  " if added <= SEMANTIC_P50_MS else "MISS"
-            lines.append(f"{ok} semantic adds <= {SEMANTIC_P50_MS:g} ms restore p50 (got {added})")
+    on = runs.get("semantic on")
+    if on is not None and on.get("restore_p50_ms") is not None:
+        # within the same run: the restores less the time on the question's vector
+        added = round(on["restore_p50_ms"] - on["restore_p50_less_semantic_ms"], 3)
+        ok = "ok  " if added <= SEMANTIC_P50_MS else "MISS"
+        lines.append(
+            f"{ok} semantic adds <= {SEMANTIC_P50_MS:g} ms restore p50 (got {added} ms; the "
+            f"question's vector was computed for {on.get('semantic_asked')} questions, "
+            f"{on.get('semantic_ms_mean')} ms on average over all)"
+        )
     return lines
 
 

@@ -324,9 +324,11 @@ def measure(
         asked += paraphrase_questions(calls, outputs, list(left), styles)
         results: list[dict[str, Any]] = []
         for q in asked:
+            sem0 = semantic.STATS["query_seconds"]
             t0 = time.perf_counter()
             hits = cm.restore(q.text, k=K)
             ms = (time.perf_counter() - t0) * 1000
+            sem_ms = (semantic.STATS["query_seconds"] - sem0) * 1000
             rank = next(
                 (
                     r
@@ -342,6 +344,7 @@ def measure(
                     "query": q.text,
                     "rank": rank,
                     "ms": round(ms, 3),
+                    "sem_ms": round(sem_ms, 3),
                     "got": [h.pointer.tool_use_id for h in hits[:3]],
                     "why": [h.why for h in hits[:2]],
                     "want": q.tid,
@@ -411,6 +414,8 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     para["all"] = rates([q for _, q in qs if q["kind"].startswith("para/")])
     para["zh"] = rates([q for _, q in qs if q["kind"].startswith("para/") and _zh(q["query"])])
     ms = [q["ms"] for _, q in qs]
+    sem = [q.get("sem_ms", 0.0) for _, q in qs]
+    bare = [q["ms"] - q.get("sem_ms", 0.0) for _, q in qs]
     misses = [{"trace": r["trace"], "set": r["set"], **q} for r, q in qs if q["rank"] != 1][
         :MAX_SHOWN_MISSES
     ]
@@ -423,6 +428,11 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         **_vector_totals(runs),
         "restore_p50_ms": round(percentile(ms, 50), 3) if ms else None,
         "restore_p95_ms": round(percentile(ms, 95), 3) if ms else None,
+        # the same restores less the time spent on the question's vector (same run, so the
+        # difference is what semantic retrieval adds, not the machine's load between runs)
+        "restore_p50_less_semantic_ms": round(percentile(bare, 50), 3) if bare else None,
+        "semantic_ms_mean": round(sum(sem) / len(sem), 3) if sem else None,
+        "semantic_asked": sum(1 for s in sem if s > 0),
         "outputs_left": sum(int(r.get("left", 0)) for r in runs),
         "errors": [f"{r['trace']} ({r['set']}): {r['error']}" for r in runs if "error" in r],
         "misses": misses,

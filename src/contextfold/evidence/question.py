@@ -236,7 +236,7 @@ class Question:
     def _semantic_kind(self, f: Found) -> None:
         """The kind of output asked for, from the question's meaning, when its words do not
         say it (:class:`.semantic.Meanings`); nothing without the ``semantic`` extra."""
-        if not semantic.wanted(self.spec, self.quoted, f) or self.search.vectors() is None:
+        if not semantic.kind_wanted(self.spec, self.quoted, f) or self.search.vectors() is None:
             return
         self.qvec = semantic.question_vector(semantic.frame(self.clean))
         kind = semantic.Meanings.kind_of(self.qvec) if self.qvec is not None else None

@@ -46,7 +46,7 @@ TEXT_CHARS = 600
 CANDIDATES = 8
 _OFF = ("0", "off", "false", "no")
 #: What computing vectors has cost in this process (read by the recall bench).
-STATS = {"vectors": 0, "seconds": 0.0}
+STATS = {"vectors": 0, "seconds": 0.0, "query_seconds": 0.0}
 
 
 def enabled() -> bool:
@@ -88,6 +88,21 @@ BECAUSE = "semantic match"
 def english(text: str) -> bool:
     """The model knows English only: a question in Chinese (or any CJK text) is not asked of it."""
     return not any("\u3040" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" for ch in text)
+
+
+def kind_wanted(spec: QuerySpec, quoted: Sequence[str], f: Found) -> bool:
+    """Whether the kind of output asked for is read from the question's meaning: its words
+    say neither the kind nor a command, tool, URL, pattern or error type (an ordinal alone
+    may count the outputs of the kind the meaning says, unless it counts failures)."""
+    if spec.kind is not None:
+        return False
+    if f.bulk(spec) and (spec.wants_error or spec.wants_failing):
+        return False  # "the first failing command": counted over the failing outputs
+    if quoted or spec.tools or spec.exceptions or spec.urls:
+        return False
+    if f.exact or f.partial or f.url_docs or f.exc_docs:
+        return False
+    return not (f.pattern_docs and not spec.paths)
 
 
 def wanted(spec: QuerySpec, quoted: Sequence[str], f: Found) -> bool:
@@ -303,7 +318,13 @@ def frame(text: str) -> str:
 def question_vector(text: str) -> NDArray[np.float32] | None:
     """The vector of a question (None: without the extra, or not in English)."""
     enc = embed.encoder() if english(text) else None
-    return enc.encode([text])[0] if enc is not None else None
+    if enc is None:
+        return None
+    t0 = time.perf_counter()
+    try:
+        return enc.encode([text])[0]
+    finally:
+        STATS["query_seconds"] += time.perf_counter() - t0
 
 
 def relative(sims: Mapping[str, float], among: Sequence[str]) -> dict[str, float]:
@@ -331,6 +352,7 @@ __all__ = [
     "file_block",
     "frame",
     "gloss",
+    "kind_wanted",
     "question_vector",
     "relative",
     "wanted",
