@@ -258,7 +258,8 @@ class Question:
         if not sims:
             return {}
         if not f.strong():
-            best = heapq.nlargest(semantic.CANDIDATES, sorted(sims), key=sims.__getitem__)
+            near = sorted(d for d, s in sims.items() if s >= semantic.SIM_FLOOR)
+            best = heapq.nlargest(semantic.CANDIDATES, near, key=sims.__getitem__)
             self._fetch(best)
             wanted.update(d for d in best if d in self.docs)
         return semantic.relative(sims, sorted(wanted))

@@ -42,8 +42,11 @@ log = logging.getLogger(__name__)
 NAMESPACE = "evidence-vectors"
 #: Characters of an output's text read for its vector (the model reads MAX_TOKENS tokens).
 TEXT_CHARS = 600
-#: Best semantic matches added as candidates when the question names nothing.
+#: Best semantic matches added as candidates when the question names nothing ...
 CANDIDATES = 8
+#: ... each at least this near the question (a question about nothing that was done, or
+#: nonsense, stays below it: it finds nothing rather than the least far output).
+SIM_FLOOR = 0.25
 _OFF = ("0", "off", "false", "no")
 #: What computing vectors has cost in this process (read by the recall bench).
 STATS = {"vectors": 0, "seconds": 0.0, "query_seconds": 0.0}
@@ -329,13 +332,19 @@ def question_vector(text: str) -> NDArray[np.float32] | None:
 
 def relative(sims: Mapping[str, float], among: Sequence[str]) -> dict[str, float]:
     """The similarities of ``among`` scaled to [0, 1] between the worst and the best of them
-    (what ranking adds: which candidate the question is nearest, not how near in absolute)."""
+    (what ranking adds: which candidate the question is nearest, not how near in absolute);
+    0 for those below :data:`SIM_FLOOR`."""
     got = [sims[d] for d in among if d in sims]
     if not got:
         return {}
     lo, hi = min(got), max(got)
     span = hi - lo
-    return {d: (sims[d] - lo) / span if span > 1e-6 else 1.0 for d in among if d in sims}
+    out: dict[str, float] = {}
+    for d in among:
+        if d in sims:  # below the floor: no nearer than unrelated text, so no signal
+            near = sims[d] >= SIM_FLOOR
+            out[d] = ((sims[d] - lo) / span if span > 1e-6 else 1.0) if near else 0.0
+    return out
 
 
 __all__ = [
@@ -343,6 +352,7 @@ __all__ = [
     "CANDIDATES",
     "MEANINGS",
     "NAMESPACE",
+    "SIM_FLOOR",
     "Meanings",
     "SessionVectors",
     "block_key",
