@@ -32,6 +32,12 @@ if not embed.available():  # the extra is part of `make venv`; a bare install ha
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _semantic_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py turns semantic retrieval off for the other tests."""
+    monkeypatch.setenv("CONTEXTFOLD_SEMANTIC", "1")
+
+
 @pytest.fixture(params=["sqlite", "memory", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
