@@ -325,9 +325,10 @@ def question_vector(text: str) -> NDArray[np.float32] | None:
         return None
     t0 = time.perf_counter()
     try:
-        return enc.encode([text])[0]
+        vector: NDArray[np.float32] = enc.encode([text])[0]
     finally:
         STATS["query_seconds"] += time.perf_counter() - t0
+    return vector
 
 
 def relative(sims: Mapping[str, float], among: Sequence[str]) -> dict[str, float]:
