@@ -24,6 +24,10 @@ TRACES_DIR = REPO_ROOT / "benchmarks" / "traces"
 # the design notes (Chinese prose samples for the token tests)
 SEEDS_DIR = REPO_ROOT / "docs" / "design-notes"
 
+# Semantic vectors cost tens of milliseconds per output indexed: the tests that replay every
+# trajectory run without them; tests/test_evidence_semantic.py turns them on.
+os.environ.setdefault("CONTEXTFOLD_SEMANTIC", "0")
+
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 _real_getaddrinfo = socket.getaddrinfo

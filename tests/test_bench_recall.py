@@ -10,6 +10,7 @@ import pytest
 
 from contextfold.bench.cli import main
 from contextfold.bench.natural import NATURAL_KINDS
+from contextfold.bench.paraphrase import PARAPHRASE_KINDS
 from contextfold.bench.recall import EXACT_KINDS, measure, questions, summarize, trace_calls
 from contextfold.bench.recall_report import recall_html, recall_rows, recall_targets
 from contextfold.bench.toolstyles import convert_call, convert_trace
@@ -125,7 +126,10 @@ def test_measure_a_real_trace_and_report() -> None:
     got = summary["by_style"]["shell"]
     exact = [q for q in shell["questions"] if q["kind"] in EXACT_KINDS]
     assert got["questions"] == len(exact)  # the natural questions are reported apart
-    assert {q["kind"] for q in shell["questions"]} - set(EXACT_KINDS) <= set(NATURAL_KINDS)
+    paraphrased = {f"para/{k}" for k in PARAPHRASE_KINDS}
+    kinds = {q["kind"] for q in shell["questions"]} - set(EXACT_KINDS)
+    assert kinds <= set(NATURAL_KINDS) | paraphrased and kinds & paraphrased
+    assert set(summary["paraphrase"]) <= set(PARAPHRASE_KINDS) | {"all", "zh"}
     ranks = [q["rank"] for q in exact]
     assert got["top1"] == round(sum(1 for r in ranks if r == 1) / len(ranks), 4)
     assert got["top5"] >= got["top1"] and summary["restore_p50_ms"] is not None

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ContextFoldError
+from ..evidence import semantic
 from ..shell import ShellReader, exit_code
 from .metrics import content_text, percentile
 from .toolstyles import DEFAULT_CWD, convert_trace
@@ -286,6 +287,7 @@ def measure(
     workdir = tempfile.mkdtemp(prefix="cf-bench-recall-")
     try:
         cm = _make_manager(workdir, window, preset)
+        index_before = dict(semantic.STATS)
         outputs: dict[str, str] = {}
         left: dict[str, None] = {}
         prev = 0
@@ -315,14 +317,18 @@ def measure(
                     left[tid] = None
         calls = trace_calls(messages)
         from .natural import natural_questions
+        from .paraphrase import paraphrase_questions
 
         asked = questions(calls, outputs, list(left), styles)
         asked += natural_questions(calls, outputs, list(left), styles)
+        asked += paraphrase_questions(calls, outputs, list(left), styles)
         results: list[dict[str, Any]] = []
         for q in asked:
+            sem0 = semantic.STATS["query_seconds"]
             t0 = time.perf_counter()
             hits = cm.restore(q.text, k=K)
             ms = (time.perf_counter() - t0) * 1000
+            sem_ms = (semantic.STATS["query_seconds"] - sem0) * 1000
             rank = next(
                 (
                     r
@@ -338,16 +344,29 @@ def measure(
                     "query": q.text,
                     "rank": rank,
                     "ms": round(ms, 3),
+                    "sem_ms": round(sem_ms, 3),
                     "got": [h.pointer.tool_use_id for h in hits[:3]],
+                    "why": [h.why for h in hits[:2]],
                     "want": q.tid,
                 }
             )
+        cost = vector_cost(cm, index_before)
         close = getattr(cm, "close", None)
         if callable(close):
             close()
-        return {"outputs": len(outputs), "left": len(left), "questions": results}
+        return {"outputs": len(outputs), "left": len(left), "questions": results, **cost}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def vector_cost(cm: Any, before: Mapping[str, float]) -> dict[str, float]:
+    """What the semantic vectors of the replay cost: how many, the seconds computing them,
+    and the bytes of their documents in the store (all 0 without the ``semantic`` extra)."""
+    n = semantic.STATS["vectors"] - before["vectors"]
+    secs = semantic.STATS["seconds"] - before["seconds"]
+    docs = cm.session.store.docs(semantic.NAMESPACE, prefix=f"{cm.session.session_id}/")
+    size = sum(len(json.dumps(v, separators=(",", ":"))) for v in docs.values())
+    return {"vectors": n, "vector_seconds": round(secs, 4), "vector_bytes": size}
 
 
 def _task(args: tuple[str, str, int, str]) -> dict[str, Any]:
@@ -380,6 +399,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
 
     from .natural import NATURAL_KINDS
+    from .paraphrase import PARAPHRASE_KINDS
 
     exact = [q for _, q in qs if q["kind"] in EXACT_KINDS]
     by_style = {s: rates([q for q in exact if q["style"] == s]) for s in ("shell", "file")}
@@ -390,7 +410,12 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     natural = {k: rates([q for _, q in qs if q["kind"] == k]) for k in NATURAL_KINDS}
     natural["all"] = rates([q for _, q in qs if q["kind"] in NATURAL_KINDS])
+    para = {k: rates([q for _, q in qs if q["kind"] == f"para/{k}"]) for k in PARAPHRASE_KINDS}
+    para["all"] = rates([q for _, q in qs if q["kind"].startswith("para/")])
+    para["zh"] = rates([q for _, q in qs if q["kind"].startswith("para/") and _zh(q["query"])])
     ms = [q["ms"] for _, q in qs]
+    sem = [q.get("sem_ms", 0.0) for _, q in qs]
+    bare = [q["ms"] - q.get("sem_ms", 0.0) for _, q in qs]
     misses = [{"trace": r["trace"], "set": r["set"], **q} for r, q in qs if q["rank"] != 1][
         :MAX_SHOWN_MISSES
     ]
@@ -398,11 +423,35 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "by_style": by_style,
         "by_kind": {k: v for k, v in by_kind.items() if v["questions"]},
         "natural": {k: v for k, v in natural.items() if v["questions"]},
+        "paraphrase": {k: v for k, v in para.items() if v["questions"]},
+        "semantic": semantic.enabled(),
+        **_vector_totals(runs),
         "restore_p50_ms": round(percentile(ms, 50), 3) if ms else None,
         "restore_p95_ms": round(percentile(ms, 95), 3) if ms else None,
+        # the same restores less the time spent on the question's vector (same run, so the
+        # difference is what semantic retrieval adds, not the machine's load between runs)
+        "restore_p50_less_semantic_ms": round(percentile(bare, 50), 3) if bare else None,
+        "semantic_ms_mean": round(sum(sem) / len(sem), 3) if sem else None,
+        "semantic_asked": sum(1 for s in sem if s > 0),
         "outputs_left": sum(int(r.get("left", 0)) for r in runs),
         "errors": [f"{r['trace']} ({r['set']}): {r['error']}" for r in runs if "error" in r],
         "misses": misses,
+    }
+
+
+def _zh(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def _vector_totals(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Index time and disk per output vector over the runs (None: no vector computed)."""
+    n = sum(int(r.get("vectors", 0)) for r in runs)
+    secs = sum(float(r.get("vector_seconds", 0.0)) for r in runs)
+    size = sum(int(r.get("vector_bytes", 0)) for r in runs)
+    return {
+        "vectors": n,
+        "index_ms_per_output": round(1000 * secs / n, 3) if n else None,
+        "disk_bytes_per_output": round(size / n, 1) if n else None,
     }
 
 

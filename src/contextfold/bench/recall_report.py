@@ -61,6 +61,7 @@ def recall_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     headers = ["tool style / question", "questions", "top-1", "top-5"]
     rows: list[list[str]] = []
     natural = [(f"natural/{k}", v) for k, v in summary.get("natural", {}).items()]
+    natural += [(f"paraphrase/{k}", v) for k, v in summary.get("paraphrase", {}).items()]
     named = [*summary.get("by_style", {}).items(), *summary.get("by_kind", {}).items()]
     for name, got in [*named, *natural]:
         if not got.get("questions"):

@@ -13,6 +13,9 @@
   one-time backfill of sessions written before keys existed
 * :mod:`.search`, :mod:`.question`: candidate retrieval (the store's BM25 and exact lookups of
   what a question names, nothing built on open) and ranking
+* :mod:`.semantic`, :mod:`.embed`: optional semantic retrieval (the ``semantic`` extra): a
+  vector per output written with its block, the kind of output read from a question's
+  meaning when its words do not say it; nothing imported without the extra
 * :mod:`.intents`: which user messages ask for old evidence (English and Chinese)
 * :mod:`.inject`: the ``<system-reminder>`` block, within a token budget, safely quoted
 * :mod:`.tools`: the ``recall`` agent tool

@@ -37,6 +37,8 @@ def _what(c: Candidate, q: QuerySpec) -> list[str]:
         out.append("the URL named")
     if c.anchors:
         out.append("names in it match")
+    if c.semantic is not None and c.semantic >= 1.0:
+        out.append("semantic match (the nearest in meaning)")
     return out
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import semantic
 from .classify import normalize_command
 from .explain import explain
 from .fields import path_suffixes, pattern_key
@@ -64,6 +65,9 @@ class Question:
         self.docs: dict[str, Doc] = {}
         self.spec = parse_query(query, ())
         clean = strip_ordinals(query)
+        self.clean = " ".join(clean.split())
+        #: the question's semantic vector, when it was asked of the model
+        self.qvec: Any = None
         self.terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
         quoted = [
             normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
@@ -107,11 +111,13 @@ class Question:
         scores = self._first_bm25()
         by = self._first_lookup()
         f = self._named(by)
+        self._semantic_kind(f)
         self._second_lookup(f)
         wanted = self._candidates(scores, f)
+        near = self._semantic(f, wanted)
         seqs, log = self._positions(wanted)
         cands = [
-            self._candidate(d, seqs[d], scores, f)
+            self._candidate(d, seqs[d], scores, f, near.get(d))
             for d in sorted(self._kept(wanted, f, k), key=lambda d: (self.docs[d].ord, d))
         ]
         if log is None and self.spec.ordinal is not None:
@@ -227,6 +233,37 @@ class Question:
         self._extra_bm25(wanted, f)
         return wanted
 
+    def _semantic_kind(self, f: Found) -> None:
+        """The kind of output asked for, from the question's meaning, when its words do not
+        say it (:class:`.semantic.Meanings`); nothing without the ``semantic`` extra."""
+        if not semantic.kind_wanted(self.spec, self.quoted, f) or self.search.vectors() is None:
+            return
+        self.qvec = semantic.question_vector(semantic.frame(self.clean))
+        kind = semantic.Meanings.kind_of(self.qvec) if self.qvec is not None else None
+        if kind is not None:
+            self.spec = dataclasses.replace(self.spec, kind=kind, kind_because=semantic.BECAUSE)
+
+    def _semantic(self, f: Found, wanted: set[str]) -> dict[str, float]:
+        """How near in meaning each candidate is (0..1 among them), when the question's words
+        do not say what it wants (:func:`.semantic.wanted`) and it names no file; the nearest
+        outputs join the candidates when it names nothing at all. Empty without the
+        ``semantic`` extra."""
+        if self.qvec is None or self.spec.paths or not semantic.wanted(self.spec, self.quoted, f):
+            return {}  # (a file named: its content unless the meaning says another kind)
+        vectors = self.search.vectors()
+        if vectors is None:
+            return {}
+        sid = self.search.store.session.session_id
+        sims = {f"{sid}:{pid}": s for pid, s in vectors.similarities(self.qvec).items()}
+        if not sims:
+            return {}
+        if not f.strong():
+            near = sorted(d for d, s in sims.items() if s >= semantic.SIM_FLOOR)
+            best = heapq.nlargest(semantic.CANDIDATES, near, key=sims.__getitem__)
+            self._fetch(best)
+            wanted.update(d for d in best if d in self.docs)
+        return semantic.relative(sims, sorted(wanted))
+
     def _extra_bm25(self, wanted: set[str], f: Found) -> None:
         """BM25 of the question's words that name neither a command it names, nor a path,
         an error type, a tool or the kind of output: what tells runs of one call apart."""
@@ -268,7 +305,9 @@ class Question:
             return exact
         return wanted
 
-    def _candidate(self, d: str, seq: int, scores: Mapping[str, float], f: Found) -> Candidate:
+    def _candidate(
+        self, d: str, seq: int, scores: Mapping[str, float], f: Found, near: float | None
+    ) -> Candidate:
         spec, doc = self.spec, self.docs[d]
         p = doc.pointer
         stub = doc.rank is None  # a bare output, taken to count an ordinal
@@ -291,6 +330,7 @@ class Question:
             extra=f.extra.get(d, 0.0),
             kind=not stub and kind_matches(spec.kind, p, doc.failed),
             subject=not stub and subject_matches(spec.kind, spec.subject, p),
+            semantic=near,
         )
 
     # ------------------------------------------------------------ commands

@@ -285,6 +285,8 @@ class Candidate:
     kind: bool = False
     #: ... and about the subject named with the kind (the pattern searched, the test run)
     subject: bool = False
+    #: how near the question it is in meaning, 0..1 among the candidates (None: not asked)
+    semantic: float | None = None
     #: how an ordinal chose it ("number 2 of 5 ..."), for explaining the hit
     picked: str = ""
     level: int = field(default=0)
@@ -322,18 +324,26 @@ def _level(c: Candidate, q: QuerySpec) -> int:
     return 0
 
 
+#: Weight of the semantic similarity (0..1 among the candidates) where nothing is named.
+SEMANTIC_LOW = 12.0
+
+
 def _within(c: Candidate, q: QuerySpec, newest: int) -> float:
     """The order inside one match level."""
     p = c.pointer
+    sem = c.semantic
     if c.level < 2:
         score = c.bm25 * c.pref + 4.0 * c.anchors + 2.0 * c.path / (c.path + 1)
         score += 8.0 if c.kind else 0.0
+        score += SEMANTIC_LOW * sem if sem is not None else 0.0
         return score + (2.0 if c.pattern else 0.0) + (6.0 if c.exception else 0.0)
     # the named thing is found: a file named alone means its content (a read); then a failure
     # when an error is asked for; then specific extra words; then the newest
     score = 20.0 if p.role == "tool" else 0.0  # an output, not a message quoting it
     if q.kind is not None:
         score += 50.0 if c.kind else 0.0  # the kind of output asked for
+    elif sem is not None:  # what the question means, where its words do not say it
+        score += 50.0 * sem
     elif q.paths and c.command < 2 and p.action == "read":
         score += 50.0
     if q.wants_error and c.failed and not c.exception:
@@ -363,6 +373,8 @@ def _of_path(best: Candidate, pool: Sequence[Candidate], q: QuerySpec) -> list[C
     group = [c for c in pool if c.path and c.lines >= 0]
     if q.kind is not None and best.kind:
         return [c for c in group if c.kind]
+    if best.semantic is not None:  # the kind of output nearest in meaning: best's action
+        return [c for c in group if c.pointer.action == best.pointer.action] or group
     return [c for c in group if c.pointer.action == "read"] or group
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageError
+from . import semantic
 from .fields import CallFields
 from .keys import fits, indexed
 from .lookups import KeySource, MemoryKeys, StoreKeys, backfill
@@ -53,6 +54,7 @@ class EvidenceSearch:
         #: evidence is never a hit when evidence that left the view matches.
         self.visible = visible
         self._source: KeySource | None = None
+        self._vectors: semantic.SessionVectors | None = None
         self._internal: tuple[int, CallLog] | None = None
 
     def __len__(self) -> int:
@@ -150,6 +152,19 @@ class EvidenceSearch:
                 )
             self._internal = (blocks, log)
         return self._internal[1]
+
+    def vectors(self) -> semantic.SessionVectors | None:
+        """The session's semantic vectors (None without the ``semantic`` extra, or when they
+        cannot be read: recall then ranks by words alone)."""
+        if not semantic.enabled():
+            return None
+        if self._vectors is None:
+            self._vectors = semantic.SessionVectors(self.store.session)
+        try:
+            self._vectors.load(self.store.state().blocks)
+        except StorageError:
+            return None
+        return self._vectors
 
     # ----------------------------------------------------------------- BM25
 

@@ -25,6 +25,7 @@ from ..messages import Message
 from ..scaffolding import strip_scaffolding
 from ..storage.base import BlobNotFoundError
 from ..storage.session import SessionStore
+from . import semantic
 from .classify import (
     classify,
     extract_anchors,
@@ -434,6 +435,8 @@ class EvidenceStore:
         if state.keyed:
             seed(self._ords, session.store, session.session_id, block)
         placed = self._ords.place(block)
+        fresh = [p for p in block.evidence if p.id in placed and semantic.wanted_for(p)]
+        texts = {p.id: self._texts.get(p.id, p.preview) for p in fresh}
         docs = search_docs(
             session.session_id,
             session.agent_id,
@@ -451,6 +454,7 @@ class EvidenceStore:
                 session.put_doc(
                     STATE_NAMESPACE, pointer_key(session.session_id, p.id), {"pointer": p.to_dict()}
                 )
+        semantic.file_block(session, block, texts, fresh)  # nothing without the extra
         terms = block_terms(block)
         if terms:
             session.add_keys(NAMESPACE, {terms_id(session.session_id): terms})
