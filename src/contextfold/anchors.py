@@ -7,12 +7,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .summarizers.base import SummaryRequest
 
 
 class AnchorType(str, Enum):
@@ -522,7 +519,20 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def build_prompt(request: SummaryRequest, transcript: str) -> str:
+class PromptRequest(Protocol):
+    """What :func:`build_prompt` reads of a summary request (the summarizers' ``SummaryRequest``)."""
+
+    @property
+    def previous_summary(self) -> str | None: ...
+    @property
+    def previous_anchors(self) -> Sequence[Anchor]: ...
+    @property
+    def style(self) -> str: ...
+    @property
+    def prompt(self) -> str | None: ...
+
+
+def build_prompt(request: PromptRequest, transcript: str) -> str:
     """The LLM prompt for ``request``, with the conversation text ``transcript`` filled in.
 
     A custom ``request.prompt`` must contain "{messages}" (ConfigError otherwise); "{previous}"

@@ -14,7 +14,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
-from .offload import DEFAULT_EVICTION_EXCLUDES
+
+#: tools whose results eviction never moves out of the view (file and memory tools, recall)
+DEFAULT_EVICTION_EXCLUDES: tuple[str, ...] = (
+    "read_file",
+    "write_file",
+    "edit_file",
+    "grep_files",
+    "glob_files",
+    "list_files",
+    "memory_*",
+    "session_search",
+    "read_offloaded",
+    "recall",
+)
 
 
 def _ratio(name: str, value: float) -> None:

@@ -16,13 +16,12 @@ on first open).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from .errors import ConfigError, StorageError
 from .evidence.model import CompactBlock, EvidenceFormatError
@@ -195,54 +194,4 @@ def _export_memory(store: Store, agent_id: str, out: Path) -> int:
     return len(facts)
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
-    from .cli.common import existing_session, store_spec
-
-    store = existing_session(store_spec(args) or "", args.session)
-    try:
-        counts = export_session(store, args.session, Path(args.output))
-    finally:
-        store.close()
-    summary = ", ".join(f"{v} {k}" for k, v in counts.items())
-    print(f"session {args.session} exported to {args.output}: {summary}", file=out)
-    return 0
-
-
-def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
-    from .migrate import migrate_workspace
-
-    folder = Path(args.workspace)
-    if not folder.is_dir():
-        raise ConfigError(f"{folder} is not a folder")
-    store = SQLiteStore(folder)
-    try:
-        counts = migrate_workspace(store)
-    finally:
-        store.close()
-    print(
-        f"{folder}: {counts['sessions']} of {counts['seen']} old session folder(s) moved into "
-        f"{folder / 'store.sqlite'} ({counts['facts']} memory facts); the old files are left "
-        "in place",
-        file=out,
-    )
-    return 0
-
-
-def register(sub: Any) -> None:
-    """Add the ``export`` and ``migrate`` subcommands to the CLI's subparsers."""
-    p = sub.add_parser("export", help="write a session's log, records, blocks and memory files")
-    p.add_argument("session", help="session id")
-    p.add_argument("-o", "--output", required=True, help="folder to write into")
-    from .cli.common import add_workspace
-
-    add_workspace(p)
-    p.set_defaults(fn=cmd_export)
-    p = sub.add_parser("migrate", help="move a workspace of an earlier release into its store")
-    p.add_argument("workspace", help="the workspace folder written by an earlier release")
-    p.set_defaults(fn=cmd_migrate)
-
-
-__all__ = ["blocks_of", "export_session", "open_cli_store", "records_of", "register"]
+__all__ = ["blocks_of", "export_session", "open_cli_store", "records_of"]

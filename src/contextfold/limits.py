@@ -190,7 +190,8 @@ class LearnedWindow:
 def _caller_level() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside contextfold (the
     user's call, however many library frames are in between)."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    top = sys.modules[__name__.partition(".")[0]]
+    package = os.path.dirname(os.path.abspath(str(top.__file__)))
     frame = sys._getframe(1)
     level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):

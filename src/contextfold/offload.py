@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import DEFAULT_EVICTION_EXCLUDES
 from .errors import StorageError
 from .paths import confined, safe_name
 from .records import OffloadEntry
@@ -25,19 +26,6 @@ from .storage.session import SessionStore
 
 #: Prefixes that mark content as already offloaded (ours, and the design notes' OffloadHook marker).
 OFFLOADED_PREFIXES = ("[offloaded:", "[输出已保存至", "[evicted:")
-
-DEFAULT_EVICTION_EXCLUDES: tuple[str, ...] = (
-    "read_file",
-    "write_file",
-    "edit_file",
-    "grep_files",
-    "glob_files",
-    "list_files",
-    "memory_*",
-    "session_search",
-    "read_offloaded",
-    "recall",
-)
 
 
 def offloadable_text(content: object) -> str | None:

@@ -22,7 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "contextfold.cli.cmd_sessions",
     "contextfold.cli.cmd_mcp",
     "contextfold.cli.cmd_ui",
-    "contextfold.export",
+    "contextfold.cli.cmd_export",
     "contextfold.gateway.cli",  # `contextfold serve`: its parser lives with the gateway
 )
 

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..credentials import redact, token_given
 from ..errors import ConfigError, ContextFoldError, StorageError, UnsafeIdError
-from ..gateway.edge import redact, token_given
 from ..paths import check_session_id
 from ..sessions.ops import delete_session
 from ..storage import Store
