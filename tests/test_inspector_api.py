@@ -198,10 +198,24 @@ def _chat(url: str, headers: dict[str, str], msgs: list[dict[str, Any]]) -> http
     return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30)
 
 
+def test_a_gateway_token_the_clients_share_never_opens_the_inspector(tmp_path: Path) -> None:
+    """The inspector shows every tenant's sessions: with only a client token, /ui is not
+    served, and a client's token does not open it when an inspector token is set."""
+    with running(tmp_path, auth_token="gw-token-abcdef") as (_fake, gw):
+        auth = {"x-contextfold-token": "gw-token-abcdef"}
+        assert httpx.get(gw.url + "/ui/api/sessions", headers=auth, timeout=30).status_code == 404
+    with running(tmp_path, auth_token="gw-token-abcdef", ui_token="ui-token-123456") as (_f, gw):
+        for given in ("gw-token-abcdef", "wrong-token-0000"):
+            got = httpx.get(
+                gw.url + "/ui/api/sessions", headers={"x-contextfold-token": given}, timeout=30
+            )
+            assert got.status_code == 401
+
+
 def test_the_gateway_serves_the_inspector_at_ui_behind_its_token(tmp_path: Path) -> None:
-    token = "gw-token-abcdef"
-    with running(tmp_path, auth_token=token) as (_fake, gw):
-        ok = {"x-contextfold-token": token, "authorization": "Bearer sk-tenant"}
+    token = "ui-token-abcdef"
+    with running(tmp_path, auth_token="gw-token-abcdef", ui_token=token) as (_fake, gw):
+        ok = {"x-contextfold-token": "gw-token-abcdef", "authorization": "Bearer sk-tenant"}
         ok["x-contextfold-session"] = "live"
         msgs = [
             {"role": "system", "content": "You are terse."},

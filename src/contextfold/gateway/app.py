@@ -210,7 +210,7 @@ class Gateway:
             return _error(provider, 500, f"internal gateway error ({type(exc).__name__})")
 
     def _redact(self, text: str) -> str:
-        return edge.redact(text, self.config.auth_token)
+        return edge.redact(text, self.config.auth_token, self.config.ui_token)
 
     async def passthrough(self, request: Request) -> Response:
         """count_tokens, models and the like: forwarded unchanged (nothing stored)."""
@@ -312,12 +312,16 @@ class Gateway:
         log.error("unexpected gateway error: %s", type(exc).__name__)
         return _error(self._provider_for(request), 500, "internal gateway error")
 
-    def inspector_app(self) -> Starlette:
-        """The session inspector over the gateway's store; with a gateway token, every one
-        of its API calls needs it (the page itself holds no data)."""
+    def inspector_app(self) -> Starlette | None:
+        """The session inspector over the gateway's store, behind ``ui_token`` (every one of
+        its API calls needs it; the page itself holds no data). None when the gateway has a
+        client token but no inspector token: the inspector shows every tenant's sessions, so
+        a token the clients share never opens it."""
         from ..inspector.app import Inspector
 
-        token = self.config.auth_token
+        token = self.config.ui_token
+        if token is None and self.config.auth_token is not None:
+            return None
         registry = self.pipeline.registry
         inspector = Inspector(
             registry.store, token=token, reads_need_token=token is not None, on_delete=registry.drop
@@ -344,9 +348,13 @@ class Gateway:
         routes += [
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/metrics", self.metrics_endpoint, methods=["GET"]),
-            Route("/ui", lambda _: RedirectResponse("/ui/"), methods=["GET"]),
-            Mount("/ui", self.inspector_app()),
         ]
+        inspector = self.inspector_app()
+        if inspector is not None:
+            routes += [
+                Route("/ui", lambda _: RedirectResponse("/ui/"), methods=["GET"]),
+                Mount("/ui", inspector),
+            ]
         return Starlette(
             routes=routes,
             exception_handlers={HTTPException: self.not_found, Exception: self.server_error},

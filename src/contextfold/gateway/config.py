@@ -38,6 +38,11 @@ class GatewayConfig:
     summary_model: str | None = None
     #: When set, clients must send ``Authorization: Bearer <token>`` or ``X-Contextfold-Token``.
     auth_token: str | None = None
+    #: The session inspector at ``/ui`` shows every session of the store: its own token. With
+    #: ``auth_token`` set (clients share the gateway) ``/ui`` is served only when this is set,
+    #: and a client's gateway token does not open it; with neither, it is open to whoever
+    #: reaches the gateway (127.0.0.1 by default).
+    ui_token: str | None = None
     max_body_bytes: int = 32 * 1024 * 1024
     #: Messages one request may carry (more: 413 before any work is done).
     max_messages: int = 10_000
