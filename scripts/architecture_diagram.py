@@ -43,6 +43,11 @@ LAYER_OF = {
             "aio",
             "shell",
             "scaffolding",
+            "credentials",
+            "extras",
+            "textmemo",
+            "view_layout",
+            "metrics",
         ],
         "core",
     ),
@@ -71,7 +76,8 @@ LAYER_OF = {
     ),
     # the session engine and its facade
     **dict.fromkeys(
-        ["engine", "manager", "calling", "client_rewrite", "reopen", "export", "migrate"], "engine"
+        ["engine", "ahead", "manager", "calling", "client_rewrite", "reopen", "export", "migrate"],
+        "engine",
     ),
     **dict.fromkeys(["testing", "testing_servers", "testing_wire"], "testing"),
     "mcp_server": "integrations",
@@ -177,7 +183,7 @@ def render() -> str:
     names = sorted({n for e in found for n in e}, key=lambda n: (rank.get(n, 99), n))
     lines = ["```mermaid", "flowchart BT"]
     lines += [f"  {n}[{n}/]" for n in names]
-    for src, dst in sorted(found, key=lambda e: (rank.get(e[0], 99), rank.get(e[1], 99))):
+    for src, dst in sorted(found, key=lambda e: (rank.get(e[0], 99), rank.get(e[1], 99), e)):
         style = "-.->" if rank.get(src, 99) < rank.get(dst, 99) else "-->"
         lines.append(f"  {src} {style} {dst}")
     lines.append("```")

@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -208,12 +209,21 @@ def test_schema_3_heads_are_migrated_to_compact_heads(pg: SchemaFactory) -> None
             "ELSE '{}'::jsonb END)::json WHERE head IS NOT NULL"
         )
         c.execute(f"ALTER TABLE {s}.events DROP COLUMN detail")
-        c.execute(f"DELETE FROM {s}.schema_version WHERE version = 4")
+        c.execute(f"ALTER TABLE {s}.sessions DROP COLUMN IF EXISTS parent_id")
+        c.execute(f"ALTER TABLE {s}.sessions DROP COLUMN IF EXISTS fork_at")
+        c.execute(f"DELETE FROM {s}.schema_version WHERE version >= 4")
         return int(cur.rowcount)
 
+    def schema_3_heads(c: Any) -> list[Any]:
+        rows = c.execute(
+            f"SELECT seq, head FROM {s}.events WHERE session_id = 's' AND kind = 'message' "
+            "ORDER BY seq"
+        ).fetchall()
+        return [SimpleNamespace(seq=r[0], head=r[1]) for r in rows]
+
     assert store._run("downgrade", downgrade) > 50
-    old = store.read_heads("s", kinds=["message"])
-    assert all(type(h.head) is dict for h in old)
+    old = store._run("read the schema 3 heads", schema_3_heads)
+    assert old and all(type(h.head) is dict for h in old)
     store.close()
     store = pg.open(schema)  # migrates
     heads = store.read_heads("s", kinds=["message"], details=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import telemetry
 from .errors import ConfigError
+from .extras import needs_extra
 
 #: seconds, for prepare and compaction times
 BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
@@ -37,10 +38,7 @@ class LibraryMetrics:
         try:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError as exc:
-            raise ConfigError(
-                f"contextfold.metrics needs prometheus-client ({exc}): "
-                "pip install 'contextfold[metrics]'"
-            ) from None
+            raise ConfigError(needs_extra("contextfold.metrics", "metrics", exc)) from None
         self.registry = registry if registry is not None else CollectorRegistry()
         reg = self.registry
         self.compactions = Counter(
