@@ -13,7 +13,6 @@ from contextfold.errors import InvalidMessageError
 from contextfold.gateway.convert import ViewItem, fingerprint
 from contextfold.gateway.gemini import (
     PAIRING_MESSAGE,
-    drop_repeated_responses,
     parse_gemini,
     render_gemini,
     response_message,
@@ -30,6 +29,7 @@ from contextfold.gateway.gemini_api import (
     pair_side_call,
     with_declarations,
 )
+from contextfold.gateway.gemini_repair import drop_repeated_responses
 from contextfold.gateway.gemini_stream import GeminiAssembler, merge_parts, without_calls
 from contextfold.gateway.upstream import UpstreamError
 from contextfold.limits import stated_limit

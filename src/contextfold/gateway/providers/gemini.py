@@ -11,7 +11,7 @@ router, its loop and next-speaker checks): relayed and never stored (see :func:`
 
 Gemini CLI's ``--resume`` sends every tool result twice and Gemini answers such a request
 with a 400: the gateway repairs it, dropping the exact repeats (see
-:func:`~contextfold.gateway.gemini.drop_repeated_responses`); a different second answer to the
+:func:`~contextfold.gateway.gemini_repair.drop_repeated_responses`); a different second answer to the
 same call is refused with Gemini's own message. When its loop detection fires between a call
 and its answer, Gemini CLI sends its loop feedback after the unanswered call, which Gemini
 also refuses: the gateway leaves the abandoned call out of that request (see
@@ -35,7 +35,7 @@ from ...limits import stated_limit
 from ...messages import Message
 from ...overflow import is_context_overflow
 from .. import fastjson, relay
-from ..gemini import drop_repeated_responses, field, parse_gemini, render_gemini, response_message
+from ..gemini import field, parse_gemini, render_gemini, response_message
 from ..gemini_api import (
     declaration,
     declarations,
@@ -47,6 +47,7 @@ from ..gemini_api import (
     pair_side_call,
     with_declarations,
 )
+from ..gemini_repair import drop_repeated_responses
 from ..gemini_stream import GeminiAssembler, has_calls, merge_parts, without_calls
 from ..sse import SSEEvent, encode
 from ..turn import RequestError, Turn, log_event
