@@ -205,7 +205,12 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> int:
             check=False,
         )
     except subprocess.TimeoutExpired:
+        print(f"{Path(command[0]).name}: no end after {RUN_TIMEOUT} s", file=sys.stderr)
         return -1  # recorded as not finished
+    if proc.returncode != 0:
+        lines = proc.stderr.decode("utf-8", "replace").splitlines()
+        said = [line[:600] for line in lines if "Error" in line and " at " not in line]
+        print(f"{Path(command[0]).name} exited {proc.returncode}:", *said[-3:], file=sys.stderr)
     return proc.returncode
 
 

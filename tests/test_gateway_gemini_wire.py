@@ -415,3 +415,29 @@ def test_a_resent_history_parses_as_a_fresh_one() -> None:
     assert [m.tool_call_id for m in reused.neutral] == [m.tool_call_id for m in fresh.neutral]
     with pytest.raises(InvalidMessageError, match="number of function response parts"):
         parse_gemini([*full[:2], {"role": "user", "parts": [{"text": "no answer"}]}], None)
+
+
+def _masked_resp(name: str, cid: str, suffix: str) -> dict[str, Any]:
+    output = f"<tool_output_masked>\nOutput: run 0 ...\nsaved to /tmp/{cid}_{suffix}.txt\n"
+    output += "</tool_output_masked>"
+    return {"functionResponse": {"id": cid, "name": name, "response": {"output": output}}}
+
+
+def test_the_resume_repeat_masked_by_gemini_cli_is_dropped() -> None:
+    """Gemini CLI masks large old outputs under a file name of its own (random): on
+    ``--resume`` the two copies of one result differ by that name, or one is masked and the
+    other not; they are the same result, and the unmasked copy stays."""
+    contents = _conversation(True)
+    model, answer = contents[1], contents[2]
+    call_id = answer["parts"][0]["functionResponse"]["id"]
+    masked = [_masked_resp("bash", call_id, "5wybw"), _masked_resp("bash", call_id, "1hnurj")]
+    repaired, dropped = drop_repeated_responses(
+        [contents[0], model, {"role": "user", "parts": masked}]
+    )
+    assert dropped == 1 and repaired[2]["parts"] == masked[:1]
+    # masked first, the full output second: the full one stays, in the first one's place
+    mixed = [masked[0], answer["parts"][0]]
+    repaired, dropped = drop_repeated_responses(
+        [contents[0], model, {"role": "user", "parts": mixed}]
+    )
+    assert dropped == 1 and repaired[2]["parts"] == [answer["parts"][0]]

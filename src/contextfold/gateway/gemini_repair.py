@@ -30,45 +30,87 @@ def _may_repeat(contents: list[Any]) -> bool:
     return answers > calls
 
 
+#: how Gemini CLI shows a tool output it masked (saved to a file of its own, a random name)
+MASKED = "<tool_output_masked>"
+
+
+def _masked(fr: Mapping[str, Any]) -> bool:
+    response = field(fr, "response")
+    output = response.get("output") if isinstance(response, Mapping) else None
+    return isinstance(output, str) and output.startswith(MASKED)
+
+
+class _Turn:
+    """The responses of one user turn (or the run of them after one model turn) kept so far."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        #: (call id, name) -> [the kept parts it is in, its index there, masked]
+        self.by_call: dict[tuple[str, str], list[Any]] = {}
+
+    def keep(self, part: Any, kept: list[Any]) -> bool:
+        """Add ``part`` to ``kept`` unless it repeats a response kept before; False: dropped."""
+        fr = field(part, "functionResponse") if isinstance(part, Mapping) else None
+        if not isinstance(fr, Mapping):
+            kept.append(part)
+            return True
+        key = _canonical(fr)
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        call = (str(field(fr, "id") or ""), str(field(fr, "name") or ""))
+        first = self.by_call.get(call) if call[0] else None
+        masked = _masked(fr)
+        if first is not None and (masked or first[2]):
+            # the same result, masked by Gemini CLI under another file name: the unmasked
+            # copy (or the first masked one) stays
+            if first[2] and not masked and first[0] is kept:
+                kept[first[1]] = part
+                first[2] = False
+            return False
+        self.by_call[call] = [kept, len(kept), masked]
+        kept.append(part)
+        return True
+
+
 def drop_repeated_responses(contents: list[Any]) -> tuple[list[Any], int]:
-    """The contents without ``functionResponse`` parts that repeat, exactly, a response given
-    earlier to the same model turn; and how many were dropped.
+    """The contents without ``functionResponse`` parts that repeat a response given earlier
+    to the same model turn; and how many were dropped.
 
     Gemini CLI's ``--resume`` sends every tool result twice (once rebuilt from its record of
     the call, once from the recorded user turn), and Gemini answers such a request with a 400.
     The gateway repairs it: a repeat carries nothing the first copy does not (same call id,
-    name and response), so dropping it loses nothing and the conversation goes on. A second,
-    *different* answer to the same call is not repaired: it is passed on, and the request gets
-    Gemini's own 400.
+    name and response), so dropping it loses nothing and the conversation goes on. Gemini
+    CLI masks large old outputs (``<tool_output_masked>``, the output saved to a file with a
+    random name), and each of the two copies gets its own file name: two responses of the
+    same call id and name of which one is masked are the same result too, and the unmasked
+    one is kept. A second, *different* answer to the same call (neither masked) is not
+    repaired: it is passed on, and the request gets Gemini's own 400.
     """
     if not _may_repeat(contents):
         return contents, 0
     out: list[Any] = []
-    seen: set[str] = set()
+    turn = _Turn()
     dropped = 0
     for content in contents:
         if not isinstance(content, Mapping) or not isinstance(content.get("parts"), list):
             out.append(content)
             continue
         if content.get("role") == "model":
-            seen = set()
+            turn = _Turn()
             out.append(content)
             continue
-        kept = []
+        kept: list[Any] = []
         for part in content["parts"]:
-            fr = field(part, "functionResponse") if isinstance(part, Mapping) else None
-            if isinstance(fr, Mapping):
-                key = _canonical(fr)
-                if key in seen:
-                    dropped += 1
-                    continue
-                seen.add(key)
-            kept.append(part)
-        if len(kept) == len(content["parts"]):
+            if not turn.keep(part, kept):
+                dropped += 1
+        if len(kept) == len(content["parts"]) and all(
+            a is b for a, b in zip(kept, content["parts"], strict=True)
+        ):
             out.append(content)
         elif kept:
             out.append({**content, "parts": kept})
     return out, dropped
 
 
-__all__ = ["drop_repeated_responses"]
+__all__ = ["MASKED", "drop_repeated_responses"]
