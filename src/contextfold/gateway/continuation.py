@@ -13,9 +13,12 @@ recoverable).
 
 What is recognized: at least half of the answer's lines of :data:`MIN_LINE` characters or
 more, and :data:`MIN_MATCHED` characters of them, in the new conversation's first user
-message, for the same provider credentials. The index is in memory (the last
-:data:`MAX_LINES` answer lines): after a restart, or on another replica than the one that
-relayed the summary, the continuation opens a new session as before.
+message, for the same provider credentials. The index is kept in memory (the last
+:data:`MAX_LINES` answer lines) and, given a store, in the store too: each answer's line
+digests are exact lookup keys (namespace :data:`NAMESPACE`, filed per credential hash) and its
+conversation a document, so after a restart, or on another replica than the one that relayed
+the summary, the continuation still finds the old session. A store that fails is logged and
+left out: the continuation then opens a new session, as without one.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from ..errors import ContextFoldError
 from ..messages import Message
+from ..storage.base import Store
 from .convert import Conversation
 from .turn import log_event
 
@@ -38,6 +43,11 @@ MIN_MATCHED = 200
 MAX_LINES = 50_000
 #: conversation keys whose verdict is remembered
 MAX_KEYS = 20_000
+
+#: the store's namespace of the persisted index (keys and documents)
+NAMESPACE = "gateway_continuations"
+#: lines of a new conversation's first message looked up in the store at most
+MAX_LOOKUP = 400
 
 _TAG = re.compile(r"</?[A-Za-z][\w-]*>")
 
@@ -60,7 +70,8 @@ def _lines(text: str) -> Iterator[tuple[str, int]]:
 class Continuations:
     """Answers the gateway relayed, by line, and the conversations found to continue one."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store | None = None) -> None:
+        self._store = store
         self._mutex = threading.Lock()
         #: line digest -> (answer id, conversation key, credentials)
         self._lines: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
@@ -86,6 +97,58 @@ class Continuations:
             if len(self._answers) > MAX_KEYS:  # answers whose lines were all forgotten
                 live = {a for a, _, _ in self._lines.values()}
                 self._answers = {a: v for a, v in self._answers.items() if a in live}
+        self._persist(key, identity, answer, lines, chars)
+
+    def _persist(
+        self, key: str, identity: str, answer: str, lines: dict[str, int], chars: int
+    ) -> None:
+        """The answer's lines as lookup keys of the credential, its conversation a document."""
+        if self._store is None:
+            return
+        try:
+            with self._store.transaction() as txn:
+                txn.put_doc(
+                    NAMESPACE, _doc_key(identity, answer), {"key": key, "n": len(lines), "c": chars}
+                )
+                txn.add_keys(NAMESPACE, _owner(identity), {answer: sorted(lines)})
+        except ContextFoldError as exc:
+            log_event("continuation_not_stored", conversation=key, why=str(exc))
+
+    def _stored_hits(
+        self, key: str, identity: str, lines: dict[str, int]
+    ) -> dict[tuple[str, str], tuple[int, int]]:
+        """(answer, conversation) -> (lines, characters) found in the store."""
+        if self._store is None or not lines:
+            return {}
+        digests = sorted(lines)[:MAX_LOOKUP]
+        try:
+            found = self._store.lookup(NAMESPACE, session_id=_owner(identity), keys=digests)
+            hits: dict[tuple[str, str], tuple[int, int]] = {}
+            convs: dict[str, str | None] = {}
+            for digest, answer in found:
+                if answer not in convs:
+                    doc = self._store.get_doc(NAMESPACE, _doc_key(identity, answer))
+                    convs[answer] = self._learn(answer, doc)
+                old = convs[answer]
+                if old is None or old == key:
+                    continue
+                n, chars = hits.get((answer, old), (0, 0))
+                hits[(answer, old)] = (n + 1, chars + lines[digest])
+            return hits
+        except ContextFoldError as exc:
+            log_event("continuation_not_read", conversation=key, why=str(exc))
+            return {}
+
+    def _learn(self, answer: str, doc: dict[str, object] | None) -> str | None:
+        """The conversation of a stored answer (its size remembered here), None if unknown."""
+        if doc is None:
+            return None
+        old, n, chars = doc.get("key"), doc.get("n"), doc.get("c")
+        if not (isinstance(old, str) and isinstance(n, int) and isinstance(chars, int)):
+            return None
+        with self._mutex:
+            self._answers.setdefault(answer, (n, chars))
+        return old
 
     def resolve(self, key: str, identity: str, conv: Conversation) -> str:
         """The key of the conversation ``conv`` continues (``key`` itself when none)."""
@@ -106,14 +169,18 @@ class Continuations:
         first = next((m for m in conv.neutral if m.role == "user"), None)
         if first is None:
             return key
+        lines = dict(_lines(_text(first)))
         hits: dict[tuple[str, str], tuple[int, int]] = {}
         with self._mutex:
-            for digest, length in dict(_lines(_text(first))).items():
+            for digest, length in lines.items():
                 entry = self._lines.get(digest)
                 if entry is None or entry[2] != identity or entry[1] == key:
                     continue
                 n, chars = hits.get(entry[:2], (0, 0))
                 hits[entry[:2]] = (n + 1, chars + length)
+        if not hits:  # relayed before a restart, or by another replica
+            hits = self._stored_hits(key, identity, lines)
+        with self._mutex:
             best = None
             for (answer, old), (n, chars) in hits.items():
                 total, _ = self._answers.get(answer, (0, 0))
@@ -123,4 +190,13 @@ class Continuations:
         return best[0] if best is not None else key
 
 
-__all__ = ["MAX_LINES", "MIN_LINE", "MIN_MATCHED", "Continuations"]
+def _owner(identity: str) -> str:
+    """The id the store files a credential's answer lines under."""
+    return f"continuations:{identity}"
+
+
+def _doc_key(identity: str, answer: str) -> str:
+    return f"{identity}/{answer}"
+
+
+__all__ = ["MAX_LINES", "MIN_LINE", "MIN_MATCHED", "NAMESPACE", "Continuations"]

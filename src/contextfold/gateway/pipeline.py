@@ -76,7 +76,7 @@ class Pipeline:
             config, url_for=self.upstream.url, on_compaction=self._on_compaction
         )
         self._writer: asyncio.Task[None] | None = None
-        self.continuations = Continuations()
+        self.continuations = Continuations(self.registry.store)
         #: the threads that append, derive views and commit: a request is handed over at once
         #: (not from a task started on the loop's next round, behind everything queued there)
         self._threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="contextfold")
@@ -478,7 +478,8 @@ class Pipeline:
             turn_span(turn, input_tokens)
         if not turn.headers.get(SESSION_HEADER):
             ident = client_identity(forward_headers(turn.headers, token=self.config.auth_token))
-            self.continuations.remember(turn.key, ident, message)
+            # (a write to the store: off the event loop)
+            await to_thread.run_sync(self.continuations.remember, turn.key, ident, message)
         turn.answered = True
         if self.config.record_delay > 0 and self._writer is not None:
             self.registry.hold(turn.session, message, input_tokens)

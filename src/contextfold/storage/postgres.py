@@ -26,7 +26,6 @@ pre-tokenized text, so a query ranks the same documents the same way on both bac
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -51,13 +50,12 @@ from .pg_branches import chain_sql, to_chain
 from .pg_connect import ServerUnresponsive, public_url, split_param, split_schema
 from .pg_pool import Connections, resolve_timeout
 from .pg_schema import (
-    BIG_HEAD,
-    SMALL_HEAD,
     analyze_stale,
     check_schema_name,
     migrate,
 )
 from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, delete_rows
+from .postgres_rows import SESSION_COLS, decode_heads, event_row, heads_query, session_row
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -291,7 +289,7 @@ class PostgresStore(BranchSearch):
         self._check_open()
         for owner, lo, hi in segments(self._chain(session_id), start, stop):
             for row in self._read_rows(owner, lo, hi, kinds):
-                yield _event(row, session_id)
+                yield event_row(row, session_id)
 
     def _chain(self, session_id: str) -> Chain:
         rows = self._rows(
@@ -346,47 +344,13 @@ class PostgresStore(BranchSearch):
         kinds: Sequence[str] | None,
         details: bool,
     ) -> list[EventHead]:
-        params: list[Any] = [session_id, max(start, 0)]
-        where = "session_id = %s AND seq >= %s"
-        if stop is not None:
-            where += " AND seq < %s"
-            params.append(stop)
-        if kinds is not None:
-            where += " AND kind = ANY(%s)"
-            params.append(list(kinds))
-        # as text, decoded here without the whitespace checks of json.loads (the store wrote it)
-        what = f"read the heads of session {session_id!r}"
-        if details:  # the details are not in an index: the events' rows are read
-            sql = f"SELECT seq, kind, head::text, detail::text FROM {self.s}.events WHERE {where}"
-            rows = self._rows(what, sql + " ORDER BY seq", params)
-        else:  # each half is one partial index; the first covers the heads (index-only)
-            select = f"SELECT seq, kind, head::text FROM {self.s}.events WHERE {where}"
-            rows = self._rows(
-                what,
-                f"{select} AND {SMALL_HEAD} UNION ALL {select} AND {BIG_HEAD}",
-                params + params,
-            )
+        sql, params = heads_query(self.s, session_id, start, stop, kinds, details)
+        rows = self._rows(f"read the heads of session {session_id!r}", sql, params)
+        if not details:
             # in order here: the rows come in runs already ordered (the index's), which a
             # stable merge joins in one pass; the server would sort them all
             rows.sort(key=itemgetter(0))
-        decode = _DECODER.raw_decode
-        try:
-            if not details:
-                return [
-                    EventHead(int(r[0]), str(r[1]), decode(r[2])[0] if r[2] is not None else None)
-                    for r in rows
-                ]
-            return [
-                EventHead(
-                    int(r[0]),
-                    str(r[1]),
-                    decode(r[2])[0] if r[2] is not None else None,
-                    decode(r[3])[0] if r[3] is not None else None,
-                )
-                for r in rows
-            ]
-        except ValueError as exc:
-            raise StorageError(f"session {session_id!r} has a damaged event head: {exc}") from exc
+        return decode_heads(rows, session_id, details)
 
     def read_last(
         self, session_id: str, n: int, *, kinds: Sequence[str] | None = None
@@ -407,25 +371,25 @@ class PostgresStore(BranchSearch):
             )
             if len(rows) >= n:
                 break
-        return [_event(r, session_id) for r in reversed(rows)]
+        return [event_row(r, session_id) for r in reversed(rows)]
 
     def session(self, session_id: str) -> SessionInfo | None:
         rows = self._rows(
             f"read session {session_id!r}",
-            f"SELECT {_SESSION_COLS} FROM {self.s}.sessions WHERE session_id = %s",
+            f"SELECT {SESSION_COLS} FROM {self.s}.sessions WHERE session_id = %s",
             (session_id,),
         )
-        return _session(rows[0]) if rows else None
+        return session_row(rows[0]) if rows else None
 
     def sessions(self, agent_ids: Sequence[str] | None = None) -> list[SessionInfo]:
         if agent_ids is None:
-            query = f"SELECT {_SESSION_COLS} FROM {self.s}.sessions"
+            query = f"SELECT {SESSION_COLS} FROM {self.s}.sessions"
             params: list[Any] = []
         else:
-            query = f"SELECT {_SESSION_COLS} FROM {self.s}.sessions WHERE agent_id = ANY(%s)"
+            query = f"SELECT {SESSION_COLS} FROM {self.s}.sessions WHERE agent_id = ANY(%s)"
             params = [list(agent_ids)]
         rows = self._rows("list sessions", query + " ORDER BY updated_at DESC, session_id", params)
-        return [_session(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     def branches(self, session_id: str) -> list[str]:
         rows = self._rows(
@@ -511,39 +475,6 @@ class PostgresStore(BranchSearch):
             (namespace, list(dict.fromkeys(doc_ids))),
         )
         return {str(d): dict(m) for d, m in rows}
-
-
-_SESSION_COLS = (
-    "session_id, agent_id, created_at, updated_at, title, head, messages, parent_id, fork_at"
-)
-
-
-def _session(row: Sequence[Any]) -> SessionInfo:
-    return SessionInfo(
-        session_id=str(row[0]),
-        agent_id=str(row[1]),
-        created_at=str(row[2]),
-        updated_at=str(row[3]),
-        title=str(row[4]),
-        events=int(row[5]),
-        messages=int(row[6]),
-        parent_id=None if row[7] is None else str(row[7]),
-        fork_at=int(row[8]),
-    )
-
-
-_DECODER = json.JSONDecoder()
-
-
-def _event(row: Sequence[Any], session_id: str | None = None) -> Event:
-    """An event row, labelled with the session read (a branch reads its parent's rows)."""
-    return Event(
-        session_id=session_id if session_id is not None else str(row[0]),
-        seq=int(row[1]),
-        kind=str(row[2]),
-        ts=str(row[3]),
-        data=row[4],
-    )
 
 
 __all__ = ["PgBlobStore", "PgTransaction", "PostgresStore", "public_url"]

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import StorageError
 from .base import JSON, Event, NewEvent, SearchDoc, Store, put_blobs
-from .memory import MemoryStore, _MemoryTransaction
+from .memory import MemoryStore
+from .memory_write import _MemoryTransaction
 
 #: one recorded write: the Transaction method's name, its positional and keyword arguments
 _Write = tuple[str, tuple[Any, ...], dict[str, Any]]

@@ -154,7 +154,9 @@ class SQLiteTransaction:
         check_text(namespace, "document namespace")
         check_text(key, "document key")
         text = dump_json(value, f"document {namespace}/{key}")
-        self._con.execute("INSERT OR REPLACE INTO docs VALUES (?,?,?)", (namespace, key, text))
+        self._con.execute(
+            "INSERT OR REPLACE INTO docs VALUES (?,?,?)", (namespace, key, pack(text))
+        )
 
     def delete_doc(self, namespace: str, key: str) -> None:
         check_text(namespace, "document namespace")
@@ -182,6 +184,8 @@ class SQLiteTransaction:
     ) -> None:
         con = self._con
         table = self._store._fts(con, ns, create=True) if self._store.fts5 else None
+        if table:
+            self._store._fts_written.add(table)
         ids = list(group)
         old: list[tuple[int, str, str, str]] = []
         for i in range(0, len(ids), _CHUNK):
