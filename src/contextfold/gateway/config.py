@@ -95,9 +95,7 @@ class GatewayConfig:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 64:
-            raise ConfigError(
-                f"workers must be 0 (one per core) or 1..64, got {self.workers!r}"
-            )
+            raise ConfigError(f"workers must be 0 (one per core) or 1..64, got {self.workers!r}")
         for name in (
             "context_window",
             "max_body_bytes",
