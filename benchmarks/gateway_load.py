@@ -256,20 +256,39 @@ def start_proxies(
             out.append(
                 Proxy("LiteLLM proxy", proc, base, base + "/health/liveliness", servers.MASTER_KEY)
             )
-        elif name in ("embedded", "postgres"):
-            store = str(tmp / "ws") if name == "embedded" else f"{PG}?schema={args.schema}"
-            cmd = [
-                sys.executable, "-m", "contextfold", "serve", "--upstream", upstream,
-                "--port", str(port), "--store", store, "--window", str(args.window),
-                "--log-level", "warning",
-                *(["--workers", str(args.workers)] if args.workers else []),
-            ]  # fmt: skip
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
-            label = "embedded" if name == "embedded" else "PostgreSQL"
-            out.append(Proxy(f"contextfold, {label}", proc, base, base + "/healthz"))
+        elif name.removeprefix("before-") in ("embedded", "postgres"):
+            out.append(start_contextfold(args, name, tmp, upstream, port, env))
         else:
             raise SystemExit(f"unknown proxy {name!r} (relay, litellm, embedded, postgres)")
     return out
+
+
+def start_contextfold(
+    args: argparse.Namespace, name: str, tmp: Path, upstream: str, port: int, env: dict[str, str]
+) -> Proxy:
+    """``contextfold serve`` on the embedded store or PostgreSQL; ``before-embedded`` and
+    ``before-postgres`` run the checkout ``--before`` names instead (its ``src``), in the same
+    interleaved run: a before/after measured under the same load."""
+    base = f"http://127.0.0.1:{port}"
+    before = name.startswith("before-")
+    kind = name.removeprefix("before-")
+    schema = args.schema + ("_before" if before else "")
+    store = str(tmp / name) if kind == "embedded" else f"{PG}?schema={schema}"
+    if before:
+        if not args.before:
+            raise SystemExit(f"{name} needs --before PATH (a checkout of the earlier version)")
+        env = {**env, "PYTHONPATH": f"{Path(args.before) / 'src'}{os.pathsep}{ROOT}"}
+    cmd = [
+        sys.executable, "-m", "contextfold", "serve", "--upstream", upstream,
+        "--port", str(port), "--store", store, "--window", str(args.window),
+        "--log-level", "warning",
+        *(["--workers", str(args.workers)] if args.workers else []),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    label = "embedded" if kind == "embedded" else "PostgreSQL"
+    return Proxy(
+        f"contextfold{' before' if before else ''}, {label}", proc, base, base + "/healthz"
+    )
 
 
 def compactions(proxy: Proxy) -> tuple[float, float]:
@@ -349,7 +368,7 @@ def table(rounds: list[dict[str, Any]], levels: list[int]) -> str:
         for r in split:
             c, o = r["compaction_turns"], r["other_turns"]
             lines.append(
-                f"| {r['proxy'][13:]} | {r['sessions']} | {fmt(c)} ({c['n']}) | {fmt(o)} ({o['n']}) "
+                f"| {r['proxy'].removeprefix('contextfold').strip(', ')} | {r['sessions']} | {fmt(c)} ({c['n']}) | {fmt(o)} ({o['n']}) "
                 f"| {r['compactions']} ({r['compactions_ahead']}) |"
             )
     return "\n".join(lines)
@@ -371,7 +390,8 @@ def verdict(rounds: list[dict[str, Any]]) -> tuple[bool, list[str]]:
         for r in rounds:
             if r["proxy"].startswith("contextfold") and r["sessions"] == n and r["think_ms"] > 0:
                 ok = r["all"]["p95"] <= bound and not r["errors"]
-                met &= ok
+                if " before" not in r["proxy"]:  # the earlier version is shown, not judged
+                    met &= ok
                 out.append(
                     f"{r['proxy']}, {n} sessions: p95 {r['all']['p95']:g} ms "
                     f"{'<=' if ok else '>'} {bound:g} ms (2x the relay's + 10){'' if ok else ' MISSED'}"
@@ -390,7 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--workers", type=int, default=0, help="contextfold serve --workers (0: its default)"
     )
-    p.add_argument("--proxies", default="relay,litellm,embedded,postgres")
+    p.add_argument(
+        "--proxies",
+        default="relay,litellm,embedded,postgres",
+        help="of relay, litellm, embedded, postgres, before-embedded, before-postgres",
+    )
+    p.add_argument(
+        "--before",
+        default="",
+        help="a checkout of an earlier version: before-embedded and before-postgres run its src",
+    )
     p.add_argument("--saturation-sessions", type=int, default=50, help="0: no saturation round")
     p.add_argument("--out", default=str(ROOT / "bench-results" / "gateway_load.json"))
     args = p.parse_args(argv)
@@ -410,10 +439,12 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             open_store(f"{PG}?schema={args.schema}").close()
+            if "before-postgres" in args.proxies:
+                open_store(f"{PG}?schema={args.schema}_before").close()
         except Exception as exc:  # no server: run the rest
             notes.append(f"PostgreSQL skipped: {exc}")
             print(notes[-1], flush=True)
-            args.proxies = ",".join(x for x in args.proxies.split(",") if x != "postgres")
+            args.proxies = ",".join(x for x in args.proxies.split(",") if "postgres" not in x)
     procs: list[subprocess.Popen[bytes]] = []
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cf-gateway-load-") as folder:
@@ -431,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
             procs += [x.proc for x in proxies]
             for x in proxies:
                 asyncio.run(wait_ready(x.health, x.proc))
-                run_round(x, f"warm{uuid.uuid4().hex[:6]}", 2, 3, 0.0)  # imports, pools, caches
+                # imports, pools, caches; enough sessions to reach every worker process
+                run_round(x, f"warm{uuid.uuid4().hex[:6]}", 6, 3, 0.0)
             plan = [(n, args.think_ms / 1000) for n in levels for _ in range(args.reps)]
             if args.saturation_sessions:
                 plan.append((args.saturation_sessions, 0.0))
@@ -458,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
                 import psycopg
 
                 with psycopg.connect(PG, autocommit=True) as conn:
-                    conn.execute(f'DROP SCHEMA IF EXISTS "{args.schema}" CASCADE')
+                    for schema in (args.schema, f"{args.schema}_before"):
+                        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     reps = [r for r in rounds]
     print()
     print(table(reps, levels))

@@ -110,13 +110,17 @@ def test_workers_are_checked(tmp_path: Path) -> None:
             load_config(overrides={"upstream": "http://x", "workers": bad})
 
 
-def test_the_default_is_one_process_per_two_cores() -> None:
+def test_the_default_is_one_process_per_core_on_a_shared_store() -> None:
     from contextfold.gateway.config import GatewayConfig
     from contextfold.gateway.serving import AUTO_WORKERS_MAX, worker_count
 
     auto = GatewayConfig(upstream="http://x")
     assert auto.workers == 0
-    assert [worker_count(auto, cores) for cores in (1, 2, 3, 4, 8, 64)] == [1, 1, 1, 2, 4, 8]
+    assert [worker_count(auto, cores) for cores in (1, 2, 3, 4, 8, 64)] == [1, 2, 3, 4, 8, 8]
+    pg = GatewayConfig(upstream="http://x", store="postgresql://db/x")
+    assert worker_count(pg, 4) == 4
+    memory = GatewayConfig(upstream="http://x", store="memory://")
+    assert worker_count(memory, 8) == 1  # a process cannot share its memory store
     assert AUTO_WORKERS_MAX == 8
     assert worker_count(GatewayConfig(upstream="http://x", workers=3), 64) == 3  # as configured
     assert 1 <= worker_count(auto) <= AUTO_WORKERS_MAX  # this machine's cores

@@ -91,8 +91,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        help="server processes sharing the port and the store (default 0: one per two "
-        "cores, at most 8); a client keeps to one while its connection stays open",
+        help="server processes sharing the port and the store (default 0: one per core, "
+        "at most 8; one on memory://); a client keeps to one while its connection stays open",
     )
     p.add_argument(
         "--log-level",

@@ -75,9 +75,9 @@ class GatewayConfig:
     #: the next turn is expected to need it (its growth judged from the latest turns), so the
     #: next request finds its view ready. False: every compaction happens on a request's path.
     compact_ahead: bool = True
-    #: Server processes sharing the port and the store; 0 (the default): one per two cores
-    #: this process may use, at most 8 (one process on a machine of 2 or 3 cores). A
-    #: conversation's requests on one kept-alive connection stay on one process; one that
+    #: Server processes sharing the port and the store; 0 (the default): one per core this
+    #: process may use, at most 8, when the store is a workspace folder or PostgreSQL (one
+    #: for memory://, which a process cannot share). A conversation's requests on one kept-alive connection stay on one process; one that
     #: arrives at another process makes it reopen the session from the store (correct, but it
     #: reads the history again).
     workers: int = 0
@@ -95,9 +95,7 @@ class GatewayConfig:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {self.port}")
         if not isinstance(self.workers, int) or not 0 <= self.workers <= 64:
-            raise ConfigError(
-                f"workers must be 0 (one per two cores) or 1..64, got {self.workers!r}"
-            )
+            raise ConfigError(f"workers must be 0 (one per core) or 1..64, got {self.workers!r}")
         for name in (
             "context_window",
             "max_body_bytes",

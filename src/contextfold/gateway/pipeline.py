@@ -10,26 +10,24 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from anyio import to_thread
 
-from .. import telemetry
 from ..errors import ContextFoldError
-from ..messages import Message
 from ..overflow import is_context_overflow
 from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
-from . import fastjson
 from .ahead import AheadWork, reported
 from .config import GatewayConfig
 from .continuation import Continuations
 from .convert import Conversation, session_key_material
 from .metrics import Metrics
+from .pipeline_record import RecordSteps
+from .pipeline_upstream import UpstreamSteps
 from .sessions import (
     RESYNCS,
     SESSION_HEADER,
@@ -47,9 +45,7 @@ from .turn import (
     RequestError,
     Turn,
     call_name,
-    forward_after_commit,
     log_event,
-    moved,
     release_when_done,
     settle_future,
     within_budget,
@@ -67,7 +63,7 @@ GATEWAY_TOOLS = ("recall", "read_offloaded")
 SEND_GRACE = 0.05
 
 
-class Pipeline:
+class Pipeline(RecordSteps, UpstreamSteps):
     def __init__(self, config: GatewayConfig, metrics: Metrics) -> None:
         self.config = config
         self.metrics = metrics
@@ -304,44 +300,6 @@ class Pipeline:
                 messages=synced.added,
             )
 
-    async def committed(self, turn: Turn) -> None:
-        """Wait for the turn's staged append to be stored (at once when it is); a storage
-        failure is raised (the session is as before the request)."""
-        task = turn.commit
-        if task is not None:
-            try:
-                moved(turn, await asyncio.shield(task))
-            finally:
-                if task.done():
-                    turn.commit = None
-
-    async def finish(self, turn: Turn) -> None:
-        """Release the conversation's lock once the turn's append was stored or given up."""
-        if turn.released:
-            return
-        task = turn.commit
-        try:
-            await self.committed(turn)
-        except ContextFoldError as exc:  # the session is as before; the client resends
-            log_event("append_failed", session=turn.session.session_id, error=str(exc))
-        except BaseException:
-            if task is not None and not task.done():  # cancelled: released when it ends
-                turn.released = True
-                task.add_done_callback(lambda t: release_when_done(t, turn.lock))
-            else:
-                self.release(turn)
-            raise
-        if turn.answered and self.config.compact_ahead and not turn.released:
-            self.ahead.hand_over(turn)  # it releases the lock once done
-        else:
-            self.release(turn)
-
-    def release(self, turn: Turn) -> None:
-        """Release the conversation's lock, once (a second call does nothing)."""
-        if not turn.released:
-            turn.released = True
-            turn.lock.release()
-
     # ------------------------------------------------------------------ overflow
     async def recover_overflow(self, turn: Turn, error: UpstreamError) -> bool:
         """Compact hard and learn the limit the error states (ContextManager keeps it with the
@@ -397,169 +355,6 @@ class Pipeline:
         )
         return answers
 
-    # ------------------------------------------------------------------ upstream
-    def upstream_headers(self, turn: Turn) -> dict[str, str]:
-        headers = forward_headers(turn.headers, token=self.config.auth_token)
-        headers["content-type"] = "application/json"
-        return headers
-
-    def _url(self, turn: Turn, path: str) -> str:
-        url = self.upstream.url(path)
-        return f"{url}?{turn.query}" if turn.query else url
-
-    async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        """The upstream's whole answer (body read)."""
-        url, data, headers = self._request(turn, path, payload)
-
-        async def whole() -> httpx.Response:
-            resp = await self.upstream.send(turn.key, url, data, headers)
-            try:
-                await resp.aread()
-            finally:
-                await resp.aclose()
-            return resp
-
-        return await self._forward(turn, whole())  # the upstream wait: to its last byte
-
-    async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
-        """The upstream's answer once its headers are in (the caller reads and closes it)."""
-        url, data, headers = self._request(turn, path, payload)
-        return await self._forward(turn, self.upstream.send(turn.key, url, data, headers))
-
-    async def _forward(
-        self, turn: Turn, call: Coroutine[Any, Any, httpx.Response]
-    ) -> httpx.Response:
-        return await forward_after_commit(turn, call)
-
-    def _request(
-        self, turn: Turn, path: str, payload: dict[str, Any]
-    ) -> tuple[str, bytes, dict[str, str]]:
-        return self._url(turn, path), fastjson.dumps(payload), self.upstream_headers(turn)
-
-    def note_retry(self, ok: bool) -> None:
-        self.metrics.inc(
-            "contextfold_gateway_overflow_retries_total", outcome="ok" if ok else "failed"
-        )
-
-    def upstream_error(self, turn: Turn, status: int) -> None:
-        self.metrics.inc("contextfold_gateway_upstream_errors_total", status=str(status))
-        log_event("upstream_error", session=turn.session.session_id, status=status)
-
-    def gateway_headers(self, turn: Turn) -> dict[str, str]:
-        """Response headers saying what the gateway did: the session, the time it added
-        (Server-Timing, milliseconds, upstream wait excluded) and the compaction tier if any."""
-        added = max(0.0, time.perf_counter() - turn.started - turn.upstream_seconds)
-        parts = [
-            f"contextfold;dur={added * 1000:.2f}",
-            f"upstream;dur={turn.upstream_seconds * 1000:.2f}",
-        ]
-        parts += [f"{k};dur={v * 1000:.2f}" for k, v in turn.timings.items()]
-        out = {"x-contextfold-session": turn.session.session_id, "server-timing": ", ".join(parts)}
-        record = turn.prepared.record
-        if record is not None and record.changed:
-            out["x-contextfold-compaction"] = record.tier.value
-        return out
-
-    def observe_first_byte(self, turn: Turn) -> None:
-        if turn.first_byte_recorded:
-            return
-        turn.first_byte_recorded = True
-        total = time.perf_counter() - turn.started
-        self.metrics.observe("contextfold_gateway_upstream_latency_seconds", turn.upstream_seconds)
-        self.metrics.observe(
-            "contextfold_gateway_added_latency_seconds", max(0.0, total - turn.upstream_seconds)
-        )
-
-    # ------------------------------------------------------------------ recording
-    async def record(self, turn: Turn, message: Message, input_tokens: int | None) -> None:
-        """Keep the answer for the session's next write (see ``record_delay``), or write it
-        now when there is no delay or no background writer."""
-        if telemetry.enabled():
-            turn_span(turn, input_tokens)
-        if not turn.headers.get(SESSION_HEADER):
-            ident = client_identity(forward_headers(turn.headers, token=self.config.auth_token))
-            # (a write to the store: off the event loop)
-            await to_thread.run_sync(self.continuations.remember, turn.key, ident, message)
-        turn.answered = True
-        if self.config.record_delay > 0 and self._writer is not None:
-            self.registry.hold(turn.session, message, input_tokens)
-            return
-        t0 = time.perf_counter()
-        try:
-            await to_thread.run_sync(self.registry.record, turn.session, message, input_tokens)
-            self.metrics.observe(
-                "contextfold_gateway_store_seconds", time.perf_counter() - t0, op="record"
-            )
-        except ContextFoldError as exc:
-            # the client has its answer; the next request resends it and it is stored then
-            log_event("record_failed", session=turn.session.session_id, error=str(exc))
-
-    async def _write_pending(self, sess: Session) -> None:
-        """Write one session's pending answer, holding its conversation's lock."""
-        async with self.registry.lock(sess.key):
-            if sess.pending is None:
-                return
-            t0 = time.perf_counter()
-            try:
-                await to_thread.run_sync(sess.flush)
-                self.metrics.observe(
-                    "contextfold_gateway_store_seconds", time.perf_counter() - t0, op="record"
-                )
-            except ConcurrentWriteError:
-                # another replica appended first, from the client's next request, which
-                # carries this answer: nothing is lost
-                log_event("answer_written_elsewhere", session=sess.session_id)
-                self.registry.failed(sess)
-            except ContextFoldError as exc:
-                # the client resends it; it is stored with its next request
-                log_event("record_failed", session=sess.session_id, error=str(exc))
-                self.registry.failed(sess)
-            self.registry.written(sess)
-
-    async def _writer_loop(self) -> None:
-        delay = self.config.record_delay
-        while True:
-            await asyncio.sleep(min(0.25, delay / 2))
-            for sess in self.registry.due(delay):
-                if not self.registry.lock(sess.key).locked():  # else its request writes it
-                    await self._write_pending(sess)
-
-    def start(self) -> None:
-        """Start the background writer of pending answers (the app's lifespan calls it)."""
-        if self._writer is None and self.config.record_delay > 0:
-            self._writer = asyncio.get_running_loop().create_task(self._writer_loop())
-
-    def closer(self, turn: Turn, state: dict[str, Any]) -> Any:
-        """``on_close(completed)`` for a response: close the upstream stream (if any), record
-        the answer when the client got all of it, release the session lock."""
-
-        async def on_close(completed: bool) -> None:
-            try:
-                upstream = state.get("resp")
-                if upstream is not None:
-                    await upstream.aclose()
-                pending = state.get("record")
-                if completed and pending is not None:
-                    await self.record(turn, *pending)
-            finally:
-                await self.finish(turn)
-
-        return on_close
-
-    async def aclose(self) -> None:
-        """Stop the writer, write every pending answer, close the upstream client."""
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer
-        await self.ahead.aclose()
-        for sess in self.registry.due(0.0):
-            await self._write_pending(sess)
-        await to_thread.run_sync(self.registry.close_all)
-        self._threads.shutdown(wait=False)
-        await self.upstream.aclose()
-
 
 def this_turn(
     prepared: Prepared, latest: CompactionRecord | None, earlier: CompactionRecord | None
@@ -568,25 +363,6 @@ def this_turn(
     without one), so the response header and the log describe this turn, not the
     session's latest compaction."""
     return replace(prepared, record=latest if latest is not earlier else None)
-
-
-def turn_span(turn: Turn, input_tokens: int | None) -> None:
-    """A ``contextfold.gateway.turn`` span for a turn that got its answer: from the request's
-    start to now, with the GenAI attributes and what the view did this turn."""
-    prepared = turn.prepared
-    attrs: dict[str, telemetry.Attr | None] = {
-        "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": turn.provider,
-        "gen_ai.request.model": turn.model,
-        "gen_ai.usage.input_tokens": input_tokens,
-        "gen_ai.conversation.id": turn.session.session_id,
-        "contextfold.view.tokens": prepared.view_tokens,
-        "contextfold.history.tokens": prepared.history_tokens,
-        "contextfold.upstream.seconds": turn.upstream_seconds,
-    }
-    if prepared.record is not None:
-        attrs.update(telemetry.compaction_attributes(prepared.record))
-    telemetry.finished_span("contextfold.gateway.turn", time.perf_counter() - turn.started, attrs)
 
 
 __all__ = [

@@ -86,19 +86,24 @@ AUTO_WORKERS_MAX = 8
 
 
 def worker_count(config: GatewayConfig, cores: int | None = None) -> int:
-    """The server processes to run: ``config.workers``, or for 0 one per two cores this
-    process may use (at most :data:`AUTO_WORKERS_MAX`). One process spends about one core
-    (its threads share one interpreter lock); the other half of the cores is left to the
-    store, the agents and the rest of the machine, and every extra process makes the
-    conversations whose requests arrive on fresh connections reopen their session more often."""
+    """The server processes to run: ``config.workers``, or for 0 one per core this process
+    may use (at most :data:`AUTO_WORKERS_MAX`) when the store is one several processes share
+    (a workspace folder: SQLite in WAL mode; PostgreSQL), and one for ``memory://`` (each
+    process would hold a store of its own). One process spends at most about one core (its
+    threads share one interpreter lock), and a process per core keeps a burst of sessions from
+    queueing behind one lock; the store's own work (SQLite's writes, PostgreSQL) runs outside
+    it. Conversations whose requests arrive on fresh connections reopen their session in
+    whichever process answers (a resync from the store)."""
     if config.workers:
         return config.workers
+    if config.store.startswith("memory://"):
+        return 1
     if cores is None:
         try:
             cores = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):  # not Linux
             cores = os.cpu_count() or 1
-    return max(1, min(AUTO_WORKERS_MAX, cores // 2))
+    return max(1, min(AUTO_WORKERS_MAX, cores))
 
 
 def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:

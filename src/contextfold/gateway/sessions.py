@@ -14,24 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import ContextFoldError, StorageError, UnsafeIdError
+from ..errors import ContextFoldError, StorageError
 from ..messages import Message
-from ..paths import MAX_NAME, check_session_id
 from ..storage import ConcurrentWriteError, NewEvent
 from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation
-from .edge import identity
 from .reconcile import Plan, at_a_cut, plan
 from .session import (
     Prepared,
@@ -42,6 +38,7 @@ from .session import (
     message_uuid,
     prepare_view,
 )
+from .sessions_keys import SESSION_HEADER, client_identity, conversation_key, session_key
 from .stores import LEARNED, check_store, is_database_url, open_manager, open_shared_store
 
 if TYPE_CHECKING:
@@ -52,41 +49,6 @@ log = logging.getLogger("contextfold.gateway")
 #: how many times a request is reconciled again with the store when another writer (a
 #: second gateway replica) moved its conversation on meanwhile
 RESYNCS = 4
-
-
-def client_identity(forwarded: Mapping[str, str]) -> str:
-    """A hash of the provider credentials the upstream will see (``x-api-key``,
-    ``Authorization``, ``x-goog-api-key`` of the forwarded headers: never the gateway's own
-    token, never the credentials themselves)."""
-    return identity(forwarded)
-
-
-SESSION_HEADER = "x-contextfold-session"
-
-
-def session_key(material: str, headers: Mapping[str, str], token: str | None) -> str:
-    """A conversation's key, bound to the provider credentials the upstream will see (never
-    the gateway's own ``token``). An explicit session name is kept apart per credential
-    (``<name>-<credential hash>``): naming another tenant's session opens one's own, and no
-    answer tells whether the name is taken."""
-    from .upstream import forward_headers  # httpx: not imported before `serve` runs
-
-    ident = client_identity(forward_headers(headers, token=token))
-    explicit = headers.get(SESSION_HEADER)
-    if not explicit:
-        return conversation_key(material, ident)
-    try:
-        name = check_session_id(explicit.strip())
-    except UnsafeIdError as exc:
-        raise UnsafeIdError(f"{SESSION_HEADER}: {exc}") from None
-    if len(name) > MAX_NAME - 20:  # room for the credential's part and branch suffixes
-        raise UnsafeIdError(f"{SESSION_HEADER}: at most {MAX_NAME - 20} characters")
-    return f"{name}-{ident[:12]}"
-
-
-def conversation_key(material: str, identity: str) -> str:
-    digest = hashlib.sha256(f"{identity}|{material}".encode()).hexdigest()[:24]
-    return f"gw-{digest}"
 
 
 class SessionRegistry:
@@ -495,6 +457,7 @@ class SessionRegistry:
 
 
 __all__ = [
+    "SESSION_HEADER",
     "Prepared",
     "Session",
     "SessionRegistry",
