@@ -10,7 +10,6 @@ import random
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 from tests.gateway_fakes import FakeUpstream
 from tests.gateway_helpers import REPO, free_port
+from tests.waiting import wait_until
 
 # ---------------------------------------------------------------------- the upstream's view
 
@@ -122,17 +122,16 @@ def serve(
         proc = subprocess.Popen(command, env=environ, stdout=o, stderr=e)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def healthy() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"the gateway exited: {err.read_text()[-2000:]}")
             try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
+                return httpx.get(url + "/healthz", timeout=2).status_code == 200
             except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return False
+
+        wait_until(healthy, 60, "the gateway answered /healthz", interval=0.1)
         yield url, out, err
     finally:
         proc.terminate()

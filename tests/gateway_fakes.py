@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -55,6 +54,7 @@ from tests.gateway_fake_wire import (
     openai_problem,
     signature_for,
 )
+from tests.waiting import wait_until
 
 __all__ = [
     "FIRST_EVENT_SHARE",
@@ -123,11 +123,7 @@ class FakeUpstream:
 
     def start(self) -> FakeUpstream:
         self._thread.start()
-        deadline = time.monotonic() + 20
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("fake upstream did not start")
-            time.sleep(0.01)
+        wait_until(lambda: bool(self._server.started), 20, "the fake upstream started")
         return self
 
     def stop(self) -> None:
@@ -175,7 +171,8 @@ class FakeUpstream:
                 if event_delay:
                     await asyncio.sleep(event_delay)
                 elif step and k:
-                    await asyncio.sleep(max(0.0, start + k * step - loop.time()))
+                    until_due = max(0.0, start + k * step - loop.time())
+                    await asyncio.sleep(until_due)
                 yield frame
 
         return StreamingResponse(gen(), media_type="text/event-stream")

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - the gateway extra is missing
 from contextfold.gateway.cli import BackgroundServer
 from contextfold.gateway.config import GatewayConfig
 from tests.gateway_fakes import FakeUpstream
+from tests.waiting import wait_until
 
 
 @contextmanager
@@ -80,14 +80,18 @@ def gateway_process(
         command += ["--workers", "1"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def healthy() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"the gateway exited: {log.read_text()[-2000:]}")
         try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return proc, url
+            return httpx.get(url + "/healthz", timeout=2).status_code == 200
         except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("the gateway did not start")
+            return False
+
+    try:
+        wait_until(healthy, 60, "the gateway answered /healthz", interval=0.1)
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, url

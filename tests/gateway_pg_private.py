@@ -13,12 +13,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.waiting import wait_until
 
 BIN = Path(os.environ.get("CONTEXTFOLD_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 USER = "postgres"
@@ -67,11 +68,8 @@ class PrivateServer:
         self._wait(False)
 
     def _wait(self, up: bool, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.accepts() != up:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the private server did not {'start' if up else 'stop'}")
-            time.sleep(0.05)
+        what = f"the private server did not {'start' if up else 'stop'}"
+        wait_until(lambda: self.accepts() == up, timeout, what, interval=0.05)
 
     def accepts(self) -> bool:
         try:

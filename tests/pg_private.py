@@ -19,10 +19,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from tests.waiting import wait_until
 
 BIN = Path(os.environ.get("CONTEXTFOLD_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 USER = "postgres"
@@ -30,14 +31,7 @@ USER = "postgres"
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> float:
     """Poll ``check`` until it is true; returns the seconds it took (fails past ``timeout``)."""
-    start = time.monotonic()
-    delay = 0.01
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.2)
-    return time.monotonic() - start
+    return wait_until(check, timeout, what)
 
 
 def _free_port() -> int:

@@ -34,6 +34,7 @@ from contextfold.storage import (
     Store,
     open_store,
 )
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -159,12 +160,19 @@ def test_read_ranges_kinds_and_last(store_factory: StoreFactory) -> None:
     assert list(store.read("missing")) == []
 
 
+def _next_millisecond() -> None:
+    """Stores stamp writes with millisecond resolution: wait until the clock has passed a
+    whole millisecond, so that the next write is stamped later."""
+    now = time.time_ns() // 1_000_000
+    wait_until(lambda: time.time_ns() // 1_000_000 > now + 1, 1, "the clock ticked")
+
+
 def test_session_info_and_listing(store_factory: StoreFactory) -> None:
     store = store_factory.new()
     append(store, "one", [ev(), ev("state")], 0, agent="a")
-    time.sleep(0.01)  # timestamps have millisecond resolution
+    _next_millisecond()
     append(store, "two", [ev()], 0, agent="b")
-    time.sleep(0.01)
+    _next_millisecond()
     append(store, "one", [ev()], 2, agent="a")
     info = store.session("one")
     assert info is not None and (info.events, info.messages) == (3, 2)

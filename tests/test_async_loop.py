@@ -31,6 +31,8 @@ from tests.http_fakes import (  # noqa: F401
 
 SAFETY = 60.0  # seconds before a deadlock is reported as a failure (never reached when it works)
 TICKS = 5
+#: the ticker's pace: it proves the loop keeps running while a call waits (a pace, not a wait)
+TICK = 0.001
 
 SYSTEM = {"role": "system", "content": "You are a coding agent."}
 TASK = {"role": "user", "content": "Please fix the bug in src/app.py. You must keep the API."}
@@ -86,7 +88,7 @@ class Ticker:
             if self.ticks == TICKS:
                 self.reached.set()
                 self.reached_threadsafe.set()
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(TICK)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())

@@ -30,6 +30,12 @@ async def _read_request(reader: asyncio.StreamReader) -> bytes:
     return head + (await reader.readexactly(length) if length else b"")
 
 
+#: a scripted slow stream: each event reaches the client as a chunk of its own
+CHUNK_GAP = 0.01
+#: a server that does not answer for longer than the client's read timeout (what is tested)
+SILENT_FOR = 2.0
+
+
 def _answer(body: bytes, *, close: bool = False) -> bytes:
     extra = b"connection: close\r\n" if close else b""
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
@@ -69,11 +75,13 @@ def _port(server: Any) -> int:
 
 def test_requests_streams_and_kept_alive_connections() -> None:
     served: list[int] = []
+    idle_closed = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served.append(1)
+        first = len(served) == 1
         # the first connection answers twice, then closes while idle
-        for _ in range(2 if len(served) == 1 else 100):
+        for _ in range(2 if first else 100):
             request = await _read_request(reader)
             if b"/stream" in request:
                 writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -81,11 +89,15 @@ def test_requests_streams_and_kept_alive_connections() -> None:
                     data = b"data: %d\n\n" % i
                     writer.write(b"%x\r\n%s\r\n" % (len(data), data))
                     await writer.drain()
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(CHUNK_GAP)
                 writer.write(b"0\r\n\r\n")
             else:
                 writer.write(_answer(request.split(b"\r\n\r\n", 1)[1] or b"empty"))
             await writer.drain()
+        if first:
+            writer.close()
+            await writer.wait_closed()
+            idle_closed.set()
 
     async def main() -> None:
         server = await _serve(handler)
@@ -97,7 +109,7 @@ def test_requests_streams_and_kept_alive_connections() -> None:
                 async for chunk in resp.aiter_bytes():
                     chunks.append(chunk)
             assert b"".join(chunks) == b"".join(b"data: %d\n\n" % i for i in range(5))
-            await asyncio.sleep(0.05)  # the server closed the idle connection meanwhile
+            await idle_closed.wait()  # the server closed the idle connection meanwhile
             assert (await client.post(url + "/echo", content=b"again")).content == b"again"
         assert len(served) == 2  # the closed connection was replaced, not reused
 
@@ -107,7 +119,7 @@ def test_requests_streams_and_kept_alive_connections() -> None:
 def test_timeouts_refused_and_cut_connections_are_httpx_errors() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
-        await asyncio.sleep(2)
+        await asyncio.sleep(SILENT_FOR)
         writer.close()
 
     async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

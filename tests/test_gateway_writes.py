@@ -4,8 +4,8 @@ with the session's next append (or after ``record_delay``, or at shutdown) is wr
 
 from __future__ import annotations
 
+import functools
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from contextfold import ContextManager
 from contextfold.gateway.convert import fingerprint, parse_anthropic, parse_openai
 from tests.gateway_fakes import Call, Reply
 from tests.gateway_helpers import running
+from tests.waiting import wait_until
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 
@@ -109,12 +110,13 @@ def test_an_answer_is_written_after_the_delay_without_a_next_request(tmp_path: P
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-w", max_retries=0)
         messages: list[Any] = [SYSTEM, {"role": "user", "content": "only"}]
         messages.append(_chat(client, messages))
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+
+        def written() -> bool:
             stored = list(_stored(tmp_path).values())
-            if stored and len(stored[0]) == 3:
-                break
-            time.sleep(0.05)
+            return bool(stored) and len(stored[0]) == 3
+
+        wait_until(written, 20, "the background writer stored the turn", interval=0.05)
+        stored = list(_stored(tmp_path).values())
         assert stored == [
             ["system: You are a careful coding agent.", "user: only", "assistant: answer to: only"]
         ]
@@ -124,6 +126,12 @@ def test_an_answer_is_written_after_the_delay_without_a_next_request(tmp_path: P
     (history,) = _stored(tmp_path).values()
     assert history[3:] == ["user: more", "assistant: answer to: more"]
     assert len(history) == 5
+
+
+def _written(tmp_path: Path, conversation: int, length: int) -> bool:
+    """Whether the store holds ``length`` messages of the conversation."""
+    first = f"user: conversation {conversation}"
+    return any(len(h) >= length for h in _stored(tmp_path).values() if h[1:2] == [first])
 
 
 def test_sessions_closed_and_reopened_under_a_small_limit_lose_nothing(tmp_path: Path) -> None:
@@ -139,8 +147,13 @@ def test_sessions_closed_and_reopened_under_a_small_limit_lose_nothing(tmp_path:
             for c, messages in enumerate(convs):
                 messages.append(_chat(client, messages))
                 messages.append({"role": "user", "content": f"c{c} turn {turn}"})
-                if turn == 1:
-                    time.sleep(0.2)  # let the background writer catch up, so some are closed
+                if turn == 1:  # the background writer caught up, so this one can be closed
+                    wait_until(
+                        functools.partial(_written, tmp_path, c, len(messages) - 1),
+                        20,
+                        f"conversation {c} written",
+                        interval=0.02,
+                    )
         for messages in convs:
             messages.append(_chat(client, messages))
     stored = sorted(_stored(tmp_path).values())

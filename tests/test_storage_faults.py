@@ -310,7 +310,8 @@ def test_kill_9_at_random_points_leaves_an_exact_prefix(tmp_path: Path) -> None:
         )
         assert proc.stdout is not None
         proc.stdout.readline()  # it is writing: kill it at a random point from now on
-        time.sleep(rng.uniform(0.0, 0.4))
+        kill_after = rng.uniform(0.0, 0.4)  # the random point is what is tested
+        time.sleep(kill_after)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         cm = manager(ws, context_window=5_000)

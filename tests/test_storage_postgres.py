@@ -21,6 +21,7 @@ import pytest
 
 from tests import pg_support
 from tests.pg_support import SchemaFactory
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -51,13 +52,9 @@ def _kill(pg: SchemaFactory, pid: int) -> None:
         row = conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
         assert row is not None and row[0] is True
     # wait until the server has really ended that backend
-    deadline = time.monotonic() + 10
     with psycopg.connect(pg.url, autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            if not conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
-                return
-            time.sleep(0.02)
-    raise AssertionError(f"backend {pid} still alive")
+        gone = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+        wait_until(lambda: not conn.execute(gone, (pid,)).fetchone(), 10, f"backend {pid} ended")
 
 
 def _snapshot(store: Any, sid: str) -> tuple[Any, ...]:
@@ -459,17 +456,16 @@ def test_stale_tables_are_vacuumed_for_index_only_head_reads(
             (store.schema,),
         ).fetchone()
 
-    deadline = time.monotonic() + 20  # the server publishes table statistics within ~1 s
-    vacuumed = False
-    while time.monotonic() < deadline and not vacuumed:
+    def vacuumed() -> bool:
         row = store._run("stats", stats)
         if row is not None and row[1]:
-            vacuumed = True
-        elif row is not None and row[0] >= 1_000:
+            return True
+        if row is not None and row[0] >= 1_000:
             assert "events" in store._run("analyze", lambda c: analyze_stale(c, store.schema))
-        else:
-            time.sleep(0.2)
-    assert vacuumed, "the events table was never vacuumed"
+        return False
+
+    # the server publishes table statistics within ~1 s
+    wait_until(vacuumed, 20, "the events table was vacuumed", interval=0.2)
 
     def plan(c: Any) -> str:
         c.execute("SET enable_seqscan = off")  # a small table: the planner would scan it
@@ -505,9 +501,7 @@ def _start_slow_maintenance(store: Any, marker: str, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(pg_mod, "ANALYZE_EVERY", 1)
     with store.transaction() as tx:
         tx.append("s", [_ev(0)], expected_seq=0, agent_id="a")
-    deadline = time.monotonic() + 10
-    while _running(store, marker) == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: _running(store, marker) > 0, 10, "the maintenance run started")
     assert _running(store, marker) == 1, "the maintenance run did not start"
 
 
@@ -555,10 +549,7 @@ def test_close_stops_a_maintenance_run_under_way(
     store.close()
     assert time.monotonic() - started < 5, "close() waited for the maintenance run"
     assert thread is not None and not thread.is_alive()
-    deadline = time.monotonic() + 5
-    while _running(store, marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _running(store, marker) == 0, "the maintenance statement outlived close()"
+    wait_until(lambda: not _running(store, marker), 5, "the maintenance statement ended")
 
 
 def test_heads_of_sessions_with_long_ids_fit_the_index(pg: SchemaFactory) -> None:

@@ -7,7 +7,7 @@ The names below are imported on first use, so that ``import contextfold`` (and t
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import ContextConfig, harness, progressive
@@ -45,7 +45,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'contextfold' has no attribute {name!r}")

@@ -351,8 +351,9 @@ class ContextConfig:
             return self.summary.flush_before_compact
         return self.tiers is None or self.tiers.flush_before_compact
 
-    def with_(self, **changes: Any) -> ContextConfig:
-        return replace(self, preset="custom", **changes)
+    def with_(self, **changes: object) -> ContextConfig:
+        fields: dict[str, Any] = changes  # checked by the dataclass, as with ContextConfig(...)
+        return replace(self, preset="custom", **fields)
 
 
 def progressive() -> ContextConfig:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .records import CompactionRecord
 
 
 class ContextFoldError(Exception):
@@ -48,7 +51,13 @@ class ContextOverflowError(ContextFoldError, RuntimeError):
     ``record`` carries the CompactionRecord of the recovery attempt.
     """
 
-    def __init__(self, message: str, *, record: Any = None, cause: BaseException | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: CompactionRecord | None = None,
+        cause: BaseException | None = None,
+    ):
         super().__init__(message)
         self.record = record
         self.cause = cause

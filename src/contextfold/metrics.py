@@ -20,11 +20,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import telemetry
 from .errors import ConfigError
 from .extras import needs_extra
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 #: seconds, for prepare and compaction times
 BUCKETS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
@@ -34,7 +37,7 @@ BUCKETS += (1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 class LibraryMetrics:
     """The counters (``prometheus_client`` objects) in :attr:`registry`."""
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         try:
             from prometheus_client import CollectorRegistry, Counter, Histogram
         except ImportError as exc:
@@ -117,7 +120,7 @@ _lock = threading.Lock()
 _enabled: LibraryMetrics | None = None
 
 
-def enable(registry: Any = None) -> LibraryMetrics:
+def enable(registry: CollectorRegistry | None = None) -> LibraryMetrics:
     """Start counting (once per process; a second call returns the same counters). The
     counters go to ``registry`` (a ``prometheus_client.CollectorRegistry``) or a new one."""
     global _enabled

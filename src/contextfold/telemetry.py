@@ -21,7 +21,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 if TYPE_CHECKING:
     from .records import CompactionRecord
@@ -33,7 +33,7 @@ except ImportError:  # the otel extra is not installed: spans cost nothing
 
 TRACER = "contextfold"
 Attr = str | int | float | bool
-_NONE: AbstractContextManager[Any] = contextlib.nullcontext(None)
+_NONE: AbstractContextManager[None] = contextlib.nullcontext(None)
 
 
 def enabled() -> bool:
@@ -57,6 +57,14 @@ def add_hook(hook: Hook) -> None:
 def remove_hook(hook: Hook) -> None:
     if hook in _HOOKS:
         _HOOKS.remove(hook)
+
+
+class SpanLike(Protocol):
+    """What :func:`span` yields: an OpenTelemetry span, or the attributes noted for the hooks."""
+
+    def is_recording(self) -> bool: ...
+
+    def set_attribute(self, key: str, value: Attr) -> None: ...
 
 
 class _Noted:
@@ -96,7 +104,7 @@ def _noted(name: str, attrs: dict[str, Attr]) -> Iterator[_Noted]:
 
 def span(
     name: str, attributes: Mapping[str, Attr | None] | None = None
-) -> AbstractContextManager[Any]:
+) -> AbstractContextManager[SpanLike | None]:
     """A span around a block (the current span's child); yields the span, or None without
     OpenTelemetry and without hooks. Attributes that are None are left out."""
     if _trace is None and not _HOOKS:
@@ -108,12 +116,12 @@ def span(
     return _trace.get_tracer(TRACER).start_as_current_span(name, attributes=attrs)
 
 
-def recording(current: Any) -> bool:
+def recording(current: SpanLike | None) -> TypeGuard[SpanLike]:
     """Whether a span from :func:`span` records (worth computing attributes for)."""
     return current is not None and bool(current.is_recording())
 
 
-def set_attributes(current: Any, attributes: Mapping[str, Attr | None]) -> None:
+def set_attributes(current: SpanLike | None, attributes: Mapping[str, Attr | None]) -> None:
     """Add attributes to a span from :func:`span` (nothing when it does not record)."""
     if not recording(current):
         return
@@ -150,6 +158,7 @@ def finished_span(
 
 __all__ = [
     "Hook",
+    "SpanLike",
     "add_hook",
     "compaction_attributes",
     "enabled",

@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import ContextFoldError, ToolArgumentsError
 
-Handler = Callable[[Mapping[str, Any]], str]
+Handler = Callable[[Mapping[str, object]], str]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,7 +12,7 @@ def _get(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def extract_input_tokens(response: Any) -> int | None:
+def extract_input_tokens(response: object) -> int | None:
     """Input tokens of a chat response, including cached ones; None if unknown."""
     usage = _get(response, "usage")
     if usage is None:

@@ -13,7 +13,6 @@ import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
 
 #: Modules that add subcommands, in the order ``--help`` lists them (imported on first use).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -139,7 +138,7 @@ def _dispatch(args_list: list[str]) -> int:
         return EXIT_STORAGE if isinstance(exc, StorageError) else EXIT_BAD_INPUT
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # kept importable from here: ``from contextfold.cli import load_transcript``
     if name in ("DEMO_ATTRIBUTION", "demo_trace_path", "load_transcript"):
         from . import cmd_compact
