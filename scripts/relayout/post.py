@@ -1,0 +1,2 @@
+def run(root):
+    pass
