@@ -98,9 +98,9 @@ def _place_source(rel: str, entries: dict[str, str]) -> tuple[str | None, str]:
     best = None
     for old in entries:
         o_parent, _, o_base = old.rpartition(".")
-        if o_parent == parent and base.startswith(o_base + "_") and o_base not in ("__init__",):
-            if best is None or len(old) > len(best):
-                best = old
+        follows = o_parent == parent and o_base != "__init__" and base.startswith(o_base + "_")
+        if follows and (best is None or len(old) > len(best)):
+            best = old
     if best is not None and entries[best] != best:
         new = entries[best]
         n_parent, _, n_base = new.rpartition(".")
@@ -166,7 +166,11 @@ def build_plan() -> Plan:
         )
     # non-Python files inside folders that move as a whole
     for path in sorted(pkg_dir.rglob("*")):
-        if path.is_file() and path.suffix not in (".py", ".pyc") and "__pycache__" not in path.parts:
+        if (
+            path.is_file()
+            and path.suffix not in (".py", ".pyc")
+            and "__pycache__" not in path.parts
+        ):
             owner = _module_of(path.parent / "__init__.py", SRC, "").lstrip(".")
             if owner in plan.modules and plan.modules[owner] != owner:
                 new_dir = SRC / Path(*plan.modules[owner].split("."))
@@ -195,7 +199,11 @@ def _plan_tests(plan: Plan) -> None:
         if rel in named:
             new_rel = named[rel]
         else:
-            folder = _test_guess(path.stem, plan.modules, plan.packages) if path.stem.startswith("test_") else ""
+            folder = (
+                _test_guess(path.stem, plan.modules, plan.packages)
+                if path.stem.startswith("test_")
+                else ""
+            )
             if not folder:
                 missing.append(f"tests/{rel}")
                 continue
@@ -225,9 +233,6 @@ def _check_collisions(plan: Plan) -> None:
 def _plan_new_packages(plan: Plan) -> None:
     targets = set(plan.files.values())
     existing_after = {p for p in targets if p.name == "__init__.py"}
-    for old in plan.files:
-        if old.name == "__init__.py" and old not in plan.files.values():
-            pass
     kept = {
         p.relative_to(ROOT)
         for top in (SRC / PKG, ROOT / "tests")
@@ -283,9 +288,7 @@ def _top_names(path: Path) -> set[str]:
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         out.add(n.id)
-        elif isinstance(node, ast.ImportFrom) and node.module is None or isinstance(
-            node, ast.ImportFrom
-        ):
+        elif isinstance(node, ast.ImportFrom):
             # names re-exported from a sibling (``from .x import Y``) count: patch targets use them
             for alias in node.names:
                 if node.level or (node.module or "").startswith(PKG):
@@ -341,12 +344,19 @@ def _alias_text(name: str, asname: str | None) -> str:
     return f"{name} as {asname}" if asname and asname != name else name
 
 
-def rewrite_import_from(node: ast.ImportFrom, ctx: FileCtx, names: Names) -> list[tuple[str, int, str, list[str]]] | None:
+def rewrite_import_from(
+    node: ast.ImportFrom, ctx: FileCtx, names: Names
+) -> list[tuple[str, int, str, list[str]]] | None:
     """The statements that replace ``node``: (kind, level, module, names), None to keep it."""
     if ctx.old_module is None and node.level:
         return None
     absolute = _resolve(node, ctx.old_module or "", ctx.is_package)
-    if not (absolute == PKG or absolute.startswith(PKG + ".") or absolute == "tests" or absolute.startswith("tests.")):
+    if not (
+        absolute == PKG
+        or absolute.startswith(PKG + ".")
+        or absolute == "tests"
+        or absolute.startswith("tests.")
+    ):
         return None
     groups: dict[str, list[str]] = {}
     changed = False
@@ -409,7 +419,11 @@ def rewrite_python(text: str, ctx: FileCtx, names: Names) -> str:
             new_names = []
             changed = False
             for alias in node.names:
-                new = names.remap(alias.name) if alias.name.startswith((PKG + ".", "tests.")) else alias.name
+                new = (
+                    names.remap(alias.name)
+                    if alias.name.startswith((PKG + ".", "tests."))
+                    else alias.name
+                )
                 changed |= new != alias.name
                 new_names.append(_alias_text(new, alias.asname))
             if changed:
@@ -479,9 +493,29 @@ def rewrite_text(text: str, names: Names, files: dict[str, str] | None = None) -
     return text
 
 
+BACKTICKED = re.compile(r"(?<=`)([a-z_][\w/]*?)(\.py|/)(?=[`\s:)])")
+
+
+def rewrite_doc(text: str, names: Names) -> str:
+    """Docs also name files relative to the package (`` `compactors/pipeline.py` ``)."""
+    text = rewrite_text(text, names)
+
+    def sub(m: re.Match[str]) -> str:
+        body, tail = m.group(1), m.group(2)
+        if body.startswith(("src/", "tests/", "contextfold/", "docs/", "benchmarks/")):
+            return m.group(0)
+        key = f"src/contextfold/{body}" + (".py" if tail == ".py" else "/__init__.py")
+        if key not in _FILES:
+            return m.group(0)
+        moved = _FILES[key].removeprefix("src/contextfold/")
+        return moved if tail == ".py" else moved.removesuffix("__init__.py")
+
+    return BACKTICKED.sub(sub, text)
+
+
 _FILES: dict[str, str] = {}
 
-PARENTS = re.compile(r"Path\(__file__\)((?:\.resolve\(\))?)((?:\.parent)+|\.parents\[(\d+)\])")
+PARENTS = re.compile(r"Path\(__file__\)((?:\.resolve\(\))?)(\.parents\[(\d+)\]|(?:\.parent(?!s))+)")
 
 
 def fix_depth(text: str, delta: int) -> str:
@@ -521,7 +555,8 @@ def _python_files() -> list[Path]:
     for top in PY_DIRS:
         if (ROOT / top).is_dir():
             out.extend(_walk_py(ROOT / top))
-    return out
+    own = Path(__file__).resolve()
+    return [p for p in out if p.resolve() != own and DATA not in p.resolve().parents]
 
 
 def _text_files() -> list[Path]:
@@ -541,7 +576,6 @@ def apply(plan: Plan) -> list[Path]:
         }
     names = Names(plan.modules, defined)
     _FILES.update({o.as_posix(): n.as_posix() for o, n in plan.files.items()})
-    inverse = {v: k for k, v in plan.modules.items()}
     # rewrite in place first (every file at its old path knows its old module), then move
     changed: list[Path] = []
     for path in _python_files():
@@ -562,10 +596,9 @@ def apply(plan: Plan) -> list[Path]:
         if new != text:
             path.write_text(new, encoding="utf-8")
             changed.append(rel)
-    del inverse
     for path in _text_files():
         text = path.read_text(encoding="utf-8")
-        new = rewrite_text(text, names)
+        new = rewrite_doc(text, names) if path.suffix == ".md" else rewrite_text(text, names)
         if new != text:
             path.write_text(new, encoding="utf-8")
     for old, new in sorted(plan.files.items()):
@@ -595,7 +628,9 @@ def _lazy_table(text: str, names: Names) -> str:
 
 def _remove_empty_dirs() -> None:
     for top in (SRC / PKG, ROOT / "tests"):
-        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for folder in sorted(
+            (p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+        ):
             left = [p for p in folder.iterdir() if p.name != "__pycache__"]
             if not left:
                 shutil.rmtree(folder)
@@ -614,13 +649,17 @@ def post_steps() -> None:
 def ruff(files: list[Path]) -> None:
     exe = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     targets = [d for d in PY_DIRS if (ROOT / d).is_dir()]
-    subprocess.run([exe, "check", "--fix", "--select", "I,F401", "-q", *targets], cwd=ROOT, check=False)
+    subprocess.run(
+        [exe, "check", "--fix", "--select", "I,F401", "-q", *targets], cwd=ROOT, check=False
+    )
     subprocess.run([exe, "format", "-q", *targets], cwd=ROOT, check=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--apply", action="store_true", help="move and rewrite (else: print the plan)")
+    parser.add_argument(
+        "--apply", action="store_true", help="move and rewrite (else: print the plan)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.apply:
