@@ -324,13 +324,42 @@ def _relative(target: str, module: str, is_package: bool) -> tuple[int, str]:
     return level, ".".join(there[common:])
 
 
-def _render_from(level: int, module: str, names: list[str], indent: str, comment: str) -> str:
+HEADER = re.compile(r"from\s+[.\w]*\s+import\b")
+
+
+def _bound(item: str) -> str:
+    return item.split(" as ")[-1].strip()
+
+
+def _alias_comments(lines: list[str], node: ast.ImportFrom) -> dict[str, str]:
+    """The comment on each imported name's line (``x,  # noqa: F401``), by the name it binds;
+    a comment on the statement's first line goes to its first name."""
+    out: dict[str, str] = {}
+    bound = [a.asname or a.name for a in node.names]
+    for i, line in enumerate(lines):
+        if "#" not in line:
+            continue
+        code, _, comment = line.partition("#")
+        on_line = [b for b in bound if re.search(rf"\b{re.escape(b)}\b", code)]
+        key = on_line[-1] if on_line else (bound[0] if i == 0 else None)
+        if key:
+            out[key] = "#" + comment.rstrip("\n")
+    return out
+
+
+def _render_from(
+    level: int, module: str, names: list[str], indent: str, comments: dict[str, str]
+) -> str:
     head = "." * level + module
     line = f"{indent}from {head} import {', '.join(names)}"
-    if len(line) > 95:
-        body = "".join(f"{indent}    {n},\n" for n in names)
-        return f"{indent}from {head} import ({comment}\n{body}{indent})"
-    return line + comment
+    noted = [n for n in names if _bound(n) in comments]
+    if len(line) > 95 or len(noted) > 1 or (noted and len(names) > 1):
+        body = "".join(
+            f"{indent}    {n},{'  ' + comments[_bound(n)] if _bound(n) in comments else ''}\n"
+            for n in names
+        )
+        return f"{indent}from {head} import (\n{body}{indent})"
+    return line + ("  " + comments[_bound(noted[0])] if noted else "")
 
 
 @dataclass
@@ -405,13 +434,21 @@ def rewrite_python(text: str, ctx: FileCtx, names: Names) -> str:
             indent = lines[first][: node.col_offset]
             if not lines[first][node.col_offset :].startswith("from"):
                 continue  # shares its line with another statement: left alone
-            comment = ""
-            match = re.search(r"#[^\n]*", lines[first])
-            if match:
-                comment = "  " + match.group(0)
+            head = HEADER.match(lines[first], node.col_offset)
+            originals = [_alias_text(a.name, a.asname) for a in node.names]
+            if head and len(stmts) == 1 and stmts[0][3] == originals:
+                # only the module changes: edit the header, keep names, comments and layout
+                _, level, module, _ = stmts[0]
+                line = lines[first]
+                new_line = (
+                    f"{line[: head.start()]}from {'.' * level}{module} import{line[head.end() :]}"
+                )
+                replace[first] = (first, new_line)
+                continue
+            comments = _alias_comments(lines[first : last + 1], node)
             rendered = [
-                _render_from(level, module, items, indent, comment if i == 0 else "")
-                for i, (_, level, module, items) in enumerate(stmts)
+                _render_from(level, module, items, indent, comments)
+                for _, level, module, items in stmts
             ]
             end = "\n" if src.endswith("\n") else ""
             replace[first] = (last, "\n".join(rendered) + end)
@@ -649,9 +686,7 @@ def post_steps() -> None:
 def ruff(files: list[Path]) -> None:
     exe = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     targets = [d for d in PY_DIRS if (ROOT / d).is_dir()]
-    subprocess.run(
-        [exe, "check", "--fix", "--select", "I,F401", "-q", *targets], cwd=ROOT, check=False
-    )
+    subprocess.run([exe, "check", "--fix", "--select", "I", "-q", *targets], cwd=ROOT, check=False)
     subprocess.run([exe, "format", "-q", *targets], cwd=ROOT, check=False)
 
 

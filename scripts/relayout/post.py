@@ -140,6 +140,11 @@ def contributing(root: Path) -> None:
     doc = root / "docs" / "CONTRIBUTING.md"
     text = doc.read_text(encoding="utf-8")
     text = _section(text, "## Where things go", (HERE / "where.md").read_text("utf-8"))
+    text = text.replace("`tests/test_gateway_*.py`", "in `tests/gateway/`")
+    text = text.replace(
+        "make lint        # ruff check + ruff format --check\n",
+        "make lint        # ruff check, ruff format --check, the layers contract (lint-imports)\n",
+    )
     doc.write_text(text, encoding="utf-8")
 
 
