@@ -491,7 +491,8 @@ def _dotted(match: re.Match[str], names: Names) -> str:
         head = ".".join(parts[:i])
         if head in names.modules and names.modules[head] != head:
             rest = parts[i:]
-            if rest and rest[0] not in names.defined.get(head, set()):
+            known = names.defined.get(head, set())
+            if rest and rest[0] not in known and not rest[0].startswith("__"):
                 # "contextfold.tokens.before" names a span attribute, not the module
                 return match.group(0)
             if head == "tests" or (head.startswith("tests.") and i == 1):
