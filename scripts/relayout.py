@@ -35,7 +35,13 @@ SRC = ROOT / "src"
 PKG = "contextfold"
 DATA = Path(__file__).resolve().parent / "relayout"
 TEXT_FILES = ["README.md", "pyproject.toml", "Makefile", "setup.py"]
-TEXT_GLOBS = ["docs/*.md", "docs/**/*.md", "src/contextfold/**/*.md", "benchmarks/*.md"]
+TEXT_GLOBS = [
+    "tests/data/*.txt",
+    "docs/*.md",
+    "docs/**/*.md",
+    "src/contextfold/**/*.md",
+    "benchmarks/*.md",
+]
 PY_DIRS = ["src", "tests", "benchmarks", "examples", "scripts"]
 SKIP_PARTS = {"__pycache__", "traces", ".venv", "node_modules"}
 #: new packages the moves create, with their docstrings
