@@ -44,7 +44,7 @@ layers = [
 
 LAYER_OF = """#: folder (or module at the top of the package) -> layer: every folder is its own layer
 LAYER_OF = {
-    **dict.fromkeys(["testing", "testing_servers", "testing_wire"], "testing"),
+    **{path.stem: "testing" for path in PACKAGE.glob("testing*.py")},
     "__main__": "cli",
 }
 #: layers from the bottom up (the order of the diagram; the import-linter contract's, reversed)
@@ -83,7 +83,10 @@ def pyproject(root: Path) -> None:
     path = root / "pyproject.toml"
     text = path.read_text(encoding="utf-8")
     if "[tool.importlinter]" not in text:
-        layers = "\n".join(f'  "{layer}",' for layer in LAYERS)
+        testing = " : ".join(
+            sorted(p.stem for p in (root / "src" / "contextfold").glob("testing*.py"))
+        )
+        layers = "\n".join(f'  "{testing if i == 0 else layer}",' for i, layer in enumerate(LAYERS))
         text = text.rstrip("\n") + "\n" + CONTRACT.format(layers=layers)
     # tests/mcp is a folder of tests, not the MCP SDK
     text = text.replace('known-third-party = ["agents"]', 'known-third-party = ["agents", "mcp"]')
