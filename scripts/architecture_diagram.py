@@ -47,6 +47,8 @@ LAYER_OF = {
             "extras",
             "textmemo",
             "view_layout",
+            "view_cuts",
+            "view_reopen",
             "metrics",
         ],
         "core",
