@@ -49,6 +49,7 @@ LAYER_OF = {
             "view_layout",
             "view_cuts",
             "view_reopen",
+            "tokens_heuristic",
             "metrics",
         ],
         "core",
