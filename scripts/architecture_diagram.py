@@ -82,7 +82,9 @@ LAYER_OF = {
         ["engine", "ahead", "manager", "calling", "client_rewrite", "reopen", "export", "migrate"],
         "engine",
     ),
-    **dict.fromkeys(["testing", "testing_servers", "testing_wire"], "testing"),
+    **dict.fromkeys(
+        ["testing", "testing_servers", "testing_wire", "testing_overflow"], "testing"
+    ),
     "mcp_server": "integrations",
     "__main__": "cli",
 }
