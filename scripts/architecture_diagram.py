@@ -47,13 +47,25 @@ LAYER_OF = {
             "extras",
             "textmemo",
             "view_layout",
+            "view_cuts",
+            "view_reopen",
+            "tokens_heuristic",
             "metrics",
         ],
         "core",
     ),
     # compaction: compactors, summarizers, the summary's anchors, offload
     **dict.fromkeys(
-        ["compactors", "summarizers", "anchors", "offload", "offload_tool"], "compaction"
+        [
+            "compactors",
+            "summarizers",
+            "anchors",
+            "anchors_model",
+            "anchors_parse",
+            "offload",
+            "offload_tool",
+        ],
+        "compaction",
     ),
     # recovery and evidence: what makes compaction recoverable
     **dict.fromkeys(
@@ -79,7 +91,7 @@ LAYER_OF = {
         ["engine", "ahead", "manager", "calling", "client_rewrite", "reopen", "export", "migrate"],
         "engine",
     ),
-    **dict.fromkeys(["testing", "testing_servers", "testing_wire"], "testing"),
+    **dict.fromkeys(["testing", "testing_servers", "testing_wire", "testing_overflow"], "testing"),
     "mcp_server": "integrations",
     "__main__": "cli",
 }
