@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .records import CompactionRecord
+
+class RecoveryRecord(Protocol):
+    """What an overflow error tells of its recovery attempt (a ``CompactionRecord``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def tokens_before(self) -> int: ...
+    @property
+    def tokens_after(self) -> int: ...
+    @property
+    def error(self) -> str: ...
 
 
 class ContextFoldError(Exception):
@@ -48,14 +60,15 @@ class ToolArgumentsError(ContextFoldError, ValueError):
 class ContextOverflowError(ContextFoldError, RuntimeError):
     """The model rejected the request as too long, even after recovery.
 
-    ``record`` carries the CompactionRecord of the recovery attempt.
+    ``record`` carries the CompactionRecord of the recovery attempt (typed here by the
+    :class:`RecoveryRecord` protocol, so that this module imports nothing of the package).
     """
 
     def __init__(
         self,
         message: str,
         *,
-        record: CompactionRecord | None = None,
+        record: RecoveryRecord | None = None,
         cause: BaseException | None = None,
     ):
         super().__init__(message)
