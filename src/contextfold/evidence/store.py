@@ -25,7 +25,7 @@ from ..messages import Message
 from ..scaffolding import strip_scaffolding
 from ..storage.base import BlobNotFoundError
 from ..storage.session import SessionStore
-from . import semantic
+from . import semantic, store_vectors
 from .classify import (
     classify,
     extract_anchors,
@@ -454,7 +454,8 @@ class EvidenceStore:
                 session.put_doc(
                     STATE_NAMESPACE, pointer_key(session.session_id, p.id), {"pointer": p.to_dict()}
                 )
-        semantic.file_block(session, block, texts, fresh)  # nothing without the extra
+        # the vectors are filed after the answer (nothing without the extra): store_vectors
+        store_vectors.defer_block(session, block, texts, fresh)
         terms = block_terms(block)
         if terms:
             session.add_keys(NAMESPACE, {terms_id(session.session_id): terms})
