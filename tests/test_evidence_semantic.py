@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from contextfold.evidence import embed, semantic
+from contextfold.evidence import embed, semantic, store_vectors
 from contextfold.evidence.search import EvidenceSearch
 from contextfold.evidence.store import EvidenceStore
 from contextfold.storage import open_store
@@ -121,18 +121,28 @@ def test_exact_questions_never_consult_the_vectors(tmp_path: Path) -> None:
     assert all("semantic" not in h.why for h in hits)
 
 
-def test_vectors_are_stored_with_the_block_and_removed_with_the_session(store_url: str) -> None:
+def test_vectors_are_filed_after_the_block_and_removed_with_the_session(store_url: str) -> None:
     store, search = _indexed(store_url)
     backend = store.session.store
+    # the block's unit of work records what is to be filed; no vector is computed in it
+    assert backend.docs(semantic.NAMESPACE, prefix="s/") == {}
+    pending = store_vectors.pending_blocks(backend, "s")
+    assert list(pending) == ["s/cb-1"]
+    tools = [p for p in store.pointers() if p.role == "tool"]
+    assert pending["s/cb-1"]["ids"] == [p.id for p in tools]
+    vectors = search.vectors()  # a search files what is pending before it ranks
+    assert vectors is not None and len(vectors.ids) == 6
     docs = backend.docs(semantic.NAMESPACE, prefix="s/")
     assert list(docs) == ["s/cb-1"]
-    assert docs["s/cb-1"]["ids"] == [p.id for p in store.pointers() if p.role == "tool"]
-    vectors = search.vectors()
-    assert vectors is not None and len(vectors.ids) == 6
+    assert docs["s/cb-1"]["ids"] == [p.id for p in tools]
+    assert store_vectors.pending_blocks(backend, "s") == {}
     other = EvidenceStore(SessionStore(backend, "t", "a"))
     index_block(other, session_messages()[:2])
+    index_block(store, session_messages()[:2])  # s/cb-2 left pending
+    assert store_vectors.file_pending(backend, "t") == 1
     backend.delete_session("s")
     assert backend.docs(semantic.NAMESPACE, prefix="s/") == {}
+    assert store_vectors.pending_blocks(backend, "s") == {}
     assert list(backend.docs(semantic.NAMESPACE, prefix="t/")) == ["t/cb-1"]
     backend.close()
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ..errors import StorageError
-from . import semantic
+from . import semantic, store_vectors
 from .fields import CallFields
 from .keys import fits, indexed
 from .lookups import KeySource, MemoryKeys, StoreKeys, backfill
@@ -158,8 +158,13 @@ class EvidenceSearch:
         cannot be read: recall then ranks by words alone)."""
         if not semantic.enabled():
             return None
+        session = self.store.session
+        # vectors still pending (filed after the answer, or left by a crash): filed now, so a
+        # search never ranks without them
+        if store_vectors.file_pending(session.store, session.session_id):
+            self._vectors = None
         if self._vectors is None:
-            self._vectors = semantic.SessionVectors(self.store.session)
+            self._vectors = semantic.SessionVectors(session)
         try:
             self._vectors.load(self.store.state().blocks)
         except StorageError:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
+from ..engine.filing import file_deferred
 from ..errors import ContextFoldError
 from ..storage import ConcurrentWriteError
 from ..tokens import count_message
@@ -73,6 +75,9 @@ class AheadWork:
         self.threads = threads
         self.metrics = metrics
         self.tasks: set[asyncio.Task[None]] = set()
+        #: one thread files the evidence vectors left pending (never a request's thread)
+        self.filing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cf-filing")
+        self.closing = threading.Event()
 
     def hand_over(self, turn: Turn) -> None:
         """Take over the finished ``turn``'s lock: it is released when the work has ended."""
@@ -98,12 +103,19 @@ class AheadWork:
             log_event("compact_ahead_failed", session=sess.session_id, error=repr(exc))
         finally:
             turn.lock.release()
+        # the evidence vectors its compactions left pending, after the lock (store_vectors)
+        with contextlib.suppress(Exception):  # fails open: a search files what is left
+            await loop.run_in_executor(
+                self.filing, file_deferred, sess.cm.context, self.closing.is_set
+            )
 
     async def aclose(self) -> None:
-        """Wait for the running work (shutdown)."""
+        """Wait for the running work (shutdown); vectors still pending stay pending."""
+        self.closing.set()
         while self.tasks:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*list(self.tasks))
+        self.filing.shutdown(wait=True)
 
 
 __all__ = ["AheadWork", "compact_ahead", "reported"]
