@@ -135,7 +135,9 @@ class PrivatePostgres:
         still accepts bytes, but nothing answers (a hung host, a paused VM)."""
         self._frozen = self.processes()
         for pid in self._frozen:
-            os.kill(pid, signal.SIGSTOP)
+            # a backend that ended between the listing and the signal has nothing to freeze
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
 
     def thaw(self) -> None:
         for pid in getattr(self, "_frozen", []):
