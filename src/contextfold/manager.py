@@ -9,71 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar
 
-from . import calling, client_rewrite, telemetry
-from .compactors.progressive import ProgressiveCompactor
+from . import calling
 from .compactors.stages import Stage
-from .config import ContextConfig, resolve_preset
+from .config import ContextConfig
 from .engine import ingest, opening
 from .engine import prepare as preparing
 from .engine.async_calls import AsyncCalls
 from .engine.calls import SessionCalls
 from .engine.context import SessionContext
 from .engine.ingest import MessageInput
+from .engine.ingest_calls import IngestCalls
+from .engine.parts import SessionParts
 from .engine.prepare import PreparedView, ToolSchemas
-from .errors import ConfigError, ContextFoldError, StorageError
-from .limits import LearnedWindow
+from .engine.view_calls import ViewCalls
+from .errors import ContextFoldError, StorageError
 from .memory_admin import MemoryCalls
 from .messages import Message
-from .offload import OffloadStore
 from .paths import Workspace, check_session_id
-from .records import CompactionRecord, StoreRecordStore
-from .recovery import Recovery
-from .responses import response_message
-from .sessions.log import SessionLog
-from .state import SessionState
+from .records import CompactionRecord
 from .storage import Store
-from .storage.session import SessionStore
 from .summarizers.base import Summarizer
-from .surface import AnthropicView, OpenAIView, ViewMessages
-from .tokens import Calibration, TokenCounter, get_counter
-from .view import HistoryView
-from .wire import from_anthropic
+from .tokens import TokenCounter, get_counter
 
 T = TypeVar("T")
-V = TypeVar("V")
 OnCompaction = Callable[[CompactionRecord], None]
 Format = Literal["openai", "anthropic"]
 DEFAULT_WORKSPACE = opening.DEFAULT_WORKSPACE
 
 
-class _Part(Generic[V]):
-    """A part of the open session, read (and set) on the manager as an attribute."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> _Part[V]: ...
-    @overload
-    def __get__(self, obj: ContextManager, owner: type) -> V: ...
-    def __get__(self, obj: ContextManager | None, owner: type) -> _Part[V] | V:
-        if obj is None:
-            return self
-        value: V = getattr(obj._ctx, self.name)
-        return value
-
-    def __set__(self, obj: ContextManager, value: V) -> None:
-        setattr(obj._ctx, self.name, value)
-
-
-class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
+class ContextManager(SessionParts, MemoryCalls, SessionCalls, IngestCalls, ViewCalls, AsyncCalls):
     """Keep an agent inside its context window without losing what it learned.
 
     ``add`` appends to the full, persisted history; ``prepare`` derives the view to send now
@@ -97,32 +66,6 @@ class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
     """
 
     _ctx: SessionContext
-    config: _Part[ContextConfig] = _Part()
-    session_id: _Part[str] = _Part()
-    agent_id: _Part[str] = _Part()
-    store: _Part[Store] = _Part()
-    counter: _Part[TokenCounter] = _Part()
-    summarizer: _Part[Summarizer | None] = _Part()
-    share_memory: _Part[bool] = _Part()
-    configured_window: _Part[int] = _Part()
-    #: The window in use: ``context_window``, or lower once a provider's overflow error stated
-    #: a smaller one (see ``learned_window``).
-    window: _Part[int] = _Part()
-    learned_window: _Part[LearnedWindow | None] = _Part()
-    session: _Part[SessionStore] = _Part()
-    log: _Part[SessionLog] = _Part()
-    calibration: _Part[Calibration] = _Part()
-    offload: _Part[OffloadStore] = _Part()
-    eviction_store: _Part[OffloadStore] = _Part()
-    record_store: _Part[StoreRecordStore] = _Part()
-    view: _Part[HistoryView] = _Part()
-    compactor: _Part[ProgressiveCompactor] = _Part()
-    recovery: _Part[Recovery] = _Part()
-    session_state: _Part[SessionState] = _Part()
-    #: The last compaction that changed the view (None until one did).
-    last_record: _Part[CompactionRecord | None] = _Part()
-    #: The record of the last prepare()/compact(), including "no compaction needed".
-    last_prepare: _Part[CompactionRecord | None] = _Part()
 
     def __init__(
         self,
@@ -141,13 +84,7 @@ class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
         share_memory: bool = False,
         stages: Sequence[Stage] | None = None,
     ) -> None:
-        if not isinstance(context_window, int) or context_window <= 0:
-            raise ConfigError(f"context_window must be a positive integer, got {context_window!r}")
-        if config is not None and preset is not None:
-            raise ConfigError("pass either preset or config, not both")
-        if workspace is not None and store is not None:
-            raise ConfigError("pass either workspace (a folder) or store, not both")
-        cfg = config or resolve_preset(preset)
+        cfg = opening.check_settings(context_window, workspace, store, preset, config)
         sid, aid = check_session_id(session_id), check_session_id(agent_id)
         counter = get_counter(token_counter if token_counter is not None else cfg.token_counter)
         self.on_compaction = on_compaction
@@ -318,14 +255,6 @@ class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
     def _history(self) -> list[Message]:
         return self.history
 
-    def add(self, message: MessageInput) -> Message:
-        """Append one message (OpenAI dict or Message). Validated before anything is written.
-
-        A dict with Anthropic ``tool_use`` (assistant) or ``tool_result`` (user) blocks is
-        converted; a user turn with several tool results becomes several tool messages, and the
-        last one is returned (``add_many`` returns them all)."""
-        return self.add_many([message])[-1]
-
     def add_many(self, messages: Iterable[MessageInput]) -> list[Message]:
         """Append several messages at once: all or nothing (validated first, then stored in one
         unit)."""
@@ -339,122 +268,14 @@ class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
                 ingest.append(self._ctx, parsed, tokens)
             return parsed
 
-    def rewrite(
-        self,
-        retract: Sequence[int],
-        messages: Iterable[MessageInput] = (),
-        *,
-        note: Mapping[str, object] | None = None,
-    ) -> list[Message]:
-        """The caller rewrote its own conversation (summarized old turns, moved or refreshed
-        messages, dropped what it no longer needs): the history messages at ``retract``
-        leave the view for good and ``messages`` are appended, all or nothing, in one unit.
-        Nothing is deleted: the retracted messages stay in the history (``history``,
-        search, export) and a ``rewrite`` event records which were taken out, when, and
-        ``note`` (a JSON object: why, what replaced them). Returns the messages added."""
-        with self._lock:
-            self._fresh()
-            return client_rewrite.rewrite(self._ctx, retract, messages, note or {})
-
-    def add_response(self, response: object, *, choice: int = 0) -> Message:
-        """Record the assistant turn of a model's response: an OpenAI ``ChatCompletion`` (its
-        ``choice``-th message), an OpenAI Responses API ``Response`` or an Anthropic
-        ``Message`` - SDK objects or their dicts. Tool calls and Anthropic thinking blocks are
-        kept exactly; see :mod:`contextfold.responses`. Usage is not reported here (``call``
-        does it; otherwise ``report_usage(response=...)``)."""
-        msg = response_message(response, choice=choice)
-        return self.add_many([replace(msg, uuid=self._ctx.uuid_for(len(self._ctx.view)))])[0]
-
-    def add_anthropic(
-        self,
-        messages: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-        *,
-        system: str | Sequence[Mapping[str, Any]] | None = None,
-    ) -> list[Message]:
-        """Append Anthropic Messages API messages (one dict or a list; ``system`` apart), as
-        :func:`contextfold.wire.from_anthropic` converts them. Returns the messages added."""
-        items = [messages] if isinstance(messages, Mapping) else list(messages)
-        converted = from_anthropic(items, system)
-        start = len(self._ctx.view)
-        return self.add_many(
-            [replace(m, uuid=self._ctx.uuid_for(start + i)) for i, m in enumerate(converted)]
-        )
-
-    def _uuid_for(self, position: int) -> str:
-        return self._ctx.uuid_for(position)
-
     # ------------------------------------------------------------------ preparing
-    def _schema_tokens(self, tools: ToolSchemas | None) -> int:
-        return self._ctx.schema_tokens(tools)
-
     def prepare_view(self, *, tools: ToolSchemas | None = None) -> PreparedView:
         """The view to send now (compacting when needed) as one typed result: its messages
         (evidence injected included), tokens, the compaction record and where the injection
         went. :meth:`prepare` renders it; so do the integrations and the gateway."""
-        attrs = {"gen_ai.conversation.id": self.session_id, "contextfold.agent.id": self.agent_id}
-        with self._lock, telemetry.span("contextfold.prepare", attrs) as current:
-            self._fresh()
-            ctx = self._ctx
-            record, schema_tokens = preparing.prepare(ctx, tools)
-            self._announce(record)
-            preparing.check_fits(ctx, ctx.extra_tokens(tools), schema_tokens, record)
-            view = preparing.render(ctx, record, schema_tokens)
-            if telemetry.recording(current):
-                telemetry.set_attributes(current, telemetry.compaction_attributes(record))
-                telemetry.set_attributes(current, {"contextfold.view.tokens": view.tokens})
-            return view
-
-    @overload
-    def prepare(
-        self,
-        *,
-        tools: ToolSchemas | None = None,
-        format: Literal["openai"] = "openai",
-        copy: bool = False,
-    ) -> OpenAIView: ...
-
-    @overload
-    def prepare(
-        self,
-        *,
-        tools: ToolSchemas | None = None,
-        format: Literal["anthropic"],
-        copy: bool = False,
-    ) -> AnthropicView: ...
-
-    def prepare(
-        self,
-        *,
-        tools: ToolSchemas | None = None,
-        format: Format = "openai",
-        copy: bool = False,
-    ) -> OpenAIView | AnthropicView:
-        """The view to send now: a list of OpenAI dicts, or for ``format="anthropic"`` a dict
-        ``{"system": ..., "messages": [...]}`` ready for ``client.messages.create(**view)``.
-
-        OpenAI dicts are cached per message and shared between calls, which keeps a turn
-        without compaction O(new messages); treat them as read-only or pass ``copy=True``."""
-        if format not in ("openai", "anthropic"):
-            raise ConfigError(f"format must be 'openai' or 'anthropic', got {format!r}")
-        with self._lock:
-            view = self.prepare_view(tools=tools)
-            return view.anthropic() if format == "anthropic" else view.openai(copy=copy)
-
-    @property
-    def view_messages(self) -> ViewMessages:
-        """The current view as neutral messages (no compaction is run). A property since the
-        public surface was made consistent; ``cm.view_messages()`` still works (deprecated)."""
         with self._lock:
             self._fresh()
-            return ViewMessages(self._ctx.view.view_messages())
-
-    @property
-    def view_tokens(self) -> int:
-        """Estimated (calibrated) tokens of the current view."""
-        return self._ctx.compactor.view_tokens()
-
-    def _set_window(self, learned: LearnedWindow | None) -> None:
-        self._ctx.set_window(learned)
+            return preparing.prepare_view(self._ctx, tools, self._announce)
 
     # ------------------------------------------------------------------ overflow recovery
     def call(
@@ -481,16 +302,7 @@ class ContextManager(MemoryCalls, SessionCalls, AsyncCalls):
         evidence, state), documents and index rows in one step, and the evicted files under a
         custom offload root. The manager stays usable: the session starts again empty."""
         with self._lock:
-            ctx = self._ctx
-            ctx.recovery.forget_session()
-            ctx.store.delete_session(self.session_id)
-            root = ctx.eviction_store.root
-            if ctx.eviction_store is not ctx.offload and root is not None and root.exists():
-                try:
-                    shutil.rmtree(root)
-                except OSError as exc:
-                    raise StorageError(f"cannot delete {root}: {exc}") from exc
-            opening.reset(ctx)
+            opening.delete_session(self._ctx)
 
 
 __all__ = ["DEFAULT_WORKSPACE", "ContextManager", "OnCompaction"]

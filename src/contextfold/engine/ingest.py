@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from ..errors import ContextFoldError
 from ..messages import Message, check_encodable
 from ..offload import offloadable_text
-from ..responses import parse_inputs
+from ..responses import parse_inputs, response_message
+from ..wire import from_anthropic
 from .context import SessionContext
 
 #: What ``add`` accepts: an OpenAI (or Anthropic-block) message dict, or a Message.
@@ -18,6 +20,24 @@ def parse(ctx: SessionContext, messages: Iterable[MessageInput]) -> list[Message
     """``messages`` as neutral Messages appended after the history; a dict gets a uuid
     derived from (session, position)."""
     return parse_inputs(messages, len(ctx.view), ctx.uuid_for)
+
+
+def from_response(ctx: SessionContext, response: object, choice: int) -> Message:
+    """The assistant turn of a model's ``response`` as the next message of the history."""
+    msg = response_message(response, choice=choice)
+    return replace(msg, uuid=ctx.uuid_for(len(ctx.view)))
+
+
+def from_anthropic_messages(
+    ctx: SessionContext,
+    messages: Mapping[str, object] | Sequence[Mapping[str, object]],
+    system: str | Sequence[Mapping[str, object]] | None,
+) -> list[Message]:
+    """Anthropic Messages API messages (one or a list) as the next messages of the history."""
+    items = [messages] if isinstance(messages, Mapping) else list(messages)
+    converted = from_anthropic(items, system)
+    start = len(ctx.view)
+    return [replace(m, uuid=ctx.uuid_for(start + i)) for i, m in enumerate(converted)]
 
 
 def check(ctx: SessionContext, parsed: list[Message]) -> list[int]:
@@ -70,4 +90,12 @@ def offload_on_arrival(ctx: SessionContext, index: int) -> None:
         return
 
 
-__all__ = ["MessageInput", "append", "check", "offload_on_arrival", "parse"]
+__all__ = [
+    "MessageInput",
+    "append",
+    "check",
+    "from_anthropic_messages",
+    "from_response",
+    "offload_on_arrival",
+    "parse",
+]

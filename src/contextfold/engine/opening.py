@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +12,8 @@ from .. import reopen
 from ..compactors.pipeline import preset_stages
 from ..compactors.progressive import ProgressiveCompactor
 from ..compactors.stages import Stage
-from ..config import ContextConfig, TierConfig
+from ..config import ContextConfig, TierConfig, resolve_preset
+from ..errors import ConfigError, StorageError
 from ..offload import EVICTION_POLICY, INGEST_POLICY, OffloadPolicy, OffloadStore
 from ..paths import Workspace
 from ..records import StoreRecordStore
@@ -27,6 +29,24 @@ from ..view import HistoryView
 from .context import SessionContext
 
 DEFAULT_WORKSPACE = "./.contextfold"
+
+
+def check_settings(
+    context_window: object,
+    workspace: str | Path | None,
+    store: Store | str | Path | None,
+    preset: str | ContextConfig | None,
+    config: ContextConfig | None,
+) -> ContextConfig:
+    """The arguments of a session's owner checked before anything is opened; the config to
+    use (``config``, else the ``preset``'s)."""
+    if not isinstance(context_window, int) or context_window <= 0:
+        raise ConfigError(f"context_window must be a positive integer, got {context_window!r}")
+    if config is not None and preset is not None:
+        raise ConfigError("pass either preset or config, not both")
+    if workspace is not None and store is not None:
+        raise ConfigError("pass either workspace (a folder) or store, not both")
+    return config or resolve_preset(preset)
 
 
 def open_session_store(
@@ -142,6 +162,20 @@ def reset(ctx: SessionContext) -> None:
     reopen.load(ctx)
 
 
+def delete_session(ctx: SessionContext) -> None:
+    """Cascade cleanup: the session's events, documents and index rows in one step, the
+    evicted files under a custom offload root; then the session starts again empty."""
+    ctx.recovery.forget_session()
+    ctx.store.delete_session(ctx.session_id)
+    root = ctx.eviction_store.root
+    if ctx.eviction_store is not ctx.offload and root is not None and root.exists():
+        try:
+            shutil.rmtree(root)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {root}: {exc}") from exc
+    reset(ctx)
+
+
 def _compactor(ctx: SessionContext) -> ProgressiveCompactor:
     config = ctx.config
     compactor = ProgressiveCompactor(
@@ -169,6 +203,8 @@ def _compactor(ctx: SessionContext) -> ProgressiveCompactor:
 __all__ = [
     "DEFAULT_WORKSPACE",
     "build_context",
+    "check_settings",
+    "delete_session",
     "offload_policies",
     "open_session_store",
     "reset",

@@ -10,9 +10,10 @@ or the messages themselves).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .. import telemetry
 from ..compactors.pinned import pinned_indices
 from ..errors import ContextOverflowError
 from ..messages import Message
@@ -189,6 +190,25 @@ def prepare(ctx: SessionContext, tools: ToolSchemas | None) -> tuple[CompactionR
     return compact_now(ctx, extra), schema_tokens
 
 
+def prepare_view(
+    ctx: SessionContext,
+    tools: ToolSchemas | None,
+    announce: Callable[[CompactionRecord], None],
+) -> PreparedView:
+    """The whole prepare (under the caller's lock): compact as needed, ``announce`` the
+    record, check the view fits and render it, in one telemetry span."""
+    attrs = {"gen_ai.conversation.id": ctx.session_id, "contextfold.agent.id": ctx.agent_id}
+    with telemetry.span("contextfold.prepare", attrs) as current:
+        record, schema_tokens = prepare(ctx, tools)
+        announce(record)
+        check_fits(ctx, ctx.extra_tokens(tools), schema_tokens, record)
+        view = render(ctx, record, schema_tokens)
+        if telemetry.recording(current):
+            telemetry.set_attributes(current, telemetry.compaction_attributes(record))
+            telemetry.set_attributes(current, {"contextfold.view.tokens": view.tokens})
+        return view
+
+
 __all__ = [
     "Injection",
     "PreparedView",
@@ -199,5 +219,6 @@ __all__ = [
     "finish",
     "newest_user_position",
     "prepare",
+    "prepare_view",
     "render",
 ]
