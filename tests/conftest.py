@@ -103,6 +103,15 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "ws"
 
 
+@pytest.fixture(params=["folder", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new store on each backend a gateway serves from, created first: a workspace folder,
+    or a schema on the test PostgreSQL server (dropped afterwards; see tests/pg_support.py)."""
+    from tests import pg_support
+
+    yield from pg_support.fresh_store_url(request.param, tmp_path / "ws")
+
+
 def skip_or_fail(reason: str) -> NoReturn:
     """Skip with a visible reason; under ``CONTEXTFOLD_REQUIRE_ALL=1`` (set by .ci/run) fail
     instead, so a missing package or service can never pass CI silently."""

@@ -12,6 +12,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,6 +94,26 @@ class SchemaFactory:
             store.close()
         for schema in self.schemas:
             drop_schema(self.url, schema)
+
+
+def fresh_store_url(kind: str, folder: Path) -> Iterator[str]:
+    """A fixture body: the URL of a new, empty store, created before the test opens it (so
+    servers or replicas started on it do not race to create it): ``"folder"`` a workspace at
+    ``folder``, ``"postgresql"`` a new schema on the test server, dropped afterwards."""
+    from contextfold.storage import open_store
+
+    if kind == "folder":
+        open_store(folder).close()
+        yield str(folder)
+        return
+    url = require_postgres()
+    schema = new_schema_name()
+    store_url = f"{url}?schema={schema}"
+    try:
+        open_store(store_url).close()
+        yield store_url
+    finally:
+        drop_schema(url, schema)
 
 
 def schema_factory() -> Iterator[SchemaFactory]:

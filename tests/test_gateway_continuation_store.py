@@ -4,8 +4,6 @@ the same session instead of opening a new one. Embedded store and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +15,6 @@ from contextfold.gateway.continuation import Continuations
 from contextfold.gateway.convert import parse_anthropic
 from contextfold.messages import Message
 from contextfold.storage import open_store
-from tests import pg_support
 from tests.gateway_fakes import Call, FakeUpstream, Reply
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,21 +31,6 @@ CONTINUED = (
     "This session is being continued from a previous conversation that ran out of context. "
     "The conversation is summarized below:\nSummary:\n" + "\n".join(SUMMARY) + "\n\nGo on."
 )
-
-
-@pytest.fixture(params=["embedded", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "embedded":
-        yield str(tmp_path / "store")
-        return
-    url = pg_support.require_postgres()
-    schema = pg_support.new_schema_name()
-    store_url = f"{url}?schema={schema}"
-    open_store(store_url).close()
-    try:
-        yield store_url
-    finally:
-        pg_support.drop_schema(url, schema)
 
 
 def test_a_second_index_on_the_store_finds_the_answer(store_url: str) -> None:

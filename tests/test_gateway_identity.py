@@ -7,18 +7,14 @@ and the answer to a taken name looks exactly like the answer to a free one."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from contextfold import ContextManager
 from contextfold.gateway.cli import BackgroundServer
 from contextfold.gateway.config import GatewayConfig
 from contextfold.storage import open_store
-from tests import pg_support
 from tests.gateway_fakes import Call, FakeUpstream, Reply
 
 TOKEN = "gw-shared-token-0123456789"
@@ -26,19 +22,6 @@ SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 START = [SYSTEM, {"role": "user", "content": "fix the bug"}]
 A = {"authorization": f"Bearer {TOKEN}", "x-api-key": "sk-tenant-a"}
 B = {"authorization": f"Bearer {TOKEN}", "x-api-key": "sk-tenant-b"}
-
-
-@pytest.fixture(params=["folder", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "folder":
-        yield str(tmp_path / "ws")
-        return
-    url = pg_support.require_postgres()
-    schema = pg_support.new_schema_name()
-    try:
-        yield f"{url}?schema={schema}"
-    finally:
-        pg_support.drop_schema(url, schema)
 
 
 def _echo(call: Call) -> Reply:

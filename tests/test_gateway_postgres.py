@@ -11,42 +11,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests import pg_support
 from tests.gateway_fakes import Call, FakeUpstream, Reply
 from tests.gateway_helpers import gateway_process
 
 pytestmark = pytest.mark.timeout(300)
 
 SYSTEM = "You are a careful coding agent."
-
-
-@pytest.fixture(params=["postgresql", "folder"])
-def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh schema on the test server (created first, so the replicas do not race to create
-    it), dropped afterwards; or a workspace folder."""
-    if request.param == "folder":
-        from contextfold.gateway.stores import open_shared_store
-
-        folder = str(tmp_path / "ws")
-        open_shared_store(folder).close()
-        yield folder
-        return
-    url = pg_support.require_postgres()
-    schema = pg_support.new_schema_name()
-    from contextfold.storage import open_store
-
-    store_url = f"{url}?schema={schema}"
-    open_store(store_url).close()
-    try:
-        yield store_url
-    finally:
-        pg_support.drop_schema(url, schema)
 
 
 def _echo(call: Call) -> Reply:
@@ -58,7 +33,7 @@ def _echo(call: Call) -> Reply:
 
 
 def test_two_replicas_on_one_store_serve_sessions_alternately(
-    shared_store: str, tmp_path: Path
+    store_url: str, tmp_path: Path
 ) -> None:
     import anthropic
     import openai
@@ -69,7 +44,7 @@ def test_two_replicas_on_one_store_serve_sessions_alternately(
     urls: list[str] = []
     try:
         for n in range(2):
-            proc, url = gateway_process(fake.url, shared_store, tmp_path / f"replica{n}.log")
+            proc, url = gateway_process(fake.url, store_url, tmp_path / f"replica{n}.log")
             procs.append(proc)
             urls.append(url)
         oa = [openai.OpenAI(base_url=u + "/v1", api_key="sk-pg", max_retries=0) for u in urls]
@@ -131,7 +106,7 @@ def test_two_replicas_on_one_store_serve_sessions_alternately(
     from contextfold import ContextManager
     from contextfold.storage import open_store
 
-    store = open_store(shared_store if "://" in shared_store else Path(shared_store))
+    store = open_store(store_url if "://" in store_url else Path(store_url))
     try:
         infos = store.sessions(["gateway"])
         assert len(infos) == 2, [i.session_id for i in infos]  # no branch, no duplicate session

@@ -16,15 +16,11 @@ from .base import (
     JSON,
     BlobCorruptError,
     BlobNotFoundError,
-    ConcurrentWriteError,
     Event,
-    NewEvent,
     SearchDoc,
-    check_append,
     check_keys,
-    check_text,
 )
-from .branches import check_branch
+from .base_write import Append, WriteTransaction, check_claim, dump_json
 from .text import split_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 
@@ -34,21 +30,19 @@ if TYPE_CHECKING:
 
 def _frozen(value: Mapping[str, JSON], what: str) -> dict[str, JSON]:
     """A deep copy through JSON: what a real backend would store (and it must be JSON)."""
-    try:
-        out = json.loads(json.dumps(value, ensure_ascii=False))
-    except (TypeError, ValueError) as exc:
-        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
+    return _object(dump_json(value, what), what)
+
+
+def _object(text: str, what: str) -> dict[str, JSON]:
+    out = json.loads(text)
     if not isinstance(out, dict):
         raise StorageError(f"{what} must be a JSON object")
     return out
 
 
-def _copied(value: JSON, what: str) -> JSON:
-    """A deep copy of any JSON value through JSON (a head or detail may be an array)."""
-    try:
-        return json.loads(json.dumps(value, ensure_ascii=False))
-    except (TypeError, ValueError) as exc:
-        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
+def _copied(text: str | None) -> JSON:
+    """A stored head or detail (any JSON value) read back from its text."""
+    return None if text is None else json.loads(text)
 
 
 @dataclass
@@ -118,7 +112,7 @@ class MemoryBlobs:
         return None if data is None else len(data)
 
 
-class _MemoryTransaction:
+class _MemoryTransaction(WriteTransaction):
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
         self._sessions: dict[str, _Session] = {}  # staged copies of touched sessions
@@ -126,7 +120,7 @@ class _MemoryTransaction:
         self._index: list[tuple[str, Any]] = []
         self._deleted: list[str] = []  # sessions deleted first, when this commits
 
-    def delete_session(self, session_id: str) -> None:
+    def _delete_session(self, session_id: str) -> None:
         """Delete the session in this transaction (writes after this one start it afresh)."""
         if self._sessions or self._docs or self._index:
             raise StorageError("internal: delete_session must come first in a transaction")
@@ -140,103 +134,57 @@ class _MemoryTransaction:
         cur = self._store._sessions.get(session_id)
         if cur is None:
             return None
-        copy = _Session(
-            agent_id=cur.agent_id,
-            created_at=cur.created_at,
-            updated_at=cur.updated_at,
-            title=cur.title,
-            events=list(cur.events),
-            heads=list(cur.heads),
-            messages=cur.messages,
-            parent=cur.parent,
-            fork_at=cur.fork_at,
-        )
+        copy = dataclasses.replace(cur, events=list(cur.events), heads=list(cur.heads))
         self._sessions[session_id] = copy
         return copy
 
-    def branch(
-        self,
-        session_id: str,
-        *,
-        parent_id: str,
-        at: int,
-        agent_id: str,
-        title: str | None = None,
-    ) -> None:
-        check_append(session_id, agent_id, 0, title)
-        existing = self._session(session_id)
-        if existing is not None:
-            raise ConcurrentWriteError(session_id, 0, existing.count)
-        parent = self._session(parent_id) if isinstance(parent_id, str) and parent_id else None
-        at = check_branch(
-            session_id,
-            parent_id,
-            at,
-            parent_events=parent.count if parent else None,
-            parent_agent=parent.agent_id if parent else None,
-            agent_id=agent_id,
-        )
+    def _owner(self, session_id: str) -> tuple[int, str] | None:
+        sess = self._session(session_id)
+        return None if sess is None else (sess.count, sess.agent_id)
+
+    def _branch(self, session_id: str, parent_id: str, at: int, agent_id: str, title: str) -> None:
         shared = self._store._composed(parent_id, stop=at, view=self._session)
         now = utc_now()
         self._sessions[session_id] = _Session(
             agent_id=agent_id,
             created_at=now,
             updated_at=now,
-            title=title or "",
+            title=title,
             messages=sum(1 for e, _ in shared if e.kind == "message"),
             parent=parent_id,
             fork_at=at,
         )
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[NewEvent],
-        *,
-        expected_seq: int,
-        agent_id: str,
-        title: str | None = None,
-    ) -> list[Event]:
-        check_append(session_id, agent_id, expected_seq, title)
+    def _append(self, a: Append) -> list[Event]:
+        session_id = a.session_id
         sess = self._session(session_id)
-        actual = sess.count if sess is not None else 0
-        if actual != expected_seq:
-            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        check_claim(a, None if sess is None else (sess.count, sess.agent_id))
         now = utc_now()
         if sess is None:
-            sess = _Session(agent_id=agent_id, created_at=now, updated_at=now, title="")
+            sess = _Session(agent_id=a.agent_id, created_at=now, updated_at=now, title="")
             self._sessions[session_id] = sess
-        elif sess.agent_id != agent_id:
-            raise StorageError(
-                f"session {session_id!r} belongs to agent {sess.agent_id!r}, not {agent_id!r}"
+        out = [
+            Event(
+                session_id=session_id,
+                seq=e.seq,
+                kind=e.kind,
+                ts=now,
+                data=_object(e.data, f"event {e.kind!r} of session {session_id!r}"),
             )
-        out: list[Event] = []
-        heads: list[tuple[JSON, JSON]] = []
-        for i, ev in enumerate(events):
-            what = f"event {ev.kind!r} of session {session_id!r}"
-            data = _frozen(ev.data, what)
-            head = None if ev.head is None else _copied(ev.head, f"the head of {what}")
-            detail = None if ev.detail is None else _copied(ev.detail, f"the detail of {what}")
-            heads.append((head, detail))
-            out.append(
-                Event(session_id=session_id, seq=actual + i, kind=ev.kind, ts=now, data=data)
-            )
+            for e in a.encoded
+        ]
         sess.events.extend(out)
-        sess.heads.extend(heads)
+        sess.heads.extend((_copied(e.head), _copied(e.detail)) for e in a.encoded)
         sess.messages += sum(1 for e in out if e.kind == "message")
         sess.updated_at = now
-        if title and not sess.title:
-            sess.title = title
+        if a.title and not sess.title:
+            sess.title = a.title
         return out
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
-        check_text(namespace, "document namespace")
-        check_text(key, "document key")
-        self._docs[(namespace, key)] = _frozen(value, f"document {namespace}/{key}")
+    def _put_doc(self, namespace: str, key: str, text: str) -> None:
+        self._docs[(namespace, key)] = _object(text, f"document {namespace}/{key}")
 
-    def delete_doc(self, namespace: str, key: str) -> None:
-        check_text(namespace, "document namespace")
-        check_text(key, "document key")
+    def _delete_doc(self, namespace: str, key: str) -> None:
         self._docs[(namespace, key)] = None
 
     def index(self, docs: Sequence[SearchDoc]) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from .base import ConcurrentWriteError, check_append, check_text
-from .branches import MAX_DEPTH, Chain, check_branch, relink, segments
+from .base import ConcurrentWriteError
+from .branches import MAX_DEPTH, Chain, relink, segments
 from .util import utc_now
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -35,34 +35,25 @@ def chain(conn: Conn, s: str, session_id: str) -> Chain:
     return to_chain(session_id, conn.execute(chain_sql(s), (session_id,)).fetchall())
 
 
+def owner(conn: Conn, s: str, session_id: str) -> tuple[int, str] | None:
+    """The session's event count (its head) and owning agent (None: no such session)."""
+    row = conn.execute(
+        f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s", (session_id,)
+    ).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
 def create(
-    conn: Conn, s: str, session_id: str, parent_id: str, at: int, agent_id: str, title: str | None
+    conn: Conn, s: str, session_id: str, parent_id: str, at: int, agent_id: str, title: str
 ) -> None:
-    """Insert the branch's row (its prefix counted from the parent's events)."""
-    check_append(session_id, agent_id, 0, title)
-    check_text(parent_id, "parent session id")
-    found = conn.execute(
-        f"SELECT head FROM {s}.sessions WHERE session_id = %s", (session_id,)
-    ).fetchone()
-    if found is not None:
-        raise ConcurrentWriteError(session_id, 0, int(found[0]))
-    parent = conn.execute(
-        f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s", (parent_id,)
-    ).fetchone()
-    at = check_branch(
-        session_id,
-        parent_id,
-        at,
-        parent_events=int(parent[0]) if parent else None,
-        parent_agent=str(parent[1]) if parent else None,
-        agent_id=agent_id,
-    )
+    """Insert the branch's row (its prefix counted from the parent's events; the arguments
+    checked by the transaction)."""
     messages = 0
-    for owner, lo, hi in segments(chain(conn, s, parent_id), 0, at):
+    for holder, lo, hi in segments(chain(conn, s, parent_id), 0, at):
         row = conn.execute(
             f"SELECT count(*) FROM {s}.events WHERE session_id = %s AND kind = 'message' "
             "AND seq >= %s AND seq < %s",
-            (owner, lo, hi),
+            (holder, lo, hi),
         ).fetchone()
         messages += int(row[0]) if row else 0
     now = utc_now()
@@ -70,7 +61,7 @@ def create(
         f"INSERT INTO {s}.sessions (session_id, agent_id, title, created_at, updated_at, head, "
         "messages, parent_id, fork_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (session_id) DO NOTHING RETURNING 1",
-        (session_id, agent_id, title or "", now, now, at, messages, parent_id, at),
+        (session_id, agent_id, title, now, now, at, messages, parent_id, at),
     ).fetchone()
     if made is None:  # another writer created it since it was looked for
         raise ConcurrentWriteError(session_id, 0, None)

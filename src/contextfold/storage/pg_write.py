@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,12 +15,10 @@ from .base import (
     BlobNotFoundError,
     ConcurrentWriteError,
     Event,
-    NewEvent,
     SearchDoc,
-    check_append,
     check_keys,
-    check_text,
 )
+from .base_write import Append, WriteTransaction, check_claim, dump_json
 from .pg_schema import doc_tags, encode_fields
 from .util import check_bytes, check_sha, sha256_hex, utc_now
 
@@ -32,19 +29,11 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 EVENT_COLS = "session_id, seq, kind, ts, data"
 
 
-def dumps(value: JSON, what: str) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise StorageError(f"{what} is not JSON-serializable: {exc}") from exc
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: keep them as \\u escapes
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-    return text
+#: the JSON encoder of every write (the one all backends share)
+dumps = dump_json
 
 
-class PgTransaction:
+class PgTransaction(WriteTransaction):
     """The writes of one :meth:`PostgresStore.transaction` (one database transaction).
 
     The connection is in pipeline mode: an append waits for its own result (it must refuse a
@@ -73,41 +62,24 @@ class PgTransaction:
             raise StorageError(f"{what}: the transaction has already ended")
         self.pending.append(what)
 
-    def delete_session(self, session_id: str) -> None:
-        """Delete the session and everything filed under it, in this transaction (so a new
-        session of the same id can be written in its place atomically)."""
-        self._use(f"delete session {session_id!r}")
+    def _begin(self, what: str) -> None:
+        self._use(what)
+
+    def _delete_session(self, session_id: str) -> None:
         delete_rows(self._conn, self._s, session_id)
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[NewEvent],
-        *,
-        expected_seq: int,
-        agent_id: str,
-        title: str | None = None,
-    ) -> list[Event]:
-        self._use(f"append to session {session_id!r}")
-        check_append(session_id, agent_id, expected_seq, title)
+    def _owner(self, session_id: str) -> tuple[int, str] | None:
+        return pg_branches.owner(self._conn, self._s, session_id)
+
+    def _append(self, a: Append) -> list[Event]:
+        session_id, expected_seq, agent_id = a.session_id, a.expected_seq, a.agent_id
         s, conn, now = self._s, self._conn, utc_now()
         out = [
-            Event(session_id=session_id, seq=expected_seq + i, kind=e.kind, ts=now, data=e.data)
-            for i, e in enumerate(events)
-        ]
-        data = [dumps(ev.data, f"event {ev.seq} ({ev.kind})") for ev in out]
-        heads = [
-            None if e.head is None else dumps(e.head, f"the head of event {ev.seq} ({ev.kind})")
-            for e, ev in zip(events, out, strict=True)
-        ]
-        details = [
-            None
-            if e.detail is None
-            else dumps(e.detail, f"the detail of event {ev.seq} ({ev.kind})")
-            for e, ev in zip(events, out, strict=True)
+            Event(session_id=session_id, seq=en.seq, kind=en.kind, ts=now, data=e.data)
+            for e, en in zip(a.events, a.encoded, strict=True)
         ]
         head = expected_seq + len(out)
-        messages = sum(1 for e in events if e.kind == "message")
+        messages = sum(1 for e in a.events if e.kind == "message")
         if expected_seq == 0:  # a new session, its owner in the same statement
             claim = (
                 f"INSERT INTO {s}.sessions AS t (session_id, agent_id, title, created_at, "
@@ -136,52 +108,31 @@ class PgTransaction:
             {
                 "sid": session_id,
                 "agent": agent_id,
-                "title": title or "",
+                "title": a.title,
                 "now": now,
                 "head": head,
                 "messages": messages,
                 "expected": expected_seq,
-                "seqs": [ev.seq for ev in out],
-                "kinds": [ev.kind for ev in out],
-                "data": data,
-                "heads": heads,
-                "details": details,
+                "seqs": [en.seq for en in a.encoded],
+                "kinds": [en.kind for en in a.encoded],
+                "data": [en.data for en in a.encoded],
+                "heads": [en.head for en in a.encoded],
+                "details": [en.detail for en in a.encoded],
             },
         ).fetchone()  # the one round trip: the server answers for everything queued
         self.pending.clear()
         if row is None or int(row[0]) != 1:
-            found = conn.execute(
-                f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s",
-                (session_id,),
-            ).fetchone()
-            actual = int(found[0]) if found is not None else 0
-            if found is not None and actual == expected_seq and found[1] != agent_id:
-                raise StorageError(
-                    f"session {session_id!r} belongs to agent {found[1]!r}, "
-                    f"not {agent_id!r}; refusing to append"
-                )
-            raise ConcurrentWriteError(session_id, expected_seq, actual)
+            found = self._owner(session_id)
+            check_claim(a, found)  # refused: by the head or by the owner
+            raise ConcurrentWriteError(session_id, expected_seq, found[0] if found else 0)
         self.rows += len(out)
         return out
 
-    def branch(
-        self,
-        session_id: str,
-        *,
-        parent_id: str,
-        at: int,
-        agent_id: str,
-        title: str | None = None,
-    ) -> None:
-        self._use(f"create branch {session_id!r}")
+    def _branch(self, session_id: str, parent_id: str, at: int, agent_id: str, title: str) -> None:
         pg_branches.create(self._conn, self._s, session_id, parent_id, at, agent_id, title)
         self.pending.clear()
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
-        check_text(namespace, "document namespace")
-        check_text(key, "document key")
-        text = dumps(value, f"document {namespace}/{key}")
-        self._use(f"write document {namespace}/{key}")
+    def _put_doc(self, namespace: str, key: str, text: str) -> None:
         self._conn.execute(
             f"INSERT INTO {self._s}.documents (namespace, key, value) VALUES (%s, %s, %s::json) "
             "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
@@ -189,10 +140,7 @@ class PgTransaction:
             (namespace, key, text),
         )
 
-    def delete_doc(self, namespace: str, key: str) -> None:
-        check_text(namespace, "document namespace")
-        check_text(key, "document key")
-        self._use(f"delete document {namespace}/{key}")
+    def _delete_doc(self, namespace: str, key: str) -> None:
         self._conn.execute(
             f"DELETE FROM {self._s}.documents WHERE namespace = %s AND key = %s",
             (namespace, key),

@@ -9,18 +9,8 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..errors import StorageError
-from .base import (
-    JSON,
-    ConcurrentWriteError,
-    Event,
-    NewEvent,
-    SearchDoc,
-    check_append,
-    check_keys,
-    check_text,
-)
-from .branches import check_branch
+from .base import JSON, Event, SearchDoc, check_keys
+from .base_write import Append, WriteTransaction, check_claim, dump_json
 from .sqlite_schema import session_tag
 from .text import split_fields
 from .util import pack, unpack, utc_now
@@ -32,135 +22,66 @@ if TYPE_CHECKING:
 _CHUNK = 500
 
 
-def dump_json(value: JSON, what: str) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates (undecodable bytes): keep them escaped
-            text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-        return text
-    except (TypeError, ValueError) as exc:
-        raise StorageError(f"{what} is not JSON-serializable ({exc})") from None
-
-
-class SQLiteTransaction:
+class SQLiteTransaction(WriteTransaction):
     def __init__(self, store: SQLiteStore, con: sqlite3.Connection) -> None:
         self._store = store
         self._con = con
 
-    def delete_session(self, session_id: str) -> None:
-        """Delete the session and everything filed under it, in this transaction (so a new
-        session of the same id can be written in its place atomically)."""
+    def _delete_session(self, session_id: str) -> None:
         self._store._delete_rows(self._con, session_id)
 
-    def append(
-        self,
-        session_id: str,
-        events: Sequence[NewEvent],
-        *,
-        expected_seq: int,
-        agent_id: str,
-        title: str | None = None,
-    ) -> list[Event]:
-        check_append(session_id, agent_id, expected_seq, title)
-        con = self._con
-        row = con.execute(
-            "SELECT agent_id, events, title FROM sessions WHERE session_id=?", (session_id,)
+    def _owner(self, session_id: str) -> tuple[int, str] | None:
+        row = self._con.execute(
+            "SELECT events, agent_id FROM sessions WHERE session_id=?", (session_id,)
         ).fetchone()
-        actual = int(row[1]) if row else 0
-        if actual != expected_seq:
-            raise ConcurrentWriteError(session_id, expected_seq, actual)
+        return None if row is None else (int(row[0]), row[1])
+
+    def _append(self, a: Append) -> list[Event]:
+        session_id, con = a.session_id, self._con
+        found = self._owner(session_id)
+        check_claim(a, found)
         now = utc_now()
-        if row is not None and row[0] != agent_id:
-            raise StorageError(
-                f"session {session_id!r} belongs to agent {row[0]!r}, not {agent_id!r}"
-            )
-        out: list[Event] = []
-        rows: list[tuple[str, int, str, str, str | bytes, str | None, str | None]] = []
-        for i, ev in enumerate(events):
-            what = f"event {ev.kind!r} of session {session_id!r}"
-            text = dump_json(ev.data, what)
-            head = None if ev.head is None else dump_json(ev.head, f"the head of {what}")
-            detail = None if ev.detail is None else dump_json(ev.detail, f"the detail of {what}")
-            rows.append((session_id, actual + i, ev.kind, now, pack(text), head, detail))
-            out.append(
-                Event(
-                    session_id=session_id,
-                    seq=actual + i,
-                    kind=ev.kind,
-                    ts=now,
-                    data=json.loads(text),
-                )
-            )
         con.executemany(
             "INSERT INTO events (session_id, seq, kind, ts, data, head, detail) "
             "VALUES (?,?,?,?,?,?,?)",
-            rows,
+            [(session_id, e.seq, e.kind, now, pack(e.data), e.head, e.detail) for e in a.encoded],
         )
+        out = [
+            Event(session_id=session_id, seq=e.seq, kind=e.kind, ts=now, data=json.loads(e.data))
+            for e in a.encoded
+        ]
         n_msg = sum(1 for e in out if e.kind == "message")
-        if row is None:
+        if found is None:
             con.execute(
                 "INSERT INTO sessions (session_id, agent_id, created_at, updated_at, title, events, "
                 "messages) VALUES (?,?,?,?,?,?,?)",
-                (session_id, agent_id, now, now, title or "", len(out), n_msg),
+                (session_id, a.agent_id, now, now, a.title, len(out), n_msg),
             )
         else:
             con.execute(
                 "UPDATE sessions SET events=events+?, messages=messages+?, updated_at=?, "
                 "title=CASE WHEN title='' THEN ? ELSE title END WHERE session_id=?",
-                (len(out), n_msg, now, title or "", session_id),
+                (len(out), n_msg, now, a.title, session_id),
             )
         return out
 
-    def branch(
-        self,
-        session_id: str,
-        *,
-        parent_id: str,
-        at: int,
-        agent_id: str,
-        title: str | None = None,
-    ) -> None:
-        check_append(session_id, agent_id, 0, title)
-        con = self._con
-        row = con.execute("SELECT events FROM sessions WHERE session_id=?", (session_id,))
-        found = row.fetchone()
-        if found is not None:
-            raise ConcurrentWriteError(session_id, 0, int(found[0]))
-        check_text(parent_id, "parent session id")
-        parent = con.execute(
-            "SELECT events, agent_id FROM sessions WHERE session_id=?", (parent_id,)
-        ).fetchone()
-        at = check_branch(
-            session_id,
-            parent_id,
-            at,
-            parent_events=int(parent[0]) if parent else None,
-            parent_agent=parent[1] if parent else None,
-            agent_id=agent_id,
-        )
+    def _branch(self, session_id: str, parent_id: str, at: int, agent_id: str, title: str) -> None:
         messages = sum(
             1 for r in self._store._range_rows("kind", parent_id, 0, at, ["message"]) if r
         )
         now = utc_now()
-        con.execute(
+        self._con.execute(
             "INSERT INTO sessions (session_id, agent_id, created_at, updated_at, title, events, "
             "messages, parent_id, fork_at) VALUES (?,?,?,?,?,?,?,?,?)",
-            (session_id, agent_id, now, now, title or "", at, messages, parent_id, at),
+            (session_id, agent_id, now, now, title, at, messages, parent_id, at),
         )
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
-        check_text(namespace, "document namespace")
-        check_text(key, "document key")
-        text = dump_json(value, f"document {namespace}/{key}")
+    def _put_doc(self, namespace: str, key: str, text: str) -> None:
         self._con.execute(
             "INSERT OR REPLACE INTO docs VALUES (?,?,?)", (namespace, key, pack(text))
         )
 
-    def delete_doc(self, namespace: str, key: str) -> None:
-        check_text(namespace, "document namespace")
-        check_text(key, "document key")
+    def _delete_doc(self, namespace: str, key: str) -> None:
         self._con.execute("DELETE FROM docs WHERE namespace=? AND key=?", (namespace, key))
 
     def index(self, docs: Sequence[SearchDoc]) -> None:
