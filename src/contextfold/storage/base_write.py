@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import StorageError
-from .base import JSON, ConcurrentWriteError, Event, NewEvent, check_append, check_text
+from .base import ConcurrentWriteError, Event, NewEvent, check_append, check_text
 from .branches import check_branch
 
 
-def dump_json(value: JSON, what: str) -> str:
+def dump_json(value: object, what: str) -> str:
     """``value`` as compact JSON text (lone surrogates kept as ``\\u`` escapes, so the text
     encodes as UTF-8); StorageError naming ``what`` when it is not JSON."""
     try:
@@ -139,7 +139,7 @@ class WriteTransaction(ABC):
         )
         self._branch(session_id, parent_id, at, agent_id, title or "")
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, object]) -> None:
         check_text(namespace, "document namespace")
         check_text(key, "document key")
         text = dump_json(value, f"document {namespace}/{key}")

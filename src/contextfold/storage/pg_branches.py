@@ -35,14 +35,6 @@ def chain(conn: Conn, s: str, session_id: str) -> Chain:
     return to_chain(session_id, conn.execute(chain_sql(s), (session_id,)).fetchall())
 
 
-def owner(conn: Conn, s: str, session_id: str) -> tuple[int, str] | None:
-    """The session's event count (its head) and owning agent (None: no such session)."""
-    row = conn.execute(
-        f"SELECT head, agent_id FROM {s}.sessions WHERE session_id = %s", (session_id,)
-    ).fetchone()
-    return None if row is None else (int(row[0]), str(row[1]))
-
-
 def create(
     conn: Conn, s: str, session_id: str, parent_id: str, at: int, agent_id: str, title: str
 ) -> None:

@@ -69,7 +69,10 @@ class PgTransaction(WriteTransaction):
         delete_rows(self._conn, self._s, session_id)
 
     def _owner(self, session_id: str) -> tuple[int, str] | None:
-        return pg_branches.owner(self._conn, self._s, session_id)
+        row = self._conn.execute(
+            f"SELECT head, agent_id FROM {self._s}.sessions WHERE session_id = %s", (session_id,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def _append(self, a: Append) -> list[Event]:
         session_id, expected_seq, agent_id = a.session_id, a.expected_seq, a.agent_id
