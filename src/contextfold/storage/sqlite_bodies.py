@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from .util import pack, unpack
 
@@ -59,11 +58,15 @@ def share(con: sqlite3.Connection, bodies: Sequence[str]) -> list[tuple[str | by
     return out
 
 
-def read_rows(con: sqlite3.Connection, where: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """``(id, body, hints, tags, body_id)`` of the documents ``where`` selects (``d.``-prefixed
-    columns), each body unpacked."""
+#: A document's row as the FTS index was given it: ``(id, body, hints, tags, body_id)``.
+IndexedRow = tuple[int, str, str, str, int | None]
+
+
+def read_rows(con: sqlite3.Connection, where: str, args: Sequence[object]) -> list[IndexedRow]:
+    """The rows of the documents ``where`` selects (``d.``-prefixed columns), each body
+    unpacked."""
     rows = con.execute(READ_ROWS.format(where=where), list(args)).fetchall()
-    return [(r[0], unpack(r[1]), r[2], r[3], r[4]) for r in rows]
+    return [(int(r[0]), unpack(r[1]), r[2], r[3], r[4]) for r in rows]
 
 
 def release(con: sqlite3.Connection, keys: Iterable[int | None]) -> None:
@@ -76,4 +79,4 @@ def release(con: sqlite3.Connection, keys: Iterable[int | None]) -> None:
     )
 
 
-__all__ = ["SHARE_MIN", "body_key", "read_rows", "release", "share"]
+__all__ = ["SHARE_MIN", "IndexedRow", "body_key", "read_rows", "release", "share"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import StorageError
 from .base import (
@@ -21,7 +21,7 @@ from .base import (
     check_text,
 )
 from .branches import check_branch
-from .sqlite_bodies import read_rows, release, share
+from .sqlite_bodies import IndexedRow, read_rows, release, share
 from .sqlite_schema import session_tag
 from .text import split_fields
 from .util import pack, utc_now
@@ -188,7 +188,7 @@ class SQLiteTransaction:
         if table:
             self._store._fts_written.add(table)
         ids = list(group)
-        old: list[tuple[Any, ...]] = []
+        old: list[IndexedRow] = []
         for i in range(0, len(ids), _CHUNK):
             part = ids[i : i + _CHUNK]
             where = f"d.namespace=? AND d.doc_id IN ({','.join('?' * len(part))})"
