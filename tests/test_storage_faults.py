@@ -128,7 +128,8 @@ def test_disk_full_add_is_all_or_nothing_and_retry_succeeds(tmpfs: Path) -> None
 
 
 def _fill_up(path: Path) -> None:
-    with path.open("wb") as fh:
+    # unbuffered: a write the full disk cut short leaves nothing for close() to flush again
+    with path.open("wb", buffering=0) as fh:
         try:
             while True:
                 fh.write(b"\0" * 65536)

@@ -196,8 +196,10 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
         assert "def total(values):" in text, "a request lost aider's files block"
     for k, text in script.notes:
         assert marker(k) in text, f"the request about run {k} lacks run {k}'s output"
-    # (measured: embedded 2.17x, PostgreSQL 7.1x; most of it the full-text index of each
-    # output twice, as a session message and as evidence, and on PostgreSQL the tsvectors
-    # with positions and their GIN index)
-    bound = 2.4 if store == "embedded" else 8.0
+    # (measured: embedded 1.94x to 1.98x, PostgreSQL 4.18x; before each output's indexed text
+    # was kept once (embedded) and the GIN index lost its pending list (PostgreSQL) 2.17x and
+    # 7.05x. What stays on both: each output is in two full-text indexes, as a session message
+    # and as evidence, whose BM25 statistics are per namespace; on PostgreSQL its tsvectors
+    # with a position per occurrence, and their GIN index)
+    bound = 2.0 if store == "embedded" else 4.4
     assert grown < bound * distinct, f"the store grew {grown} bytes for {distinct} of messages"

@@ -33,6 +33,7 @@ from .base import (
 )
 from .branches import BranchSearch, Chain, relink, segments, walk_chain
 from .files import FileBlobs
+from .sqlite_bodies import read_rows, release
 from .sqlite_conn import SQLiteConnections
 from .sqlite_schema import fts5_available, session_tag
 from .sqlite_search import doc_metas, fts_search, key_lookup, scan_search
@@ -254,6 +255,9 @@ class SQLiteStore(SQLiteConnections, BranchSearch):
             return [self._info(r) for r in con.execute(sql, args).fetchall()]
 
     def _unindex(self, con: sqlite3.Connection, where: str, args: Sequence[Any]) -> None:
+        """Take the documents ``where`` selects (unprefixed columns of ``search_docs``) out
+        of the index, with the shared bodies only they named."""
+        shared: list[int | None] = []
         if self.fts5:
             namespaces = con.execute(
                 f"SELECT DISTINCT namespace FROM search_docs WHERE {where}", args
@@ -262,18 +266,17 @@ class SQLiteStore(SQLiteConnections, BranchSearch):
                 table = self._fts(con, ns, create=False)
                 if table is None:
                     continue
-                rows = con.execute(
-                    f"SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND ({where})",
-                    [ns, *args],
-                ).fetchall()
+                rows = read_rows(con, f"d.namespace=? AND ({where})", [ns, *args])
                 # (the indexed text is kept compressed: the contentless index needs it back
                 # to take a document out)
                 con.executemany(
                     f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
                     "VALUES ('delete', ?, ?, ?, ?)",
-                    [(r[0], unpack(r[1]), r[2], r[3]) for r in rows],
+                    [r[:4] for r in rows],
                 )
+                shared.extend(r[4] for r in rows)
         con.execute(f"DELETE FROM search_docs WHERE {where}", args)
+        release(con, shared)
 
     def _keep_branches(self, con: sqlite3.Connection, session_id: str) -> None:
         """Before ``session_id`` is deleted: its branches take the events they share with it

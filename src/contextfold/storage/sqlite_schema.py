@@ -83,6 +83,18 @@ MIGRATIONS: dict[int, Sequence[str]] = {
         "CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id) "
         "WHERE parent_id IS NOT NULL",
     ),
+    # a long indexed text is kept once however many documents index it (a tool output is a
+    # session message and a piece of evidence): see storage/sqlite_bodies.py. Rows written
+    # before keep their body inline (a NULL body_id), as short ones still do
+    6: (
+        # (ids in the order of writing fill the table's pages; the hash finds a text again)
+        "CREATE TABLE IF NOT EXISTS search_bodies (id INTEGER PRIMARY KEY, "
+        "hash INTEGER NOT NULL, body NOT NULL)",
+        "CREATE UNIQUE INDEX IF NOT EXISTS search_bodies_hash ON search_bodies(hash)",
+        "ALTER TABLE search_docs ADD COLUMN body_id INTEGER",
+        "CREATE INDEX IF NOT EXISTS search_docs_body ON search_docs(body_id) "
+        "WHERE body_id IS NOT NULL",
+    ),
 }
 #: The schema version this release writes and reads.
 SCHEMA_VERSION = max(MIGRATIONS)

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 from .base import JSON, Event, SearchDoc, check_keys
 from .base_write import Append, WriteTransaction, check_claim, dump_json
+from .sqlite_bodies import IndexedRow, read_rows, release, share
 from .sqlite_schema import session_tag
 from .text import split_fields
-from .util import pack, unpack, utc_now
+from .util import pack, utc_now
 
 if TYPE_CHECKING:
     from .sqlite import SQLiteStore
@@ -108,22 +109,17 @@ class SQLiteTransaction(WriteTransaction):
         if table:
             self._store._fts_written.add(table)
         ids = list(group)
-        old: list[tuple[int, str, str, str]] = []
+        old: list[IndexedRow] = []
         for i in range(0, len(ids), _CHUNK):
             part = ids[i : i + _CHUNK]
-            old.extend(
-                con.execute(
-                    "SELECT id, body, hints, tags FROM search_docs WHERE namespace=? AND doc_id "
-                    f"IN ({','.join('?' * len(part))})",
-                    (ns, *part),
-                ).fetchall()
-            )
+            where = f"d.namespace=? AND d.doc_id IN ({','.join('?' * len(part))})"
+            old.extend(read_rows(con, where, (ns, *part)))
         if old:
             if table:
                 con.executemany(
                     f"INSERT INTO {table}({table}, rowid, body, hints, tags) "
                     "VALUES('delete', ?, ?, ?, ?)",
-                    [(r[0], unpack(r[1]), r[2], r[3]) for r in old],
+                    [r[:4] for r in old],
                 )
             con.executemany("DELETE FROM search_docs WHERE id=?", [(r[0],) for r in old])
         # the rowids SQLite would give (max + 1 ...; the write lock is held): the FTS rows
@@ -134,12 +130,15 @@ class SQLiteTransaction(WriteTransaction):
             for j, (d, meta, _keys, body, hints, tags) in enumerate(group.values())
         ]
         # with FTS5 the text is only read back to take the document out of the contentless
-        # index: kept compressed (the scan without FTS5 reads it as text)
+        # index: kept compressed, a long one once for every document of the same text
+        # (sqlite_bodies); the scan without FTS5 reads it as text
+        stored = share(con, [r[6] for r in rows]) if table else [(r[6], None) for r in rows]
         con.executemany(
             "INSERT INTO search_docs(id, namespace, doc_id, scope, session_id, meta, body, "
-            "hints, tags) VALUES (?,?,?,?,?,?,?,?,?)",
-            [(*r[:6], pack(r[6]) if table else r[6], *r[7:]) for r in rows],
+            "hints, tags, body_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [(*r[:6], body, *r[7:], key) for r, (body, key) in zip(rows, stored, strict=True)],
         )
+        release(con, [r[4] for r in old])
         if table:
             con.executemany(
                 f"INSERT INTO {table}(rowid, body, hints, tags) VALUES (?,?,?,?)",
