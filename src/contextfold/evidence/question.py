@@ -17,7 +17,7 @@ from .fields import path_suffixes, pattern_key
 from .keys import cmd_key, fits, longest_token
 from .lookups import KeySource
 from .model import EvidencePointer
-from .qdocs import Doc, Found, doc_of, file_key, preference
+from .qdocs import Doc, Found, after, doc_of, file_key, preference
 from .rank import (
     CallLog,
     Candidate,
@@ -28,7 +28,7 @@ from .rank import (
     strip_ordinals,
 )
 from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
-from .understand import KIND_WORDS, kind_matches, subject_matches
+from .understand import KIND_WORDS, command_kinds, kind_matches, kind_programs, subject_matches
 
 if TYPE_CHECKING:
     from .search import EvidenceSearch
@@ -104,6 +104,8 @@ class Question:
         keys += [f"url:{u}" for u in spec.urls]
         prefixes += [f"pat:{w} " for w in set(self.flat_pattern.split())]
         keys += [f"exc:{e}" for e in spec.exceptions]
+        # a listing, an install, a linter asked for: the commands of its programs
+        prefixes += [f"cmdtok:{longest_token(prog)} " for prog in kind_programs(spec.kind)]
         return [k for k in keys if fits(k)], [p for p in prefixes if fits(p)]
 
     def answer(self, k: int) -> list[Hit]:
@@ -170,7 +172,22 @@ class Question:
             for d in ds
         }
         f.exc_docs = f.docs_of("exc:", self.spec.exceptions)
+        self._of_kind(f)
         return f
+
+    def _of_kind(self, f: Found) -> None:
+        """The commands of the program kind asked for (:func:`.understand.command_kinds`):
+        their documents when already found, else to be looked up."""
+        kind = self.spec.kind
+        programs = {longest_token(prog) for prog in kind_programs(kind)}
+        if not programs:
+            return
+        cmds = {c for w in programs for c in f.words_of.get(w, ()) if kind in command_kinds(c)}
+        for cmd in sorted(cmds):
+            if cmd in f.commands:
+                f.kind_docs.update(f.commands[cmd])
+            else:
+                f.kind_more.add(cmd)
 
     def _path_strength(self, by: Mapping[str, set[str]]) -> dict[str, int]:
         """How many components a named path has in common with the call's (path_strength):
@@ -188,7 +205,7 @@ class Question:
 
     def _second_keys(self, f: Found) -> tuple[list[str], list[str]]:
         spec = self.spec
-        keys = [cmd_key(c) for c in f.more] + [f"anc:{a}" for a in f.anchors]
+        keys = [cmd_key(c) for c in f.more | f.kind_more] + [f"anc:{a}" for a in f.anchors]
         prefixes: list[str] = []
         if f.bulk(spec):
             prefixes.append("out:1" if spec.wants_failing else "out:")
@@ -201,7 +218,11 @@ class Question:
         keys, prefixes = self._second_keys(f)
         for key, d in self.src.lookup(keys, prefixes):
             if key.startswith("cmd:"):
-                f.partial.add(d)
+                cmd = after(key, "cmd:")[1]
+                if cmd in f.kind_more:
+                    f.kind_docs.add(d)
+                if cmd in f.more or cmd not in f.kind_more:
+                    f.partial.add(d)
             elif key.startswith("anc:"):
                 f.anchor_hits[d] = f.anchor_hits.get(d, 0) + f.anchors[key[4:]]
             elif key.startswith("out:"):
