@@ -78,7 +78,7 @@ def test_numpy_forward_pass_gives_sentence_transformers_vectors() -> None:
 @pytest.mark.parametrize(
     ("question", "want"),
     [
-        ("the listing of the directory", "c1"),
+        ("the names of the files at the top of the project", "c1"),
         ("the output where it counted the lines", "c3"),
     ],
 )
@@ -108,7 +108,11 @@ def test_without_semantic_the_same_questions_rank_by_words(
     monkeypatch.setenv("CONTEXTFOLD_SEMANTIC", "0")
     store, search = _indexed(str(tmp_path / "ws"))
     assert store.session.store.docs(semantic.NAMESPACE) == {}
-    assert search.search("the listing of the directory", k=3) == []
+    assert search.search("the names of the files at the top of the project", k=3) == []
+    # what the words say (a directory listing) needs no vectors
+    hits = search.search("the listing of the directory", k=3)
+    assert hits and hits[0].pointer.tool_use_id == "c1"
+    assert "a directory listing (asked: 'listing')" in hits[0].why
     hits = search.search("What came out when you launched reproduce.py?", k=3)
     assert hits and all("semantic" not in h.why for h in hits)
     assert hits[0].pointer.tool_use_id == "c5"  # a file named alone: its content

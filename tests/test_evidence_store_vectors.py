@@ -42,7 +42,7 @@ def test_a_crash_before_filing_is_filed_on_the_next_open(tmp_path: Path) -> None
     for p in reopened.pointers():
         restored = reopened.restore(p)
         assert restored.sha256_ok and restored.problem is None
-    hits = EvidenceSearch(reopened).search("the listing of the directory", k=3)
+    hits = EvidenceSearch(reopened).search("the names of the files at the top of the project", k=3)
     assert hits and hits[0].pointer.tool_use_id == "c1"
     assert "semantic match" in hits[0].why
     assert store_vectors.pending_blocks(backend, "s") == {}

@@ -11,6 +11,9 @@ _KIND_NAMES = {
     "tests": "test results",
     "search": "a search result",
     "diff": "a diff",
+    "list": "a directory listing",
+    "install": "a package install's output",
+    "lint": "a linter's or type checker's report",
     "report": "a sub-agent's report",
 }
 

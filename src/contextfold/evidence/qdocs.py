@@ -113,6 +113,10 @@ class Found:
     tool_docs: set[str] = field(default_factory=set)
     err_docs: set[str] = field(default_factory=set)
     extra: dict[str, float] = field(default_factory=dict)
+    #: outputs of the program kind asked for (a listing, an install, a linter), and the
+    #: commands of that kind whose documents are still to be looked up
+    kind_docs: set[str] = field(default_factory=set)
+    kind_more: set[str] = field(default_factory=set)
 
     def docs_of(self, prefix: str, values: Iterable[str]) -> set[str]:
         return {d for v in values for d in self.by.get(prefix + v, ())}
@@ -120,11 +124,13 @@ class Found:
     def strong(self) -> set[str]:
         """Documents found by a strong handle (a command, a path, a URL, a pattern, an error)."""
         paths = set(self.strength)
-        return self.exact | self.partial | paths | self.url_docs | self.pattern_docs | self.exc_docs
+        named = self.exact | self.partial | paths | self.url_docs | self.pattern_docs
+        return named | self.exc_docs | self.kind_docs
 
     def bulk(self, spec: QuerySpec) -> bool:
         """An ordinal that names nothing ("the first failing command"): every output counts."""
-        return spec.ordinal is not None and not (self.exact or self.strength or self.exc_docs)
+        named = self.exact or self.strength or self.exc_docs or self.kind_docs
+        return spec.ordinal is not None and not named
 
 
 def file_key(f: Found, key: str, ds: set[str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from .fields import path_suffixes, pattern_key
 from .keys import cmd_key, fits, longest_token
 from .lookups import KeySource
 from .model import EvidencePointer
-from .qdocs import Doc, Found, doc_of, file_key, preference
+from .qdocs import Doc, Found, after, doc_of, file_key, preference
 from .rank import (
     CallLog,
     Candidate,
@@ -28,7 +28,7 @@ from .rank import (
     strip_ordinals,
 )
 from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
-from .understand import KIND_WORDS, kind_matches, subject_matches
+from .understand import KIND_WORDS, command_kinds, kind_matches, kind_programs, subject_matches
 
 if TYPE_CHECKING:
     from .search import EvidenceSearch
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 BM25_CANDIDATES = 60
 #: BM25 rows fetched from the store for a query (re-ranking may drop some).
 BM25_FETCH = 200
+#: How much preference and recency weigh a BM25 score at most when the BM25 candidates are
+#: chosen (:func:`.qdocs.preference` of a sub-agent's tool output showing an error, not asked
+#: for an error, times the newest one's recency).
+WEIGHT_MAX = 1.15 * 1.1 * 1.05 * 1.1
 #: Words of a tool name that contains blanks, at most (tool names are looked up exactly).
 TOOL_WORDS = 4
 
@@ -78,6 +82,8 @@ class Question:
         #: the first BM25 query (its words and hits)
         self.first_terms: list[str] = []
         self.first: dict[str, tuple[float, Mapping[str, Any]]] = {}
+        #: the first query found every document with any of its words
+        self.complete = False
 
     # ------------------------------------------------------------ round 1: what it names
 
@@ -104,10 +110,19 @@ class Question:
         keys += [f"url:{u}" for u in spec.urls]
         prefixes += [f"pat:{w} " for w in set(self.flat_pattern.split())]
         keys += [f"exc:{e}" for e in spec.exceptions]
+        # a listing, an install, a linter asked for: the commands of its programs
+        prefixes += [f"cmdtok:{longest_token(prog)} " for prog in kind_programs(spec.kind)]
         return [k for k in keys if fits(k)], [p for p in prefixes if fits(p)]
 
-    def answer(self, k: int) -> list[Hit]:
-        """The ``k`` best hits: three rounds of lookups, then :func:`.rank.rerank`."""
+    def answer(self, k: int, pick: Callable[[Iterator[Hit]], list[Hit]] | None = None) -> list[Hit]:
+        """The ``k`` best hits: three rounds of lookups, then :func:`.rank.rerank`. ``pick``
+        chooses among them, best first, reading as many as it needs (a hit's whole pointer is
+        read when it gets there); the text of a hit is restored for the hits chosen only."""
+        hits = self._pointed(self._ranked(k))
+        chosen = pick(hits) if pick is not None else list(hits)
+        return [self._previewed(h) for h in chosen]
+
+    def _ranked(self, k: int) -> list[Candidate]:
         scores = self._first_bm25()
         by = self._first_lookup()
         f = self._named(by)
@@ -124,19 +139,34 @@ class Question:
             log = self.search.internal_log()
         calls = log if self.spec.ordinal is not None else None
         newest = max(seqs.values(), default=0)
-        ranked = rerank(cands, self.spec, calls=calls, newest=newest)[:k]
-        return self._hits(ranked)
+        return rerank(cands, self.spec, calls=calls, newest=newest)[:k]
 
     # ------------------------------------------------------------ round 1: its lookups
 
     def _first_bm25(self) -> dict[str, float]:
+        """The first BM25 query's scores; their metadata is read when a hit is used."""
         self.first_terms = [t for t in self.terms if t not in FILLER]
-        self.first = self.search.bm25(self.src, self.first_terms)
-        for d, (_, meta) in self.first.items():
-            got = doc_of(meta)
-            if got is not None:
-                self.docs[d] = got
-        return {d: s for d, (s, _) in self.first.items() if d in self.docs}
+        self.first, self.complete = self.search.bm25_all(self.src, self.first_terms)
+        return {d: s for d, (s, _) in self.first.items()}
+
+    def _best_bm25(self, scores: Mapping[str, float]) -> set[str]:
+        """The :data:`BM25_CANDIDATES` best hits by score, preference and recency (ties: the
+        store's order). The metadata of a hit is read only when it can still be among them: no
+        preference and recency together weigh more than :data:`WEIGHT_MAX`."""
+        best: list[tuple[float, int, str]] = []  # (weight, -place, doc): a min-heap
+        for i, (d, s) in enumerate(scores.items()):
+            bound = s * WEIGHT_MAX if s > 0 else s  # the most its weight can be
+            if len(best) >= BM25_CANDIDATES and bound < best[0][0]:
+                continue
+            self._fetch((d,))
+            if d not in self.docs:
+                continue
+            item = (s * self._pref(d) * (1.0 + 0.1 * self._created(d) / self.top), -i, d)
+            if len(best) < BM25_CANDIDATES:
+                heapq.heappush(best, item)
+            elif item > best[0]:
+                heapq.heapreplace(best, item)
+        return {d for _, _, d in best}
 
     def _first_lookup(self) -> dict[str, set[str]]:
         """key -> its documents, for the keys the question names; the tools it names."""
@@ -170,7 +200,22 @@ class Question:
             for d in ds
         }
         f.exc_docs = f.docs_of("exc:", self.spec.exceptions)
+        self._of_kind(f)
         return f
+
+    def _of_kind(self, f: Found) -> None:
+        """The commands of the program kind asked for (:func:`.understand.command_kinds`):
+        their documents when already found, else to be looked up."""
+        kind = self.spec.kind
+        programs = {longest_token(prog) for prog in kind_programs(kind)}
+        if not programs:
+            return
+        cmds = {c for w in programs for c in f.words_of.get(w, ()) if kind in command_kinds(c)}
+        for cmd in sorted(cmds):
+            if cmd in f.commands:
+                f.kind_docs.update(f.commands[cmd])
+            else:
+                f.kind_more.add(cmd)
 
     def _path_strength(self, by: Mapping[str, set[str]]) -> dict[str, int]:
         """How many components a named path has in common with the call's (path_strength):
@@ -188,7 +233,7 @@ class Question:
 
     def _second_keys(self, f: Found) -> tuple[list[str], list[str]]:
         spec = self.spec
-        keys = [cmd_key(c) for c in f.more] + [f"anc:{a}" for a in f.anchors]
+        keys = [cmd_key(c) for c in f.more | f.kind_more] + [f"anc:{a}" for a in f.anchors]
         prefixes: list[str] = []
         if f.bulk(spec):
             prefixes.append("out:1" if spec.wants_failing else "out:")
@@ -201,7 +246,11 @@ class Question:
         keys, prefixes = self._second_keys(f)
         for key, d in self.src.lookup(keys, prefixes):
             if key.startswith("cmd:"):
-                f.partial.add(d)
+                cmd = after(key, "cmd:")[1]
+                if cmd in f.kind_more:
+                    f.kind_docs.add(d)
+                if cmd in f.more or cmd not in f.kind_more:
+                    f.partial.add(d)
             elif key.startswith("anc:"):
                 f.anchor_hits[d] = f.anchor_hits.get(d, 0) + f.anchors[key[4:]]
             elif key.startswith("out:"):
@@ -217,14 +266,11 @@ class Question:
 
     def _candidates(self, scores: Mapping[str, float], f: Found) -> set[str]:
         """The documents ranked: the best of BM25 and every one a lookup found."""
-        best = heapq.nlargest(
-            BM25_CANDIDATES,
-            scores,
-            key=lambda d: scores[d] * self._pref(d) * (1.0 + 0.1 * self._created(d) / self.top),
-        )
-        wanted = set(best) | f.strong() | set(f.anchor_hits) | (f.err_docs - f.outputs.keys())
+        best = self._best_bm25(scores)
+        wanted = best | f.strong() | set(f.anchor_hits) | (f.err_docs - f.outputs.keys())
         self._fetch(wanted)
         wanted &= self.docs.keys()
+        self._fetch(d for d in f.outputs if d in self.first)  # (from the hits: no round trip)
         for d, (at, fail, call) in f.outputs.items():
             if d not in self.docs:  # counted for the ordinal only: what it is comes later
                 bare = EvidencePointer(id=d.partition(":")[2], role="tool", tool_use_id=call)
@@ -380,8 +426,17 @@ class Question:
     # ------------------------------------------------------------ documents
 
     def _fetch(self, wanted: Iterable[str], *, again: bool = False) -> None:
-        """Read the metadata of documents not read yet (``again``: also of those given)."""
+        """Read the metadata of documents not read yet (``again``: also of those given):
+        of a first BM25 hit from the hit, of any other from the store."""
         missing = sorted(wanted) if again else sorted(d for d in wanted if d not in self.docs)
+        if not again:
+            for d in [d for d in missing if d in self.first]:
+                got = doc_of(self.first[d][1])
+                if got is not None:
+                    self.docs[d] = got
+            missing = [d for d in missing if d not in self.first]
+        if not missing:
+            return
         for d, meta in self.src.metas(missing).items():
             got = doc_of(meta)
             if got is not None:
@@ -401,33 +456,34 @@ class Question:
         if not docs:
             return {}
         limit = max(BM25_FETCH, 4 * len(docs))
-        if terms == self.first_terms and limit == BM25_FETCH:  # the same query: asked already
-            scores = self.first
+        complete = self.complete and set(terms) <= set(self.first_terms)
+        if complete and not docs & self.first.keys():
+            return {}  # none of the documents has a word of the first query, nor of these
+        if terms == self.first_terms and (limit == BM25_FETCH or complete):
+            scores = self.first  # the same query: asked already
         else:
             scores = self.search.bm25(self.src, terms, limit=limit)
         return {d: s for d, (s, _) in scores.items() if d in docs}
 
-    def _hits(self, ranked: list[Candidate]) -> list[Hit]:
-        """The hits with their whole pointers (read now: ranking needed only a part)."""
+    def _pointed(self, ranked: list[Candidate]) -> Iterator[Hit]:
+        """The hits with their whole pointers, in order, each read when asked for (ranking
+        needed only a part); their text is not restored yet (:meth:`_previewed`)."""
         sid = self.search.store.session.session_id
         ids = [f"{sid}:{c.pointer.id}" for c in ranked]
         missing = [d for d in ids if d in self.docs and self.docs[d].meta is None]
         self._fetch(missing, again=True)
-        metas = {d: m for d in ids if (m := self._meta(d)) is not None}
-        full = self.src.full(metas) if metas else {}
-        hits: list[Hit] = []
         for c, d in zip(ranked, ids, strict=True):
+            meta = self._meta(d)
+            full = self.src.full({d: meta}) if meta is not None else {}
             pointer = full.get(d) or self.search.store.find(c.pointer.id) or c.pointer
-            body = self.search.store.restore(pointer).text
-            hits.append(
-                Hit(
-                    pointer=pointer,
-                    score=round(c.score, 4),
-                    text_preview=snippet(body, self.terms),
-                    why=explain(c, self.spec),
-                )
+            yield Hit(
+                pointer=pointer, score=round(c.score, 4), text_preview="", why=explain(c, self.spec)
             )
-        return hits
+
+    def _previewed(self, hit: Hit) -> Hit:
+        """``hit`` with an excerpt of its restored text."""
+        body = self.search.store.restore(hit.pointer).text
+        return dataclasses.replace(hit, text_preview=snippet(body, self.terms))
 
     def _meta(self, d: str) -> Mapping[str, Any] | None:
         doc = self.docs.get(d)

@@ -28,7 +28,7 @@ from .calls import CallLog, path_strength
 from .fields import normalize_path, pointer_key
 from .model import EvidencePointer
 from .rank_ordinal import Ordinal, parse_ordinal, strip_ordinals
-from .understand import asked_kind, counts_runs
+from .understand import PROGRAM_KINDS, asked_kind, counts_runs
 
 LEVEL = 1_000.0
 _I = re.IGNORECASE
@@ -193,6 +193,8 @@ def _level(c: Candidate, q: QuerySpec) -> int:
         if sub_ok and lines_ok and pattern_ok and (c.path or not q.paths):
             return 3
     if c.command == 1 or c.url or (c.path and c.lines >= 0) or (c.pattern and c.path):
+        return 2
+    if c.kind and q.kind in PROGRAM_KINDS:  # a listing, an install, a linter's run asked for
         return 2
     if c.exception:
         return 2

@@ -17,7 +17,7 @@ contextfold's own tool results (recall, read_offloaded, session_*, memory_*) are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import StorageError
@@ -177,19 +177,26 @@ class EvidenceSearch:
         self, src: KeySource, terms: Iterable[str], limit: int = BM25_FETCH
     ) -> dict[str, tuple[float, Mapping[str, Any]]]:
         """BM25 scores (and metadata) from the store's index, this session's evidence only."""
+        return self.bm25_all(src, terms, limit)[0]
+
+    def bm25_all(
+        self, src: KeySource, terms: Iterable[str], limit: int = BM25_FETCH
+    ) -> tuple[dict[str, tuple[float, Mapping[str, object]]], bool]:
+        """:meth:`bm25`, and whether those are all the documents with any of ``terms`` (the
+        store found fewer than ``limit``)."""
         words = list(terms)
         if not words:
-            return {}
+            return {}, True
         session = self.store.session
         hits = session.store.search(
             NAMESPACE, " ".join(words), session_id=session.session_id, limit=limit
         )
-        out: dict[str, tuple[float, Mapping[str, Any]]] = {}
+        out: dict[str, tuple[float, Mapping[str, object]]] = {}
         for h in hits:
             meta = src.hit_meta(h.doc_id, h.meta)
             if meta is not None:
                 out[h.doc_id] = (h.score, meta)
-        return out
+        return out, len(hits) < limit
 
     # ----------------------------------------------------------------- querying
 
@@ -206,13 +213,21 @@ class EvidenceSearch:
             return []
         shown = set(self.visible()) if self.visible is not None else set()
         want = k + min(len(shown), VISIBLE_EXTRA) if shown else k
-        hits = Question(self, src, query, max(1, state.max_created)).answer(want)
-        if not shown:
-            return hits[:k]
-        gone = [h for h in hits if not _in_view(h.pointer, shown)]
-        if gone or removed_only:
-            return gone[:k]
-        return hits[:k]
+
+        def pick(hits: Iterator[Hit]) -> list[Hit]:
+            """The k best that left the view (read only as far as those are found); when
+            none did, the k best (none with ``removed_only``)."""
+            seen: list[Hit] = []
+            gone: list[Hit] = []
+            for h in hits:
+                seen.append(h)
+                if not shown or not _in_view(h.pointer, shown):
+                    gone.append(h)
+                    if len(gone) == k:
+                        break
+            return gone if gone or removed_only else seen[:k]
+
+        return Question(self, src, query, max(1, state.max_created)).answer(want, pick)
 
 
 def _in_view(pointer: EvidencePointer, shown: set[str]) -> bool:

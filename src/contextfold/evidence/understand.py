@@ -17,9 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .model import EvidencePointer
+from .understand_programs import command_kinds, kind_programs, listings
 
 #: The kinds of output a question can ask for.
-KINDS = ("report", "traceback", "tests", "diff", "search", "read", "run")
+KINDS = ("report", "traceback", "tests", "diff", "search", "list", "install", "lint", "read", "run")
+#: Kinds told by the program a call ran (:func:`command_kind`): asked for, a call of one of
+#: their programs is as good a handle as a part of the command named.
+PROGRAM_KINDS = ("list", "install", "lint")
 
 _I = re.IGNORECASE
 
@@ -66,6 +70,28 @@ KIND_WORDS = frozenset(
         "运行",
         "执行",
         "测试",
+        "listing",
+        "list",
+        "listed",
+        "directory",
+        "folder",
+        "dir",
+        "entries",
+        "install",
+        "installing",
+        "installation",
+        "dependencies",
+        "packages",
+        "linter",
+        "lint",
+        "complain",
+        "complained",
+        "目录",
+        "文件夹",
+        "列表",
+        "安装",
+        "依赖",
+        "检查",
     ]
 )
 
@@ -107,6 +133,50 @@ _KIND_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("search", re.compile(r"搜索|搜了|查找|检索")),
     (
+        "list",
+        re.compile(
+            r"\b(?:directory|folder|dir) (?:listing|contents?|entries|tree)\b|\blisting\b"
+            r"|\blist of (?:the )?(?:files|entries|directory|folder)\b|\b(?:contents?|entries|"
+            r"files) (?:of|in|under) (?:the |that |this |your )?(?:directory|folder|dir)\b"
+            r"|\bwhat (?:was|is|were) (?:in|inside|under) (?:the |that |this )?(?:directory|"
+            r"folder|dir)\b|\b(?:directory|folder|dir)\b[^?\n]{0,40}?\b(?:have|had|has|"
+            r"contain(?:ed|s)?|held|hold|list(?:ed)?)\b",
+            _I,
+        ),
+    ),
+    (
+        "list",
+        re.compile(
+            r"(?:目录|文件夹)(?:列表|清单|结构|的内容)|文件列表|列出.{0,10}?(?:目录|文件夹|文件)"
+            r"|(?:目录|文件夹)(?:里|下|中|内)面?.{0,4}?(?:有|列出|是|包含)"
+        ),
+    ),
+    (
+        "install",
+        re.compile(
+            r"\binstall(?:s|ing|ation)?\b|\bwhen (?:you|we|it) installed\b|\b(?:setting|set) "
+            r"up (?:the )?(?:dependencies|deps|packages|requirements)\b|\b(?:fetching|"
+            r"downloading|adding|getting|pulling) (?:the )?(?:packages|dependencies|deps|"
+            r"requirements)\b",
+            _I,
+        ),
+    ),
+    ("install", re.compile(r"安装|装依赖|装包|装.{0,4}?(?:依赖|包)|下载.{0,4}?(?:依赖|包)")),
+    (
+        "lint",
+        re.compile(
+            r"\blint(?:er|ers|ing|ed)?\b|\b(?:type|style)[ -]?check(?:er|ers|ing|s)?\b"
+            r"|\bstatic (?:analysis|check(?:s|er|ers|ing)?)\b|\bstyle (?:problems?|issues?|"
+            r"warnings?|errors?|violations?|complaints?)\b|\b(?:flake8|pylint|ruff|mypy|pyright|"
+            r"eslint|tsc|pycodestyle|pyflakes|shellcheck|rubocop|clippy)\b",
+            _I,
+        ),
+    ),
+    (
+        "lint",
+        re.compile(r"lint|代码检查|静态检查|静态分析|类型检查|风格检查|代码规范|检查工具", _I),
+    ),
+    (
         "read",
         re.compile(
             r"\bwhat (?:was|is) in\b|\bcontents? of\b|\bas (?:you|we|it) (?:read|saw|viewed|"
@@ -141,7 +211,13 @@ _TEST_COMMAND = re.compile(
 )
 _DIFF_COMMAND = re.compile(r"(?:^|[;&|]\s*|\s)(?:git\s+diff|diff)\b")
 _SEARCH_TOOLS = frozenset({"grep", "glob", "search", "find", "search_file", "search_dir"})
-
+_LIST_TOOLS = frozenset({"ls", "list_dir", "list_directory", "list_files", "listdir", "tree"})
+#: A listing of the folder the agent was in (``ls`` with no folder named), asked for.
+_CURRENT = re.compile(
+    r"\b(?:current|working|present|this) (?:directory|folder|dir)\b|\b(?:directory|folder|dir)"
+    r" (?:you|we|it) (?:were|was|are|is) in\b|\bcwd\b|当前\s*(?:目录|文件夹)|工作目录",
+    _I,
+)
 
 _NAMED = r"(?:`(?P<q1>[^`\n]+)`|\"(?P<q2>[^\"\n]+)\"|'(?P<q3>[^'\n]+)'|(?P<bare>[^\s?？，。`]+))"
 #: Where a question names the subject of a kind of output ("the grep for X", 搜索 X 的结果).
@@ -162,8 +238,19 @@ _SUBJECT: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"\b(?:trace ?back|stack ?trace)s? (?:from|of|in)\s+" + _NAMED, _I),
         re.compile(r"把\s*" + _NAMED + r"\s*.{0,12}?的\s*traceback", _I),
     ),
+    "list": (
+        re.compile(r"\b(?:directory|folder|dir)\s+" + _NAMED, _I),
+        re.compile(
+            r"(?:`(?P<q1>[^`\n]+)`|\"(?P<q2>[^\"\n]+)\"|'(?P<q3>[^'\n]+)'|"
+            r"(?P<bare>[A-Za-z0-9_./~-]+))\s*(?:文件夹|目录)"
+        ),
+    ),
 }
-_NOT_SUBJECT = frozenset({"the", "a", "an", "that", "this", "it", "all", "every", "of", "for"})
+_NOT_SUBJECT = frozenset(
+    {"the", "a", "an", "that", "this", "it", "all", "every", "of", "for", "you", "we", "i"}
+    | {"listing", "contents", "content", "entries", "tree", "have", "had", "has", "list"}
+    | {"contained", "contains", "held", "where", "with", "and", "when"}
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,7 +270,8 @@ def _subject(kind: str, text: str) -> str:
             continue
         got = next((g for g in (m.group("q1"), m.group("q2"), m.group("q3")) if g), None)
         if got is None:
-            got = m.group("bare").rstrip(".,;:!")
+            got = m.group("bare")
+            got = got if got in (".", "./") else got.rstrip(".,;:!")
             if got.lower() in _NOT_SUBJECT:
                 continue
         return got.strip()
@@ -195,14 +283,26 @@ def asked_kind(text: str) -> AskedKind | None:
     for kind, pattern in _KIND_PATTERNS:
         m = pattern.search(text)
         if m is not None:
-            return AskedKind(kind=kind, because=m.group(0).strip(), subject=_subject(kind, text))
+            subject = _subject(kind, text)
+            if kind == "list" and not subject and _CURRENT.search(text):
+                subject = "."  # the folder it was in: a listing that names no other
+            return AskedKind(kind=kind, because=m.group(0).strip(), subject=subject)
     return None
+
+
+def _bare_path(word: str) -> str:
+    """A path as named: ``./`` in front and ``/`` at the end left out (``./src/`` is ``src``)."""
+    while word.startswith("./"):
+        word = word[2:]
+    return word.rstrip("/") or word
 
 
 def _named_in(subject: str, command: str) -> bool:
     """``subject`` is one argument of ``command`` (a path also with a folder in front)."""
+    want = _bare_path(subject)
     for word in command.replace("'", " ").replace('"', " ").split():
-        if word == subject or word.endswith("/" + subject):
+        word = _bare_path(word)
+        if word == want or word.endswith("/" + want):
             return True
     return False
 
@@ -215,7 +315,21 @@ def subject_matches(kind: str | None, subject: str, p: EvidencePointer) -> bool:
     if kind == "search":  # the pattern it searched for first (not one of a later filter)
         want = subject.strip("'\"")
         return bool(want) and any(pat.strip("'\"") == want for pat in p.patterns[:1])
+    if kind == "list":
+        return _lists(subject, p.command or "")
     return _named_in(subject, p.command or "")
+
+
+def _lists(subject: str, command: str) -> bool:
+    """``command`` lists the folder ``subject`` (``.``: the one it was in, no other named, no
+    ``cd`` to another before); ``cd src && ls`` lists ``src``."""
+    for operands, cwd in listings(command):
+        if subject in (".", "./"):
+            if all(_bare_path(o) in (".", "") for o in (*operands, cwd)):
+                return True
+        elif _named_in(subject, " ".join(operands) or cwd):
+            return True
+    return False
 
 
 def is_test_command(command: str | None) -> bool:
@@ -246,7 +360,16 @@ def _program(p: EvidencePointer, failed: bool) -> bool:
     return _ran(p) and not is_test_command(p.command) and not _diff(p, failed)
 
 
+def _listing(p: EvidencePointer, failed: bool) -> bool:
+    if not p.shell:
+        return (p.tool_name or "").lower() in _LIST_TOOLS
+    return "list" in command_kinds(p.command)
+
+
 _MATCHES: dict[str, Callable[[EvidencePointer, bool], bool]] = {
+    "list": _listing,
+    "install": lambda p, failed: p.shell and "install" in command_kinds(p.command),
+    "lint": lambda p, failed: p.shell and "lint" in command_kinds(p.command),
     "read": lambda p, failed: p.action == "read",
     "search": lambda p, failed: _search(p),
     "diff": _diff,
@@ -271,16 +394,19 @@ def kind_matches(kind: str | None, p: EvidencePointer, failed: bool) -> bool:
 def counts_runs(kind: str | None) -> bool:
     """Whether the session's call log can count the outputs of ``kind`` (a traceback depends
     on the outcome, which the log does not hold)."""
-    return kind in ("read", "run", "tests", "search", "diff")
+    return kind in ("read", "run", "tests", "search", "diff", *PROGRAM_KINDS)
 
 
 __all__ = [
     "KINDS",
     "KIND_WORDS",
+    "PROGRAM_KINDS",
     "AskedKind",
     "asked_kind",
+    "command_kinds",
     "counts_runs",
     "is_test_command",
     "kind_matches",
+    "kind_programs",
     "subject_matches",
 ]
