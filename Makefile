@@ -26,13 +26,16 @@ browser:
 agents:
 	$(PY) scripts/install_agents.py
 
+# test processes side by side (pytest-xdist); TEST_JOBS=0 runs them in this one process
+TEST_JOBS ?= 2
+
 # the short version of every test (a short session per agent program)
 test: $(STAMP) agents browser
-	$(BIN)/python -m pytest -m "not long"
+	$(BIN)/python -m pytest -m "not long" -n $(TEST_JOBS)
 
 # everything, the agents' long sessions too
 test-all: $(STAMP) agents browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples scripts
