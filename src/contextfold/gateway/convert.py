@@ -30,7 +30,9 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    """One request's messages: the client's objects and their neutral form."""
+    """One request's messages: the client's objects and their neutral form. Its lists are
+    shared with the parse of the conversation's next request (see :func:`parse_openai`):
+    read them, never change them in place."""
 
     #: the wire format's name (``ProviderAdapter.name``)
     provider: str
@@ -256,8 +258,9 @@ def parse_openai(messages: Any) -> Conversation:
         fps.append(fp)
     n = len(neutral)
     raw = list(messages)
-    # the cache keeps lists of its own (a conversation's lists are the caller's)
-    _remember(key, _Prior(raw, neutral[:], fps[:], range(n), range(n + 1)))
+    # the cache shares the conversation's lists (no stage changes them: the next request
+    # takes slices of them), so a long history costs no further copies
+    _remember(key, _Prior(raw, neutral, fps, range(n), range(n + 1)))
     return Conversation(
         provider="openai",
         raw=raw,
@@ -330,7 +333,7 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
         owner.extend([k] * len(converted))
     starts.append(len(neutral))
     client = list(messages)
-    _remember(key, _Prior(client, neutral[:], fps[:], owner[:], starts[:]))
+    _remember(key, _Prior(client, neutral, fps, owner, starts))
     return Conversation(
         provider="anthropic",
         raw=client,

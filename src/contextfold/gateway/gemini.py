@@ -304,7 +304,7 @@ def parse_gemini(contents: Any, system: Any) -> Conversation:
         raise InvalidMessageError(f"contents[{len(contents) - 1}]: {PAIRING_MESSAGE}")
     starts.append(len(neutral))
     client = list(contents)
-    _remember(key, _Prior(client, neutral[:], fps[:], owner[:], starts[:]))
+    _remember(key, _Prior(client, neutral, fps, owner, starts))
     return Conversation(
         provider=PROVIDER,
         raw=client,
