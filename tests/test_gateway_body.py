@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from contextfold.gateway.body import MIN_BYTES, BodyReader, TooDeep
+from contextfold.gateway.body import MIN_BYTES, Arrival, BodyReader, TooDeep
 from tests.gateway_helpers import running
 
 
@@ -60,6 +60,38 @@ def test_an_edited_old_message_is_decoded_again_from_where_it_changed() -> None:
     body, _ = reader.read(raw, 128)
     assert body == json.loads(raw)
     assert reader.reused == 100  # the messages before the edit only
+
+
+def _arrived(reader: BodyReader, raw: bytes, size: int) -> Arrival:
+    arrival = reader.arrival()
+    for i in range(0, len(raw), size):
+        arrival.feed(raw[i : i + size])
+    return arrival
+
+
+@pytest.mark.parametrize("size", [100, 4096, 65536])
+def test_a_body_compared_while_it_arrives_reuses_what_the_bytes_say(size: int) -> None:
+    reader = BodyReader()
+    msgs = _messages(200)
+    first = _raw(msgs)
+    body, _ = reader.read(first, 128, _arrived(reader, first, size))
+    assert body == json.loads(first) and reader.reused == 0
+    grown = _raw([*msgs, {"role": "user", "content": "go on"}])
+    body2, _ = reader.read(grown, 128, _arrived(reader, grown, size))
+    assert body2 == json.loads(grown) and reader.reused == len(msgs)
+    assert all(a is b for a, b in zip(body2["messages"], body["messages"], strict=False))
+    # an old message changed in place (same length): found by the chunks' comparison
+    edited = [dict(m) for m in msgs]
+    edited[30] = {**msgs[30], "content": str(msgs[30]["content"]).upper()}
+    raw = _raw([*edited, {"role": "user", "content": "go on"}])
+    assert len(raw) == len(grown)
+    body3, _ = reader.read(raw, 128, _arrived(reader, raw, size))
+    assert body3 == json.loads(raw) and reader.reused == 30
+    # an arrival fed other bytes than the body read tells nothing: the body is compared again
+    other = reader.arrival()
+    other.feed(raw[: len(raw) // 2])
+    body4, _ = reader.read(raw, 128, other)
+    assert body4 == json.loads(raw) and reader.reused == len(msgs) + 1
 
 
 def test_new_messages_are_checked_as_a_whole_body_would_be() -> None:

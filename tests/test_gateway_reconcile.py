@@ -3,7 +3,7 @@ the shapes real clients send."""
 
 from __future__ import annotations
 
-from contextfold.gateway.reconcile import plan
+from contextfold.gateway.reconcile import common_prefix, plan
 
 
 def test_an_append_is_the_common_case() -> None:
@@ -59,3 +59,15 @@ def test_a_changed_reminder_in_an_old_message() -> None:
     request = ["s", "u1", "a1", "u2", "call", "result", "a2", "u3+r"]
     p = plan(stored, request, newest_user=3)
     assert p.kind == "rewrite" and p.kept == 3 and p.dropped == [3, 4, 5, 6]
+
+
+def test_common_prefix_of_long_histories_finds_the_first_difference_at_any_place() -> None:
+    stored = [f"fp{i}" for i in range(3000)]
+    assert common_prefix(stored, [*stored, "new"]) == 3000
+    assert common_prefix(stored, stored[:1234]) == 1234
+    for at in (0, 1, 511, 512, 513, 2047, 2999):
+        request = list(stored)
+        request[at] = "rewritten"
+        assert common_prefix(stored, request) == at
+        assert common_prefix(tuple(stored), tuple(request)) == at  # not lists: one at a time
+    assert list(plan(stored, [*stored, "u"], newest_user=-1).matched) == list(range(3000))

@@ -238,3 +238,14 @@ def test_the_gateways_workspace_store_serializes_its_writers(tmp_path: Path) -> 
         assert [store.head(f"s{k}") for k in range(9)] == [1] + [20] * 8
     finally:
         store.close()
+
+
+def test_positions_of_a_conversation_nothing_was_retracted_from() -> None:
+    from contextfold.gateway.session import Positions
+
+    p = Positions(4, pending=True)
+    assert len(p) == 5 and list(p) == [0, 1, 2, 3, -1] and p == [0, 1, 2, 3, -1]
+    assert p[-1] == -1 and p[3] == 3 and p[1:3] == [1, 2] and p[:2] == [0, 1]
+    assert list(Positions(3, pending=False)) == [0, 1, 2]
+    with pytest.raises(IndexError):
+        p[5]

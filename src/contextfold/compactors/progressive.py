@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from ..anchors import (
 )
 from ..config import SummaryTriggerConfig, TierConfig, TruncateArgsConfig
 from ..errors import ContextFoldError
-from ..messages import Message
+from ..messages import Message, new_uuid
 from ..offload import (
     COMPACTION_POLICY,
     OffloadPolicy,
@@ -384,7 +383,7 @@ class ProgressiveCompactor(Measure):
         if run.tier is Tier.WARN and self.cfg.warn_preserved_tail == "tail":
             tail = len(v) - v.tail_start(self.cfg.min_tail_messages)
         record = CompactionRecord(
-            id=str(uuidlib.uuid4()),
+            id=new_uuid(),
             session_id=self.session_id,
             timestamp=_now(),
             tier=run.tier,

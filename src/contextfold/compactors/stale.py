@@ -77,13 +77,14 @@ def offload_stale(comp: ProgressiveCompactor, run: _Run, *, force: bool = False)
         return 0
     policy = comp.policies["stale"]
     v = comp.view
+    if not force and comp.view_tokens() - comp.fixed_tokens() < (
+        comp.cfg.warn_threshold * comp.working_window
+    ):
+        return 0  # a small view stays as it is (no rewrite, no cache miss): nothing to look at
     cands = stale_candidates(comp, policy)
     if not cands:
         return 0
     freed = sum(t for _, t in cands)
-    movable = comp.view_tokens() - comp.fixed_tokens()
-    if not force and movable < comp.cfg.warn_threshold * comp.working_window:
-        return 0  # a small view stays as it is: no rewrite, no cache miss
     suffix = v.range_tokens(cands[0][0], len(v))
     if not force and (
         freed < comp.cfg.stale_batch_ratio * suffix or freed < comp.cfg.stale_min_gain

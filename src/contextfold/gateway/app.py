@@ -25,7 +25,7 @@ from ..errors import (
     UnsafeIdError,
 )
 from . import edge, providers
-from .body import BodyReader, TooDeep
+from .body import Arrival, BodyReader, TooDeep
 from .config import GatewayConfig
 from .metrics import Metrics
 from .pipeline import BODY_READ, REQUEST_STARTED, Pipeline, RequestError, log, log_event
@@ -82,7 +82,11 @@ class Gateway:
             return _error(provider, 401, "missing or wrong gateway token", "authentication_error")
         return None
 
-    async def _body(self, request: Request, provider: Provider) -> bytes | Response:
+    async def _body(
+        self, request: Request, provider: Provider, arrival: Arrival | None = None
+    ) -> bytes | Response:
+        """The request body (or the error refusing it); ``arrival`` is fed its chunks as they
+        come (see :class:`~.body.Arrival`)."""
         limit = self.config.max_body_bytes
         declared = request.headers.get("content-length")
         too_big = _error(provider, 413, f"request body larger than {limit} bytes")
@@ -98,6 +102,8 @@ class Gateway:
                 if size > limit:
                     return too_big
                 chunks.append(chunk)
+                if arrival is not None:
+                    arrival.feed(chunk)
             return None
 
         timeout = self.config.request_timeout
@@ -107,13 +113,15 @@ class Gateway:
             return _error(provider, 408, f"the request body did not arrive within {timeout:g} s")
         return refused or b"".join(chunks)
 
-    def _parse(self, raw: bytes, provider: Provider) -> dict[str, Any] | Response:
+    def _parse(
+        self, raw: bytes, provider: Provider, arrival: Arrival | None = None
+    ) -> dict[str, Any] | Response:
         """The request body as a JSON object, or the 4xx refusing it: nested deeper than the
         limit, not JSON, text that is not Unicode, too many messages."""
         depth = self.config.max_depth
         deep = f"the request body nests deeper than {depth} levels (--max-depth)"
         try:
-            body, where = self.bodies.read(raw, depth)
+            body, where = self.bodies.read(raw, depth, arrival)
         except (RecursionError, TooDeep):
             return _error(provider, 400, deep)
         except ValueError as exc:
@@ -168,14 +176,15 @@ class Gateway:
         refused = self._refused(request, provider)
         if refused is not None:
             return refused
+        arrival = self.bodies.arrival()
         try:
-            raw = await self._body(request, provider)
+            raw = await self._body(request, provider, arrival)
         except ClientDisconnect:
             return Response(status_code=499)
         if isinstance(raw, Response):
             return raw
         BODY_READ.set(time.perf_counter())
-        body = self._parse(raw, provider)
+        body = self._parse(raw, provider, arrival)
         if isinstance(body, Response):
             return body
         headers = {k.lower(): v for k, v in request.headers.items()}

@@ -15,10 +15,12 @@ The values are those ``json.loads`` gives (the same C scanner decodes every valu
 
 from __future__ import annotations
 
+import bisect
 import json
 import json.decoder
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,8 +55,9 @@ class _Known:
     raw: bytes
     #: byte offset just after the ``[`` that opens ``messages``
     opened: int
-    #: byte offset just after each element of ``messages``
-    ends: tuple[int, ...]
+    #: byte offset just after each element of ``messages`` (an array of machine integers: no
+    #: object per message for the garbage collector to visit)
+    ends: array[int]
     messages: list[Any]
 
 
@@ -161,6 +164,53 @@ def _byte_ends(text: str, char_ends: list[int], base: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+class Arrival:
+    """A body compared with the remembered ones while it arrives, a chunk at a time (each
+    chunk just received, against the same bytes of each remembered body that has matched so
+    far): once the body is in, the part a client resent unchanged is known without reading
+    its megabytes again."""
+
+    __slots__ = ("_early", "_live", "_pos", "_reader", "_settled")
+
+    def __init__(self, reader: BodyReader) -> None:
+        self._reader = reader
+        self._early: list[bytes] = []
+        #: remembered bodies equal to everything fed so far (None: the head is not in yet)
+        self._live: list[_Known] | None = None
+        #: (remembered body, bytes equal) of those that stopped matching
+        self._settled: list[tuple[_Known, int]] = []
+        self._pos = 0
+
+    def feed(self, chunk: bytes) -> None:
+        if self._live is None:
+            self._early.append(chunk)
+            if sum(map(len, self._early)) < _HEAD:
+                return
+            chunk = b"".join(self._early)
+            self._early = []
+            head = chunk[:_HEAD]
+            self._live = [kn for kn in self._reader.remembered() if kn.raw[:_HEAD] == head]
+        if not self._live:
+            self._pos += len(chunk)
+            return
+        pos = self._pos
+        live: list[_Known] = []
+        for kn in self._live:
+            if kn.raw.startswith(chunk, pos):
+                live.append(kn)
+            else:  # equal up to this chunk (at least)
+                self._settled.append((kn, pos))
+        self._live = live
+        self._pos = pos + len(chunk)
+
+    def compared(self, raw: bytes) -> list[tuple[_Known, int]] | None:
+        """The candidates for ``raw`` and how many of its leading bytes each is known to
+        share; None when ``raw`` is not what was fed (then nothing is known)."""
+        if self._live is None or self._pos != len(raw):
+            return None
+        return [*self._settled, *((kn, self._pos) for kn in self._live)]
+
+
 class BodyReader:
     """Parses request bodies (see the module doc); one per gateway process."""
 
@@ -173,12 +223,20 @@ class BodyReader:
         #: messages the last :meth:`read` reused (for tests and metrics)
         self.reused = 0
 
-    def read(self, raw: bytes, depth: int) -> tuple[Any, str | None]:
+    def arrival(self) -> Arrival:
+        """A comparer to :meth:`~Arrival.feed` the body's chunks as they arrive, then pass
+        to :meth:`read` with the whole body."""
+        return Arrival(self)
+
+    def read(
+        self, raw: bytes, depth: int, arrival: Arrival | None = None
+    ) -> tuple[Any, str | None]:
         """The parsed body and where it holds a lone surrogate (None: nowhere). Raises
-        :class:`TooDeep`, ``ValueError`` (not JSON) or ``RecursionError``."""
+        :class:`TooDeep`, ``ValueError`` (not JSON) or ``RecursionError``. ``arrival``: the
+        comparer the body's chunks were fed to (its bytes compared already are not again)."""
         self.reused = 0
         if len(raw) >= MIN_BYTES:
-            known, k = self._match(raw)
+            known, k = self._match(raw, arrival)
             if known is not None and k:
                 try:
                     out = self._resume(raw, known, k, depth)
@@ -214,7 +272,7 @@ class BodyReader:
         where = self._surrogate(scan.body, raw)
         if where is None and scan.ends and scan.messages is not None:
             opened, *ends = _byte_ends(text, [scan.opened, *scan.ends], 0)
-            self._remember(_Known(raw, opened, tuple(ends), scan.messages))
+            self._remember(_Known(raw, opened, array("q", ends), scan.messages))
         return scan.body, where
 
     def _resume(
@@ -232,7 +290,7 @@ class BodyReader:
         if not self._head(raw[: known.opened].decode("utf-8"), scan):
             return None
         text = rest.decode("utf-8")
-        items = list(known.messages[:k])
+        items = known.messages[:k]
         char_ends: list[int] = []
         pos = _array(text, 0, items, char_ends)
         scan.messages, scan.ends = items, char_ends
@@ -241,7 +299,7 @@ class BodyReader:
         # the first k messages passed this check before (a pair of surrogates is in one string)
         where = edge.lone_surrogate(scan.body) if edge.may_hold_surrogates(rest) else None
         if where is None:
-            ends = known.ends[:k] + _byte_ends(text, char_ends, cut)
+            ends = known.ends[:k] + array("q", _byte_ends(text, char_ends, cut))
             self._remember(_Known(raw, known.opened, ends, items), replaces=known)
         return scan.body, where
 
@@ -283,24 +341,28 @@ class BodyReader:
         with self._lock:
             return list(self._known.values())
 
-    def _match(self, raw: bytes) -> tuple[_Known | None, int]:
+    def _match(self, raw: bytes, arrival: Arrival | None) -> tuple[_Known | None, int]:
         """The remembered body sharing the most leading messages with ``raw``, and how many."""
-        with self._lock:
-            candidates = [kn for kn in self._known.values() if raw[:_HEAD] == kn.raw[:_HEAD]]
+        pairs = arrival.compared(raw) if arrival is not None else None
+        if pairs is None:
+            with self._lock:
+                pairs = [(kn, 0) for kn in self._known.values() if raw[:_HEAD] == kn.raw[:_HEAD]]
         best: tuple[_Known | None, int] = (None, 0)
-        for kn in candidates:
-            k = self._shared(raw, kn)
+        for kn, equal in pairs:
+            k = self._shared(raw, kn, equal)
             if k > best[1]:
                 best = (kn, k)
         return best
 
     @staticmethod
-    def _shared(raw: bytes, kn: _Known) -> int:
-        """How many leading messages of ``kn`` the body ``raw`` holds byte for byte."""
+    def _shared(raw: bytes, kn: _Known, equal: int = 0) -> int:
+        """How many leading messages of ``kn`` the body ``raw`` holds byte for byte, its first
+        ``equal`` bytes known to be those of ``kn`` already."""
         old = memoryview(kn.raw)
 
         def same(i: int) -> bool:  # the first i + 1 messages (one memcmp, no copy)
-            return raw.startswith(old[: kn.ends[i]])
+            end = kn.ends[i]
+            return end <= equal or raw.startswith(old[equal:end], equal)
 
         n = len(kn.ends)
         if same(n - 1):
@@ -308,7 +370,8 @@ class BodyReader:
         lo, hi = 0, n - 1  # same(lo - 1) holds (or lo == 0); same(hi) does not
         if not same(0):
             return 0
-        lo = 1
+        lo = bisect.bisect_right(kn.ends, equal, 0, n - 1)  # those are the same: no memcmp
+        lo = max(lo, 1)
         while lo < hi:
             mid = (lo + hi) // 2
             if same(mid):
@@ -332,4 +395,4 @@ class BodyReader:
                 self._bytes -= len(gone.raw)
 
 
-__all__ = ["BodyReader", "TooDeep"]
+__all__ = ["Arrival", "BodyReader", "TooDeep"]

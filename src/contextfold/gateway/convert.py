@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -31,14 +30,16 @@ _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
-    """One request's messages: the client's objects and their neutral form."""
+    """One request's messages: the client's objects and their neutral form. Its lists are
+    shared with the parse of the conversation's next request (see :func:`parse_openai`):
+    read them, never change them in place."""
 
     #: the wire format's name (``ProviderAdapter.name``)
     provider: str
     raw: list[Any]
     neutral: list[Message]
     #: neutral index -> index of the client message it came from (-1: Anthropic ``system``)
-    owner: list[int]
+    owner: Sequence[int]
     #: client message index -> its neutral indices
     parts: Sequence[list[int]]
     fingerprints: list[str]
@@ -170,12 +171,25 @@ def _cached(
 #: ``raw`` and their fingerprints, from the cache when the same object was parsed before
 parse_cached = _cached
 
-#: The last request of each conversation start (provider + its first two messages): the
-#: client's message objects and what they parsed to. A client resends its history unchanged,
-#: so a new request compares its messages with the previous ones (dict equality, in C, no
-#: serialization) and parses and fingerprints only the new tail. Bounded by messages held.
-_Parsed = tuple[tuple[Message, ...], tuple[str, ...]]
-_PREFIX: OrderedDict[bytes, tuple[list[Any], list[_Parsed]]] = OrderedDict()
+
+#: The last request of each conversation start (provider + its first messages): the client's
+#: message objects and what they parsed to. A client resends its history unchanged, so a new
+#: request compares its messages with the previous ones (list equality, in C: the same objects
+#: compare by identity) and parses and fingerprints only the new tail; the parsed part is
+#: taken over as slices of the previous lists (copies of pointers, nothing per message in
+#: Python). Bounded by messages held.
+@dataclass(frozen=True, slots=True)
+class _Prior:
+    raw: list[Any]
+    neutral: list[Message]
+    fps: list[str]
+    #: neutral index -> client message index (-1: Anthropic ``system``)
+    owner: Sequence[int]
+    #: client message k's neutral messages start at ``starts[k]``
+    starts: Sequence[int]
+
+
+_PREFIX: OrderedDict[bytes, _Prior] = OrderedDict()
 _PREFIX_MAX_MESSAGES = 200_000
 _prefix_messages = 0
 
@@ -188,38 +202,38 @@ def _prefix_key(provider: str, head: Any) -> bytes | None:
     return hashlib.blake2b(text, digest_size=16).digest()
 
 
-def _reuse(key: bytes | None, raw: list[Any]) -> list[_Parsed]:
-    """What the previous request of this conversation start parsed, for the longest common
-    prefix of its messages and ``raw``."""
+def _reuse(key: bytes | None, raw: list[Any]) -> tuple[_Prior | None, int]:
+    """What the previous request of this conversation start parsed, and how many leading
+    client messages it shares with ``raw``."""
     if key is None:
-        return []
+        return None, 0
     with _PARSED_LOCK:
         hit = _PREFIX.get(key)
     if hit is None:
-        return []
-    old, parsed = hit
+        return None, 0
+    old = hit.raw
     n = min(len(old), len(raw))
-    if old[:n] == raw[:n]:  # the common case, in C (the same objects compare by identity)
-        return parsed[:n]
+    if (old if n == len(old) else old[:n]) == raw[:n]:  # in C (the same objects: by identity)
+        return hit, n
     i = 0
     while i < n and (old[i] is raw[i] or old[i] == raw[i]):
         i += 1
-    return parsed[:i]
+    return hit, i
 
 
-def _remember(key: bytes | None, raw: list[Any], parsed: list[_Parsed]) -> None:
+def _remember(key: bytes | None, prior: _Prior) -> None:
     global _prefix_messages
     if key is None:
         return
     with _PARSED_LOCK:
         old = _PREFIX.pop(key, None)
         if old is not None:
-            _prefix_messages -= len(old[0])
-        _PREFIX[key] = (raw, parsed)
-        _prefix_messages += len(raw)
+            _prefix_messages -= len(old.raw)
+        _PREFIX[key] = prior
+        _prefix_messages += len(prior.raw)
         while _prefix_messages > _PREFIX_MAX_MESSAGES and len(_PREFIX) > 1:
-            _, (gone, _p) = _PREFIX.popitem(last=False)
-            _prefix_messages -= len(gone)
+            _, gone = _PREFIX.popitem(last=False)
+            _prefix_messages -= len(gone.raw)
 
 
 def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
@@ -235,22 +249,25 @@ def parse_openai(messages: Any) -> Conversation:
     if not isinstance(messages, list) or not messages:
         raise InvalidMessageError("messages must be a non-empty list")
     key = _prefix_key("openai", messages[:2])
-    known = _reuse(key, messages)
-    fresh: list[_Parsed] = []
-    for i in range(len(known), len(messages)):
+    prior, known = _reuse(key, messages)
+    neutral = prior.neutral[:known] if prior is not None else []
+    fps = prior.fps[:known] if prior is not None else []
+    for i in range(known, len(messages)):
         m, fp = _parse_one_openai(messages[i], i)
-        fresh.append(((m,), (fp,)))
-    done = known + fresh
-    _remember(key, list(messages), done)
-    n = len(done)
-    first = operator.itemgetter(0)
+        neutral.append(m)
+        fps.append(fp)
+    n = len(neutral)
+    raw = list(messages)
+    # the cache shares the conversation's lists (no stage changes them: the next request
+    # takes slices of them), so a long history costs no further copies
+    _remember(key, _Prior(raw, neutral, fps, range(n), range(n + 1)))
     return Conversation(
         provider="openai",
-        raw=list(messages),
-        neutral=list(map(first, map(first, done))),
-        owner=list(range(n)),
+        raw=raw,
+        neutral=neutral,
+        owner=range(n),
         parts=Spans(range(n + 1)),
-        fingerprints=list(map(first, map(operator.itemgetter(1), done))),
+        fingerprints=fps,
     )
 
 
@@ -293,34 +310,33 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
         raise InvalidMessageError("messages must be a non-empty list")
     if system is not None and not isinstance(system, str | list):
         raise InvalidMessageError("system must be a string or a list of text blocks")
-    neutral: list[Message] = []
-    owner: list[int] = []
-    starts: list[int] = []
-    if system is not None:
-        neutral.extend(from_anthropic([], system))
-        owner.append(-1)
-    fps: list[str] = [fingerprint(m) for m in neutral]
     key = _prefix_key("anthropic", [system, messages[:1]])
-    known = _reuse(key, messages)
-    done = list(known)
-    for k, raw in enumerate(messages):
-        if k < len(known):
-            converted, cfps = known[k]
-        else:
-            try:
-                converted, cfps = _cached("anthropic", raw, _anthropic_builder(raw))
-            except InvalidMessageError as exc:
-                raise InvalidMessageError(exc.problem, index=k) from None
-            done.append((converted, cfps))
+    prior, known = _reuse(key, messages)
+    if prior is not None:  # the same system prompt (part of the key) and first messages
+        cut = prior.starts[known]
+        neutral, fps = prior.neutral[:cut], prior.fps[:cut]
+        owner, starts = list(prior.owner[:cut]), list(prior.starts[:known])
+    else:
+        known = 0
+        neutral = from_anthropic([], system) if system is not None else []
+        fps = [fingerprint(m) for m in neutral]
+        owner, starts = [-1] * len(neutral), []
+    for k in range(known, len(messages)):
+        raw = messages[k]
+        try:
+            converted, cfps = _cached("anthropic", raw, _anthropic_builder(raw))
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(exc.problem, index=k) from None
         starts.append(len(neutral))
         neutral.extend(converted)
         fps.extend(cfps)
         owner.extend([k] * len(converted))
-    _remember(key, list(messages), done)
     starts.append(len(neutral))
+    client = list(messages)
+    _remember(key, _Prior(client, neutral, fps, owner, starts))
     return Conversation(
         provider="anthropic",
-        raw=list(messages),
+        raw=client,
         neutral=neutral,
         owner=owner,
         parts=Spans(starts),

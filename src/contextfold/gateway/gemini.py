@@ -30,7 +30,17 @@ from typing import Any
 
 from ..errors import InvalidMessageError
 from ..messages import Content, Message, ToolCall
-from .convert import Conversation, Provider, ViewItem, _prefix_key, _remember, _reuse, fingerprint
+from .convert import (
+    Conversation,
+    Provider,
+    Spans,
+    ViewItem,
+    _prefix_key,
+    _Prior,
+    _remember,
+    _reuse,
+    fingerprint,
+)
 
 PROVIDER: Provider = "gemini"
 #: Gemini's own 400 for function calls and responses that do not pair up
@@ -263,37 +273,44 @@ def parse_gemini(contents: Any, system: Any) -> Conversation:
     conversation start had in common with this one are not parsed again."""
     if not isinstance(contents, list) or not contents:
         raise InvalidMessageError("contents must be a non-empty list")
-    neutral: list[Message] = []
-    owner: list[int] = []
-    parts: list[list[int]] = []
-    fps: list[str] = []
-    if system is not None:
-        neutral.append(Message(role="system", content=system_text(system)))
-        owner.append(-1)
-        fps.append(fingerprint(neutral[0]))
     key = _prefix_key(PROVIDER, [system, contents[:1]])
-    known = _reuse(key, contents)
-    ids = CallIds.after(m for msgs, _ in known for m in msgs)
+    prior, known = _reuse(key, contents)
+    neutral: list[Message]
+    fps: list[str]
+    owner: list[int]
+    starts: list[int]
+    if prior is not None:  # the same system instruction (part of the key) and first contents
+        cut = prior.starts[known]
+        neutral, fps = prior.neutral[:cut], prior.fps[:cut]
+        owner, starts = list(prior.owner[:cut]), list(prior.starts[:known])
+    else:
+        known = 0
+        neutral, fps, owner, starts = [], [], [], []
+        if system is not None:
+            neutral.append(Message(role="system", content=system_text(system)))
+            owner.append(-1)
+            fps.append(fingerprint(neutral[0]))
+    ids = CallIds.after(neutral)
     open_calls = _Open()
-    if known and known[-1][0][-1].role == "assistant":
-        open_calls.calls = list(known[-1][0][-1].tool_calls)
-    done = list(known)
-    for k in range(len(known), len(contents)):
-        done.append(_parse_content(contents[k], k, ids, open_calls))
-    if open_calls.calls:
-        raise InvalidMessageError(f"contents[{len(contents) - 1}]: {PAIRING_MESSAGE}")
-    _remember(key, list(contents), done)
-    for k, (msgs, cfps) in enumerate(done):
-        parts.append(list(range(len(neutral), len(neutral) + len(msgs))))
+    if known and neutral[-1].role == "assistant":
+        open_calls.calls = list(neutral[-1].tool_calls)
+    for k in range(known, len(contents)):
+        msgs, cfps = _parse_content(contents[k], k, ids, open_calls)
+        starts.append(len(neutral))
         neutral.extend(msgs)
         fps.extend(cfps)
         owner.extend([k] * len(msgs))
+    if open_calls.calls:
+        raise InvalidMessageError(f"contents[{len(contents) - 1}]: {PAIRING_MESSAGE}")
+    starts.append(len(neutral))
+    client = list(contents)
+    _remember(key, _Prior(client, neutral, fps, owner, starts))
     return Conversation(
         provider=PROVIDER,
-        raw=list(contents),
+        raw=client,
         neutral=neutral,
         owner=owner,
-        parts=parts,
+        parts=Spans(starts),
         fingerprints=fps,
     )
 

@@ -48,17 +48,30 @@ class Plan:
     #: indices (into the stored conversation given to :func:`plan`) the client dropped
     dropped: list[int] = field(default_factory=list)
     #: indices of the stored conversation matched by request[:kept], in order
-    matched: list[int] = field(default_factory=list)
+    matched: Sequence[int] = field(default_factory=list)
     #: for a fork: messages the request shares with the stored conversation from the start
     common: int = 0
 
 
+#: fingerprints compared per slice by :func:`common_prefix` (in C) before the loop in Python
+_BLOCK = 512
+
+
 def common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    """How many leading fingerprints ``a`` and ``b`` share. Compared a block at a time as
+    list slices (in C; the same string objects compare by identity), so a long history
+    costs no loop in Python."""
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    i = 0
+    if isinstance(a, list) and isinstance(b, list):
+        while i < n:
+            j = min(n, i + _BLOCK)
+            if a[i:j] != b[i:j]:
+                break
+            i = j
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def plan(
@@ -74,7 +87,7 @@ def plan(
     session took out."""
     k = common_prefix(stored, request)
     if k == len(stored):
-        return Plan("append", kept=k, matched=list(range(k)))
+        return Plan("append", kept=k, matched=range(k))
     # the longest prefix of the request that is a subsequence of the stored conversation
     # (greedy, leftmost: identical messages such as aider's "Ok." replies match the earliest)
     where: dict[str, list[int]] = {}

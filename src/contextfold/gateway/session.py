@@ -11,7 +11,7 @@ import logging
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..ahead import Lookahead
 from ..errors import ContextFoldError, StorageError
@@ -144,18 +144,20 @@ class Session:
         without the messages it retracted itself, plus the answer not written yet."""
         return self.conversation()[1]
 
-    def conversation(self) -> tuple[list[int], list[str]]:
+    def conversation(self) -> tuple[Sequence[int], list[str]]:
         """The history positions and fingerprints of the conversation as the client last had
         it (see :attr:`known_fps`); the answer not written yet has position -1."""
         fps = self._derive()
         gone = self.cm.view.retracted
+        pending = self.pending is not None
+        positions: Sequence[int]
         if gone:
-            positions = [i for i in range(len(fps)) if i not in gone]
-            out = [fps[i] for i in positions]
-        else:
-            positions, out = list(range(len(fps))), list(fps)
+            kept = [i for i in range(len(fps)) if i not in gone]
+            out = [fps[i] for i in kept]
+            positions = [*kept, -1] if pending else kept
+        else:  # no list of every position (a long history costs one copy of pointers)
+            positions, out = Positions(len(fps), pending), fps[:]
         if self.pending is not None:
-            positions.append(-1)
             out.append(self.pending[1])
         return positions, out
 
@@ -283,6 +285,43 @@ class Session:
             self.since_usage = 0
         else:
             self.since_usage += 1
+
+
+class Positions(Sequence[int]):
+    """``0 .. n - 1``, then -1 when ``pending`` (the answer not written yet): the positions
+    of a conversation nothing was retracted from, without a list of them."""
+
+    __slots__ = ("_n", "_pending")
+
+    def __init__(self, n: int, pending: bool) -> None:
+        self._n = n
+        self._pending = pending
+
+    def __len__(self) -> int:
+        return self._n + self._pending
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return i if i < self._n else -1
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Positions({self._n}, pending={self._pending})"
 
 
 def _fingerprint_of(m: Message, fingerprint: Any) -> str:

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -271,7 +272,7 @@ class SessionRegistry:
         family = self._family(base, model)
         fps = conv.fingerprints
         sessions = [self.get(sid, model) for sid in reversed(family)]
-        best: tuple[tuple[int, int, int, bool], Session, Plan, list[int]] | None = None
+        best: tuple[tuple[int, int, int, bool], Session, Plan, Sequence[int]] | None = None
         for sess in sessions:
             sess.key = base
             positions, known = sess.conversation()
@@ -310,7 +311,7 @@ class SessionRegistry:
         return Synced(session=sess, added=len(new), branched_from=None, staged=staged)
 
     def _rewrite(
-        self, sess: Session, conv: Conversation, p: Plan, positions: list[int], stage: bool
+        self, sess: Session, conv: Conversation, p: Plan, positions: Sequence[int], stage: bool
     ) -> Synced:
         """The client rewrote its conversation itself: the session continues, the messages
         it dropped or replaced are retracted (kept in the history) and the rest appended."""
@@ -480,7 +481,7 @@ def fork_point(parent: Session, common: int) -> int | None:
     if common <= 0 or parent.pending is not None:
         return None
     positions, _ = parent.conversation()
-    if positions[:common] != list(range(common)):
+    if list(positions[:common]) != list(range(common)):
         return None
     store = parent.cm.store
     heads = store.read_heads(parent.session_id, kinds=["message"])
