@@ -301,8 +301,8 @@ def _compacted_turns(log: Path) -> int:
 
 def record(agent: str) -> dict[str, Any]:
     """Both sessions of one agent, recorded."""
-    from tests.gateway_fakes import FakeUpstream
-    from tests.gateway_helpers import gateway_process
+    from tests.gateway.gateway_fakes import FakeUpstream
+    from tests.gateway.gateway_helpers import gateway_process
 
     out: dict[str, Any] = {"agent": agent, "limit": LIMITS[agent], "runs": RUNS}
     with tempfile.TemporaryDirectory(prefix=f"cf-bench-{agent}-") as tmp:

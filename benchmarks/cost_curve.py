@@ -22,7 +22,7 @@ if str(ROOT / "src") not in sys.path:
 
 from contextfold.bench.replay import load_trace, replay_one, resolve_traces  # noqa: E402
 from contextfold.bench.strategies import ContextFoldStrategy, Strategy  # noqa: E402
-from contextfold.config import LATE_COMPACTION_TIERS, TierConfig, progressive  # noqa: E402
+from contextfold.core.config import LATE_COMPACTION_TIERS, TierConfig, progressive  # noqa: E402
 
 DEFAULT = TierConfig()
 CURVES: dict[int, list[tuple[str, TierConfig]]] = {

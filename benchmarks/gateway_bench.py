@@ -1,6 +1,6 @@
 """The gateway's added latency and throughput at 1, 10 and 50 concurrent sessions on loopback.
 
-A fake upstream (tests/gateway_fakes.py, replaying the bundled trajectories' assistant turns)
+A fake upstream (tests/gateway/gateway_fakes.py, replaying the bundled trajectories' assistant turns)
 and ``contextfold serve`` run as separate processes; this process drives rounds of concurrent
 conversations through the gateway with httpx (new sessions each round), each replaying a
 trajectory turn by turn (OpenAI Chat Completions, half of them streaming).
@@ -68,7 +68,7 @@ FAKE = """
 import sys, json, time
 sys.path[:0] = [{root!r}, {src!r}]
 from tests.conftest import load_trace, trace_files
-from tests.gateway_fakes import FakeUpstream, trace_replies
+from tests.gateway.gateway_fakes import FakeUpstream, trace_replies
 traces = [list(trace_replies(load_trace(p))) for p in trace_files()]
 fake = FakeUpstream(port={port}, keep=False)
 fake.default = lambda call: traces[int(call.headers["x-fake-trace"])][int(call.headers["x-fake-turn"])]

@@ -2,7 +2,7 @@
 another client's latency is meanwhile (the figures in docs/security.md).
 
 A gateway (in this process, on a uvicorn thread) in front of the scripted upstream of
-tests/gateway_fakes.py, both on 127.0.0.1. For each size, a new conversation of that many small
+tests/gateway/gateway_fakes.py, both on 127.0.0.1. For each size, a new conversation of that many small
 messages is sent once while a second client sends one small request after another; the
 request's time and status, and the second client's worst and median latency, are printed (one
 JSON line per size). Run:
@@ -35,7 +35,7 @@ def _messages(n: int) -> list[dict[str, Any]]:
 
 def run(sizes: list[int]) -> list[dict[str, Any]]:
     import httpx
-    from tests.gateway_helpers import running
+    from tests.gateway.gateway_helpers import running
 
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as folder, running(Path(folder)) as (_fake, gw):

@@ -57,8 +57,8 @@ from benchmarks.gateway_bench import (  # noqa: E402
 FAKE = """
 import sys, time
 sys.path[:0] = [{root!r}, {src!r}]
-from tests.gateway_fakes import FakeUpstream
-from tests.gateway_fake_wire import Reply
+from tests.gateway.gateway_fakes import FakeUpstream
+from tests.gateway.gateway_fake_wire import Reply
 fake = FakeUpstream(port={port}, keep=False)
 fake.default = lambda call: Reply(text="Done. Next I will run the tests again.")
 fake.start()

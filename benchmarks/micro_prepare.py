@@ -198,7 +198,7 @@ def estimators() -> dict[str, Callable[[str], int]]:
         "chars/4": lambda t: round(len(t) / 4),
     }
     try:
-        from contextfold.tokens import HeuristicCounter
+        from contextfold.core.tokens import HeuristicCounter
 
         h = HeuristicCounter()
         out["contextfold heuristic"] = h.count_text

@@ -16,7 +16,7 @@ import argparse
 import statistics
 import time
 
-from tests.pg_private import PrivatePostgres
+from tests.support.pg_private import PrivatePostgres
 
 from contextfold import ContextManager
 from contextfold.errors import StorageError

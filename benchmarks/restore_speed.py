@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contextfold.core.messages import Message, ToolCall
 from contextfold.evidence import EvidenceSearch, EvidenceStore
-from contextfold.messages import Message, ToolCall
 from contextfold.storage import SQLiteStore
 from contextfold.storage.session import SessionStore
 

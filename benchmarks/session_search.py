@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contextfold.messages import Message
-from contextfold.sessions.index import SessionIndex
-from contextfold.sessions.log import SessionLog
-from contextfold.sessions.tools import session_tools
+from contextfold.core.messages import Message
+from contextfold.core.tools import ToolBox
+from contextfold.core.wire import from_openai
+from contextfold.recovery.sessions.index import SessionIndex
+from contextfold.recovery.sessions.log import SessionLog
+from contextfold.recovery.sessions.tools import session_tools
 from contextfold.storage import SQLiteStore
 from contextfold.storage.session import SessionStore
-from contextfold.tools import ToolBox
-from contextfold.wire import from_openai
 
 TRACES = Path(__file__).resolve().parents[1] / "benchmarks" / "traces"
 AGENTS = [f"agent-{i}" for i in range(10)]

@@ -1,7 +1,7 @@
 """Accuracy and speed of the heuristic token counter against o200k_base.
 
 Run: ``.venv/bin/python -m benchmarks.tokens_accuracy``. Prints, per corpus, the error of the
-naive chars/4 rule and of :class:`~contextfold.tokens.HeuristicCounter` relative to the exact
+naive chars/4 rule and of :class:`~contextfold.core.tokens.HeuristicCounter` relative to the exact
 o200k_base count (via bpe-openai), the worst single trajectory, and the heuristic's speed.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import load_trace, trace_files
-from tests.test_tokens import (
+from tests.core.test_tokens import (
     CHINESE,
     ENGLISH,
     JAPANESE,
@@ -24,9 +24,9 @@ from tests.test_tokens import (
     seed_chinese_prose,
 )
 
-from contextfold.messages import Message, content_chars
-from contextfold.tokens import BpeCounter, HeuristicCounter, TokenCounter, count_messages
-from contextfold.wire import messages_from_openai
+from contextfold.core.messages import Message, content_chars
+from contextfold.core.tokens import BpeCounter, HeuristicCounter, TokenCounter, count_messages
+from contextfold.core.wire import messages_from_openai
 
 
 class CharsOver4:

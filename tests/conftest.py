@@ -25,7 +25,7 @@ TRACES_DIR = REPO_ROOT / "benchmarks" / "traces"
 SEEDS_DIR = REPO_ROOT / "docs" / "design-notes"
 
 # Semantic vectors cost tens of milliseconds per output indexed: the tests that replay every
-# trajectory run without them; tests/test_evidence_semantic.py turns them on.
+# trajectory run without them; tests/evidence/test_evidence_semantic.py turns them on.
 os.environ.setdefault("CONTEXTFOLD_SEMANTIC", "0")
 
 _real_connect = socket.socket.connect
@@ -106,8 +106,8 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture(params=["folder", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A new store on each backend a gateway serves from, created first: a workspace folder,
-    or a schema on the test PostgreSQL server (dropped afterwards; see tests/pg_support.py)."""
-    from tests import pg_support
+    or a schema on the test PostgreSQL server (dropped afterwards; see tests/support/pg_support.py)."""
+    from tests.support import pg_support
 
     yield from pg_support.fresh_store_url(request.param, tmp_path / "ws")
 

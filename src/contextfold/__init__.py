@@ -10,24 +10,24 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import ContextConfig, harness, progressive
+    from .core.config import ContextConfig, harness, progressive
+    from .core.messages import Message, ToolCall
+    from .core.records import CompactionRecord, Tier
+    from .engine.manager import ContextManager
     from .errors import ContextFoldError, ContextOverflowError
-    from .manager import ContextManager
-    from .messages import Message, ToolCall
-    from .records import CompactionRecord, Tier
 
 #: public name -> the module that defines it
 _LAZY = {
-    "CompactionRecord": ".records",
-    "ContextConfig": ".config",
+    "CompactionRecord": ".core.records",
+    "ContextConfig": ".core.config",
     "ContextFoldError": ".errors",
-    "ContextManager": ".manager",
+    "ContextManager": ".engine.manager",
     "ContextOverflowError": ".errors",
-    "Message": ".messages",
-    "Tier": ".records",
-    "ToolCall": ".messages",
-    "harness": ".config",
-    "progressive": ".config",
+    "Message": ".core.messages",
+    "Tier": ".core.records",
+    "ToolCall": ".core.messages",
+    "harness": ".core.config",
+    "progressive": ".core.config",
 }
 
 __all__ = [

@@ -10,7 +10,7 @@
 Every ``ContextManager`` of the process counts into it: compactions by tier, the tokens they
 took out of the view, their time, evidence injections, restores, tool calls (``recall``,
 ``read_offloaded`` ...) by tool, summarizer calls and ``prepare`` time. The counts come from
-the same places as the OpenTelemetry spans (:mod:`contextfold.telemetry` calls a hook when one
+the same places as the OpenTelemetry spans (:mod:`contextfold.core.telemetry` calls a hook when one
 ends); until :func:`enable` runs nothing is counted and nothing costs anything. Labels are tiers
 and tool names only, never a session, a key or a text.
 """
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from . import telemetry
+from .core import telemetry
 from .errors import ConfigError
 from .extras import needs_extra
 
@@ -89,7 +89,7 @@ class LibraryMetrics:
                 self.registry.unregister(collector)
 
     def __call__(self, name: str, attrs: Mapping[str, telemetry.Attr], seconds: float) -> None:
-        """The hook :mod:`contextfold.telemetry` calls when a span ended."""
+        """The hook :mod:`contextfold.core.telemetry` calls when a span ended."""
         if name == "contextfold.compaction":
             self._compaction(attrs, seconds)
         elif name == "contextfold.prepare":

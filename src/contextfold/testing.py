@@ -1,9 +1,9 @@
 """Test doubles for code built on contextfold (and for contextfold's own tests).
 
-* :class:`ScriptedLLM` - a :class:`~contextfold.llm.ChatModel` that replies from a script and
+* :class:`ScriptedLLM` - a :class:`~contextfold.providers.llm.ChatModel` that replies from a script and
   records every call.
-* :class:`ScriptedSummarizer` - the same idea at the :class:`~contextfold.summarizers.Summarizer`
-  level (records each :class:`~contextfold.summarizers.SummaryRequest`).
+* :class:`ScriptedSummarizer` - the same idea at the :class:`~contextfold.compaction.summarizers.Summarizer`
+  level (records each :class:`~contextfold.compaction.summarizers.SummaryRequest`).
 * :func:`overflow_error` - realistic context-overflow exceptions as each provider raises them
   (the real ``openai``/``anthropic`` SDK classes, built around a real HTTP response object).
 * :class:`OverflowingModel` - a fake agent model that overflows above a token limit.
@@ -29,13 +29,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from .llm import ChatResult
-from .summarizers.base import SummaryRequest
+from .compaction.summarizers.base import SummaryRequest
+from .core.tokens import get_counter
+from .providers.llm import ChatResult
 from .testing_overflow import OVERFLOW_PROVIDERS, OverflowingModel, overflow_error
 from .testing_overflow import OllamaResponseError as OllamaResponseError
 from .testing_overflow import _text_of as _text_of
 from .testing_overflow import message_tokens as message_tokens
-from .tokens import get_counter
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -139,7 +139,7 @@ def _check_openai_messages(messages: Sequence[Mapping[str, Any]], call: int) -> 
 
 
 class ScriptedLLM(_Script[LLMStep]):
-    """A :class:`~contextfold.llm.ChatModel` (and ``AsyncChatModel``) that follows a script.
+    """A :class:`~contextfold.providers.llm.ChatModel` (and ``AsyncChatModel``) that follows a script.
 
     Each call takes the next step: a ``str`` (or :class:`ChatResult`) is the reply; an exception
     instance or class is raised; a callable gets the call's messages (a deep copy, list of dicts)
@@ -218,7 +218,7 @@ class ScriptedLLM(_Script[LLMStep]):
 
 
 class ScriptedSummarizer(_Script[SummaryStep]):
-    """A :class:`~contextfold.summarizers.Summarizer` that follows a script.
+    """A :class:`~contextfold.compaction.summarizers.Summarizer` that follows a script.
 
     Steps: a ``str`` is the summary; an exception (instance or class) is raised; a callable gets
     the :class:`SummaryRequest` and returns the summary. ``requests`` records every request.

@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .core.tokens import count_messages, get_counter
+from .core.wire import messages_from_openai
 from .errors import ConfigError, InvalidMessageError
 from .extras import needs_extra
-from .llm import ChatResult
-from .tokens import count_messages, get_counter
-from .wire import messages_from_openai
+from .providers.llm import ChatResult
 
 
 def _text_of(content: Any) -> str:
@@ -35,7 +35,7 @@ def _text_of(content: Any) -> str:
 
 def message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     """Estimated tokens of OpenAI-format messages with the default counter
-    (:func:`contextfold.tokens.count_messages`, framing included)."""
+    (:func:`contextfold.core.tokens.count_messages`, framing included)."""
     counter = get_counter()
     items = list(messages)
     try:

@@ -9,7 +9,7 @@ import re
 
 from tests.agents.harness import APP_PY
 from tests.agents.plan import FOLLOWUP, first_error, recall_query
-from tests.gateway_fakes import Call, Reply
+from tests.gateway.gateway_fakes import Call, Reply
 
 FIXED = APP_PY.replace("sum(values) + 1", "sum(values)")
 NOTE = re.compile(r"Note the result of run (\d+)\.")

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from tests.agents.plan import DONE, FOLLOWUP, TASK, Plan, Step, first_error, recall_query
-from tests.gateway_fakes import Call, Reply
+from tests.gateway.gateway_fakes import Call, Reply
 
 _ID = re.compile(r"toolu_(task|ask)_(\d+)")
 #: the summary's line naming the last step done

@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.agents.mini_script import shell_command
 from tests.agents.plan import DONE, FOLLOWUP, Plan, Step, first_error, recall_query
-from tests.gateway_fakes import Call, Reply
+from tests.gateway.gateway_fakes import Call, Reply
 
 _ID = re.compile(r"call_(task|ask)_(\d+)")
 #: the items that answer a call

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.agents.plan import DONE, FOLLOWUP, Plan, Step, first_error, recall_query
-from tests.gateway_fakes import Call, Reply
+from tests.gateway.gateway_fakes import Call, Reply
 
 
 def schema_value(schema: Any) -> Any:

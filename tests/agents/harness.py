@@ -1,6 +1,6 @@
 """Running a real agent program through ``contextfold serve`` against the scripted upstream.
 
-Each agent test builds a :class:`Stack`: the fake upstream (tests/gateway_fakes.py) enforcing a
+Each agent test builds a :class:`Stack`: the fake upstream (tests/gateway/gateway_fakes.py) enforcing a
 context limit with the provider's real errors, and a ``contextfold serve`` process in front of
 it on the embedded store or on PostgreSQL (a schema of its own). The agent runs in a temp
 project folder made by :func:`make_project`, whose ``run.py`` prints big, deterministic outputs
@@ -28,10 +28,10 @@ from typing import Any
 
 import httpx
 
-from tests import pg_support
 from tests.conftest import skip_or_fail
-from tests.gateway_fakes import FakeUpstream, Received
-from tests.gateway_helpers import REPO, gateway_process
+from tests.gateway.gateway_fakes import FakeUpstream, Received
+from tests.gateway.gateway_helpers import REPO, gateway_process
+from tests.support import pg_support
 
 STORES = ["embedded", "postgresql"]
 

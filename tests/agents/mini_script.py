@@ -9,7 +9,7 @@ import json
 import re
 
 from tests.agents.plan import FOLLOWUP, Plan, Step, first_error, recall_query
-from tests.gateway_fakes import Call, Reply
+from tests.gateway.gateway_fakes import Call, Reply
 
 _ID = re.compile(r"call_(task|ask)_(\d+)")
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

@@ -141,7 +141,7 @@ def _pg_growth(url: str) -> tuple[int, int]:
     for an empty store of the same schema (a fresh schema the store creates, then dropped)
     is subtracted."""
     from contextfold.storage.postgres import PostgresStore
-    from tests.pg_support import drop_schema, new_schema_name
+    from tests.support.pg_support import drop_schema, new_schema_name
 
     base, _, query = url.partition("?")
     schema = dict(p.split("=", 1) for p in query.split("&"))["schema"]

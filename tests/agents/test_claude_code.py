@@ -24,7 +24,7 @@ from tests.agents.harness import (
     stack,
 )
 from tests.agents.plan import FOLLOWUP, TASK, Plan, first_error
-from tests.gateway_fake_wire import count_tokens
+from tests.gateway.gateway_fake_wire import count_tokens
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -7,7 +7,7 @@ import json
 import re
 
 from tests.agents.test_codex import codex_config
-from tests.gateway_helpers import REPO
+from tests.gateway.gateway_helpers import REPO
 
 SECTION = "## Use it with Claude Code / Codex / Gemini CLI / aider / mini-swe-agent"
 

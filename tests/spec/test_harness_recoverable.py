@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from contextfold import ContextManager
-from contextfold.config import (
+from contextfold.compaction.offload import DEFAULT_EVICTION_EXCLUDES
+from contextfold.core.config import (
     EvictionConfig,
     SummaryTriggerConfig,
     TruncateArgsConfig,
@@ -18,7 +19,6 @@ from contextfold.config import (
 )
 from contextfold.errors import ConfigError
 from contextfold.evidence.intents import detect_intent
-from contextfold.offload import DEFAULT_EVICTION_EXCLUDES
 from contextfold.testing import OverflowingModel
 
 from .helpers import NEWEST, SYSTEM, TASK, fill_to, spec_manager, turns

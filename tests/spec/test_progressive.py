@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from contextfold import ContextManager
-from contextfold.anchors import ALL_ANCHOR_TYPES, parse_summary
-from contextfold.compactors.progressive import ProgressiveCompactor
-from contextfold.config import SPEC_TIERS, spec
-from contextfold.records import Tier
+from contextfold.compaction.progressive import ProgressiveCompactor
+from contextfold.core.anchors import ALL_ANCHOR_TYPES, parse_summary
+from contextfold.core.config import SPEC_TIERS, spec
+from contextfold.core.records import Tier
 from contextfold.testing import ScriptedSummarizer
 
 from .helpers import NEWEST, SYSTEM, TASK, fill_to, spec_manager, turns

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from contextfold import ContextManager
-from contextfold.anchors import Anchor, AnchorType
-from contextfold.compactors.progressive import ProgressiveCompactor
-from contextfold.config import SPEC_TIERS
+from contextfold.compaction.progressive import ProgressiveCompactor
+from contextfold.core.anchors import Anchor, AnchorType
+from contextfold.core.config import SPEC_TIERS
+from contextfold.core.records import CompactionRecord, OffloadEntry, Tier, format_notification
+from contextfold.core.wire import from_openai
 from contextfold.errors import ContextFoldError, StorageError
-from contextfold.records import CompactionRecord, OffloadEntry, Tier, format_notification
 from contextfold.testing import ScriptedSummarizer
-from contextfold.wire import from_openai
 
 from .helpers import NEWEST, SYSTEM, TASK, fill_to, spec_manager, turns
 from .test_progressive import ANCHORED, at

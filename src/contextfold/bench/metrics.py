@@ -2,7 +2,7 @@
 
 Definitions (all counts are o200k_base tokens):
 
-* **message tokens**: :func:`contextfold.tokens.count_message` over exact o200k text counts
+* **message tokens**: :func:`contextfold.core.tokens.count_message` over exact o200k text counts
   (4 framing tokens + content + tool call id, name, arguments and framing + tool_call_id);
   without that module, 4 + content + every tool call's name and JSON arguments.
 * **cached prefix** of a call = the longest common prefix of its view with the previous call's
@@ -23,9 +23,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..core.shell import ShellReader, files_written
 from ..errors import ContextFoldError
 from ..extras import needs_extra
-from ..shell import ShellReader, files_written
 
 OVERHEAD = 4
 CACHED_RATE = 0.1
@@ -87,15 +87,15 @@ class TokenCounter:
         self._msg_cache: dict[tuple[Any, ...], int] = {}
         self._lib: Any = None
         try:
-            from .. import tokens as lib
-            from ..wire import from_openai
+            from ..core import tokens as lib
+            from ..core.wire import from_openai
 
             self._lib = (lib.count_message, from_openai)
         except (ImportError, AttributeError):
             self._lib = None
 
     def count_text(self, text: str) -> int:
-        """The :class:`contextfold.tokens.TokenCounter` protocol (cached exact count)."""
+        """The :class:`contextfold.core.tokens.TokenCounter` protocol (cached exact count)."""
         return self.count(text)
 
     def encode(self, text: str) -> list[int]:
@@ -229,7 +229,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def edited_files(command: str) -> list[str]:
-    """Files a shell command writes (see :mod:`contextfold.shell`): ``sed -i``, ``cat >``/
+    """Files a shell command writes (see :mod:`contextfold.core.shell`): ``sed -i``, ``cat >``/
     ``cat <<EOF >``, ``tee``, ``echo/printf >``, Python ``open(..., 'w')``/
     ``Path(...).write_text`` (in ``python -c`` or in a script written by a heredoc),
     ``patch``/``git apply``, ``cp``/``mv`` and SWE-agent's ``create FILE``; the files a Python

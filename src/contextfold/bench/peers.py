@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..messages import Message
-from ..summarizers.base import Summarizer, SummaryRequest
-from ..summarizers.extractive import ExtractiveSummarizer
-from ..wire import from_openai
+from ..compaction.summarizers.base import Summarizer, SummaryRequest
+from ..compaction.summarizers.extractive import ExtractiveSummarizer
+from ..core.messages import Message
+from ..core.wire import from_openai
 from .metrics import MsgDict, TokenCounter, content_text
 from .strategies import Step
 

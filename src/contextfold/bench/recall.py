@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.shell import ShellReader, exit_code
 from ..errors import ContextFoldError
 from ..evidence import semantic
-from ..shell import ShellReader, exit_code
 from .metrics import content_text
 from .recall_summary import EXACT_KINDS, K, summarize
 from .toolstyles import DEFAULT_CWD, convert_trace
@@ -266,7 +266,7 @@ def questions(
 
 
 def _make_manager(workdir: str, window: int, preset: str) -> Any:
-    from ..manager import ContextManager
+    from ..engine.manager import ContextManager
 
     return ContextManager(
         workspace=workdir, session_id="bench", context_window=window, preset=preset

@@ -200,12 +200,14 @@ def _build_summarizer(spec: SummarizerSpec) -> Any:
     if spec.kind != "openai":
         raise ContextFoldError(f"unknown summarizer {spec.kind!r}; use extractive or openai")
     try:
-        from ..summarizers import llm
+        from ..compaction.summarizers import llm
     except ImportError as exc:
         raise StrategyUnavailable(f"the openai summarizer is not available: {exc}") from exc
     cls: Any = getattr(llm, "OpenAICompatibleSummarizer", None)
     if cls is None:
-        raise StrategyUnavailable("contextfold.summarizers.llm has no OpenAICompatibleSummarizer")
+        raise StrategyUnavailable(
+            "contextfold.compaction.summarizers.llm has no OpenAICompatibleSummarizer"
+        )
     kwargs: dict[str, Any] = {"model": spec.model or "gpt-4o-mini"}
     if spec.base_url:
         kwargs["base_url"] = spec.base_url
@@ -223,13 +225,13 @@ class ContextFoldStrategy:
         *,
         config: Any = None,
     ) -> None:
-        """``config`` (a :class:`contextfold.config.ContextConfig`) replaces the preset's."""
+        """``config`` (a :class:`contextfold.core.config.ContextConfig`) replaces the preset's."""
         self.name = preset
         try:
             from .. import ContextManager  # type: ignore[attr-defined,unused-ignore]
         except ImportError:
             try:  # the facade re-exports it; the module may exist before the re-export
-                from ..manager import ContextManager  # type: ignore[no-redef,unused-ignore]
+                from ..engine.manager import ContextManager  # type: ignore[no-redef,unused-ignore]
             except ImportError as exc:
                 raise StrategyUnavailable(
                     f"contextfold.ContextManager is not available: {exc}"

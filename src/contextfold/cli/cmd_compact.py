@@ -10,9 +10,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..config import PRESETS, resolve_preset
+from ..core.config import PRESETS, resolve_preset
+from ..core.records import CompactionRecord, Tier
 from ..errors import ConfigError, ContextFoldError, ContextOverflowError, StorageError
-from ..records import CompactionRecord, Tier
 from .common import (
     add_workspace,
     folder_of,
@@ -69,7 +69,7 @@ def load_transcript(path: Path) -> tuple[str, list[dict[str, Any]], Any]:
 def _make_summarizer(args: argparse.Namespace) -> Any:
     if getattr(args, "summarizer", "extractive") != "openai":
         return None
-    from ..summarizers.llm import OpenAICompatibleSummarizer
+    from ..compaction.summarizers.llm import OpenAICompatibleSummarizer
 
     if not args.model:
         raise ContextFoldError(
@@ -101,7 +101,7 @@ def _open_session(args: argparse.Namespace) -> tuple[Any, Callable[[], None] | N
     """The manager of the new session, built in memory, and the function that writes it
     into the store the user named (None when no store is named: nothing is kept). On an
     existing session it refuses before anything is written, unless ``--replace``."""
-    from ..manager import ContextManager
+    from ..engine.manager import ContextManager
     from ..storage import open_store
     from ..storage.scratch import ScratchStore
 
@@ -152,7 +152,7 @@ def _open_session(args: argparse.Namespace) -> tuple[Any, Callable[[], None] | N
 
 
 def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
-    from ..wire import from_anthropic, to_openai
+    from ..core.wire import from_anthropic, to_openai
 
     path = Path(args.file)
     fmt, messages, system = load_transcript(path)
@@ -160,7 +160,7 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
         raise ConfigError(f"{path}: no messages to compact")
     if fmt == "anthropic":
         messages = [to_openai(m) for m in from_anthropic(messages, system)]
-    from ..wire import messages_from_openai
+    from ..core.wire import messages_from_openai
 
     messages_from_openai(messages)  # every message checked before anything is written
     target = _check_output(args, path)
@@ -296,9 +296,9 @@ def _demo_session(spec: str) -> tuple[str, str | None]:
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     import tempfile
 
-    from ..manager import ContextManager
-    from ..messages import check_view
-    from ..wire import from_openai
+    from ..core.messages import check_view
+    from ..core.wire import from_openai
+    from ..engine.manager import ContextManager
 
     trace, messages = _demo_trace(args)
     workspace = store_spec(args) or tempfile.mkdtemp(prefix="contextfold-demo-")

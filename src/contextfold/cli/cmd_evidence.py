@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ..records import CompactionRecord
+from ..core.records import CompactionRecord
 from .common import add_workspace, existing_session, positive_int, shown, store_spec
 
 EVIDENCE_ID = re.compile(r"^ev-[0-9a-f]{6,64}$")
@@ -34,7 +34,7 @@ def _records_table(records: Sequence[CompactionRecord]) -> str:
 
 
 def cmd_records(args: argparse.Namespace, out: TextIO) -> int:
-    from ..export import records_of
+    from ..engine.export import records_of
 
     spec = store_spec(args) or ""
     store = existing_session(spec, args.session)
@@ -81,7 +81,7 @@ def _print_body(out: TextIO, command: str | None, problem: str | None, text: str
 
 
 def cmd_restore(args: argparse.Namespace, out: TextIO) -> int:
-    from ..manager import ContextManager
+    from ..engine.manager import ContextManager
 
     store = existing_session(store_spec(args) or "", args.session)
     try:
@@ -129,8 +129,8 @@ def _restore(cm: Any, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_blocks(args: argparse.Namespace, out: TextIO) -> int:
+    from ..engine.export import blocks_of
     from ..evidence.fields import describe
-    from ..export import blocks_of
 
     store = existing_session(store_spec(args) or "", args.session)
     try:

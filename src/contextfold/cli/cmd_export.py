@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..engine.export import export_session
 from ..errors import ConfigError
-from ..export import export_session
 from ..storage import SQLiteStore
 
 
@@ -25,7 +25,7 @@ def cmd_export(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
-    from ..migrate import migrate_workspace
+    from ..engine.migrate import migrate_workspace
 
     folder = Path(args.workspace)
     if not folder.is_dir():

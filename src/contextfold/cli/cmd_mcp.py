@@ -10,7 +10,7 @@ from .common import DEFAULT_WORKSPACE, add_workspace, folder_of, port_number, st
 
 
 def cmd_mcp(args: argparse.Namespace, out: TextIO) -> int:
-    from ..mcp_server import DEFAULT_PORT, run
+    from ..mcp.server import DEFAULT_PORT, run
 
     if args.port is not None and not args.http:
         raise ConfigError("--port needs --http (without it the server speaks over stdio)")

@@ -11,10 +11,10 @@ import argparse
 import re
 from typing import Any, TextIO
 
+from ..engine import session_ops as ops
 from ..errors import ConfigError
-from ..sessions import ops
-from ..sessions.tools import render_message
-from ..workspace_tools import WorkspaceTools
+from ..mcp.workspace_tools import WorkspaceTools
+from ..recovery.sessions.tools import render_message
 from .common import (
     add_workspace,
     existing_session,

@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from ..core.paths import Workspace, check_session_id
+from ..engine.export import open_cli_store
 from ..errors import ConfigError, UnsafeIdError
-from ..export import open_cli_store
-from ..paths import Workspace, check_session_id
+from ..mcp.workspace_tools import open_workspace
 from ..storage import ENV_VAR, Store, open_store
-from ..workspace_tools import open_workspace
 
 DEFAULT_WORKSPACE = "./.contextfold"
 

@@ -7,11 +7,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar, overload
 
-from .. import calling
-from ..aio import run_off_loop
-from ..surface import AnthropicView, OpenAIView
+from ..core.aio import run_off_loop
+from . import calling
 from .context import SessionContext
 from .prepare import PreparedView, ToolSchemas
+from .surface import AnthropicView, OpenAIView
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -57,7 +57,7 @@ class AsyncCalls:
     ) -> OpenAIView | AnthropicView:
         """:meth:`prepare` without blocking the event loop: the work runs in a worker thread and
         an LLM summarizer / fact extractor calls its model's async client on this loop (see
-        :mod:`contextfold.aio`). Calls on one manager are serialized; ``on_compaction`` runs in
+        :mod:`contextfold.core.aio`). Calls on one manager are serialized; ``on_compaction`` runs in
         that worker thread."""
 
         def prepared() -> OpenAIView | AnthropicView:

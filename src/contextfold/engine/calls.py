@@ -8,20 +8,21 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from .. import ahead, telemetry
+from ..core import telemetry
+from ..core.records import CompactionRecord, OffloadEntry, Tier
+from ..core.tools import ToolBox
+from ..core.usage import extract_input_tokens
 from ..errors import ConfigError, ContextFoldError
 from ..evidence.model import EvidencePointer
-from ..records import CompactionRecord, OffloadEntry, Tier
-from ..recovery import RestoreHit
-from ..reopen import save_state
-from ..state import SessionState
-from ..state import save_state as save_session_snapshot
-from ..tools import ToolBox
-from ..usage import extract_input_tokens
+from ..recovery.hooks import RestoreHit
+from . import ahead
 from . import overflow as overflow_handling
 from . import prepare as preparing
 from .context import SessionContext
 from .prepare import ToolSchemas
+from .reopen import save_state
+from .state import SessionState
+from .state import save_state as save_session_snapshot
 
 
 class SessionCalls:
@@ -78,7 +79,7 @@ class SessionCalls:
     ) -> CompactionRecord | None:
         """After :meth:`add_response`, while the agent runs its tool: compact now when the
         next :meth:`prepare` would (:meth:`compaction_due`), so that call finds its view ready
-        (see :mod:`contextfold.ahead`). None when nothing was due or changed. The history is
+        (see :mod:`contextfold.engine.ahead`). None when nothing was due or changed. The history is
         never changed; a storage failure is raised with the session as before."""
         ctx = self._ctx
         with ctx.units.lock:

@@ -5,7 +5,7 @@ the event log, the offload and evidence stores, the compaction records, the toke
 the window and its calibration, the configuration). The modules of the engine (opening,
 ingest, prepare, overflow handling) and the recovery hooks receive it; none of them sees the
 :class:`~contextfold.ContextManager` facade, which owns the lock and the units of work and
-hands them in through the small :class:`~contextfold.units.Units` protocol.
+hands them in through the small :class:`~contextfold.core.units.Units` protocol.
 """
 
 from __future__ import annotations
@@ -15,24 +15,24 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..compactors.progressive import ProgressiveCompactor
-from ..compactors.stages import Stage
-from ..config import ContextConfig
+from ..compaction.offload import OffloadStore
+from ..compaction.progressive import ProgressiveCompactor
+from ..compaction.stages import Stage
+from ..compaction.summarizers.base import Summarizer
+from ..core.config import ContextConfig
+from ..core.messages import Message
+from ..core.paths import Workspace
+from ..core.records import CompactionRecord, OffloadEntry, StoreRecordStore
+from ..core.tokens import Calibration, MessageTokenCache, TokenCounter, count_tools
+from ..core.units import Units
+from ..core.view import HistoryView
 from ..errors import ConfigError
-from ..limits import LearnedWindow
-from ..messages import Message
-from ..offload import OffloadStore
-from ..paths import Workspace
-from ..records import CompactionRecord, OffloadEntry, StoreRecordStore
-from ..recovery import Recovery
-from ..sessions.log import SessionLog, entry_of
-from ..state import SessionState
+from ..providers.limits import LearnedWindow
+from ..recovery.hooks import Recovery
+from ..recovery.sessions.log import SessionLog, entry_of
 from ..storage import Store
 from ..storage.session import SessionStore
-from ..summarizers.base import Summarizer
-from ..tokens import Calibration, MessageTokenCache, TokenCounter, count_tools
-from ..units import Units
-from ..view import HistoryView
+from .state import SessionState
 
 #: The offloads of a lazily reopened history applied when their message is loaded.
 Deferred = list[tuple[int, OffloadEntry, str]]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from ..compaction.offload import offloadable_text
+from ..core.messages import Message, check_encodable
+from ..core.wire import from_anthropic
 from ..errors import ContextFoldError
-from ..messages import Message, check_encodable
-from ..offload import offloadable_text
-from ..responses import parse_inputs, response_message
-from ..wire import from_anthropic
+from ..providers.responses import parse_inputs, response_message
 from .context import SessionContext
 
 #: What ``add`` accepts: an OpenAI (or Anthropic-block) message dict, or a Message.

@@ -1,15 +1,14 @@
 """The facade's calls that add to the history in another form (a mixin of
 :class:`~contextfold.ContextManager`): one message, a model's response, Anthropic messages,
 the caller's own rewrite. Each one converts under the session's lock and stores through the
-facade's :meth:`add_many` (one unit of work) or :mod:`contextfold.client_rewrite`."""
+facade's :meth:`add_many` (one unit of work) or :mod:`contextfold.engine.client_rewrite`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from .. import client_rewrite
-from ..messages import Message
-from . import ingest
+from ..core.messages import Message
+from . import client_rewrite, ingest
 from .context import SessionContext
 from .ingest import MessageInput
 
@@ -54,7 +53,7 @@ class IngestCalls:
         """Record the assistant turn of a model's response: an OpenAI ``ChatCompletion`` (its
         ``choice``-th message), an OpenAI Responses API ``Response`` or an Anthropic
         ``Message`` - SDK objects or their dicts. Tool calls and Anthropic thinking blocks are
-        kept exactly; see :mod:`contextfold.responses`. Usage is not reported here (``call``
+        kept exactly; see :mod:`contextfold.providers.responses`. Usage is not reported here (``call``
         does it; otherwise ``report_usage(response=...)``)."""
         with self._ctx.units.lock:
             self._fresh()
@@ -67,7 +66,7 @@ class IngestCalls:
         system: str | Sequence[Mapping[str, object]] | None = None,
     ) -> list[Message]:
         """Append Anthropic Messages API messages (one dict or a list; ``system`` apart), as
-        :func:`contextfold.wire.from_anthropic` converts them. Returns the messages added."""
+        :func:`contextfold.core.wire.from_anthropic` converts them. Returns the messages added."""
         with self._ctx.units.lock:
             self._fresh()
             return self.add_many(ingest.from_anthropic_messages(self._ctx, messages, system))

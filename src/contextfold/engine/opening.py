@@ -8,25 +8,25 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from .. import reopen
-from ..compactors.pipeline import preset_stages
-from ..compactors.progressive import ProgressiveCompactor
-from ..compactors.stages import Stage
-from ..config import ContextConfig, TierConfig, resolve_preset
+from ..compaction.offload import EVICTION_POLICY, INGEST_POLICY, OffloadPolicy, OffloadStore
+from ..compaction.pipeline import preset_stages
+from ..compaction.progressive import ProgressiveCompactor
+from ..compaction.stages import Stage
+from ..compaction.summarizers.base import Summarizer
+from ..core.config import ContextConfig, TierConfig, resolve_preset
+from ..core.paths import Workspace
+from ..core.records import StoreRecordStore
+from ..core.tokens import Calibration, MessageTokenCache, TokenCounter
+from ..core.units import Units
+from ..core.view import HistoryView
 from ..errors import ConfigError, StorageError
-from ..offload import EVICTION_POLICY, INGEST_POLICY, OffloadPolicy, OffloadStore
-from ..paths import Workspace
-from ..records import StoreRecordStore
-from ..recovery import Recovery
-from ..sessions.log import SessionLog
-from ..state import SessionState
+from ..recovery.hooks import Recovery
+from ..recovery.sessions.log import SessionLog
 from ..storage import ENV_VAR, SQLiteStore, Store, open_store
 from ..storage.session import SessionStore
-from ..summarizers.base import Summarizer
-from ..tokens import Calibration, MessageTokenCache, TokenCounter
-from ..units import Units
-from ..view import HistoryView
+from . import reopen
 from .context import SessionContext
+from .state import SessionState
 
 DEFAULT_WORKSPACE = "./.contextfold"
 
@@ -64,7 +64,7 @@ def open_session_store(
         target = Path(target)
     opened = open_store(target)
     if isinstance(opened, SQLiteStore):
-        from ..migrate import migrate_on_open
+        from .migrate import migrate_on_open
 
         try:
             migrate_on_open(opened)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 
+from ..core.overflow import is_context_overflow
+from ..core.records import CompactionRecord, Tier
+from ..core.wire import to_openai
 from ..errors import ConfigError, ContextOverflowError
-from ..limits import learn_from_overflow
-from ..overflow import is_context_overflow
-from ..records import CompactionRecord, Tier
-from ..wire import to_openai
+from ..providers.limits import learn_from_overflow
 from .context import SessionContext
 from .prepare import PreparedView, ToolSchemas, finish, render
 

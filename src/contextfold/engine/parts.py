@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar, overload
 
-from ..compactors.progressive import ProgressiveCompactor
-from ..config import ContextConfig
-from ..limits import LearnedWindow
-from ..offload import OffloadStore
-from ..records import CompactionRecord, StoreRecordStore
-from ..recovery import Recovery
-from ..sessions.log import SessionLog
-from ..state import SessionState
+from ..compaction.offload import OffloadStore
+from ..compaction.progressive import ProgressiveCompactor
+from ..compaction.summarizers.base import Summarizer
+from ..core.config import ContextConfig
+from ..core.records import CompactionRecord, StoreRecordStore
+from ..core.tokens import Calibration, TokenCounter
+from ..core.view import HistoryView
+from ..providers.limits import LearnedWindow
+from ..recovery.hooks import Recovery
+from ..recovery.sessions.log import SessionLog
 from ..storage import Store
 from ..storage.session import SessionStore
-from ..summarizers.base import Summarizer
-from ..tokens import Calibration, TokenCounter
-from ..view import HistoryView
 from .context import SessionContext
+from .state import SessionState
 
 V = TypeVar("V")
 

@@ -13,18 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .. import telemetry
-from ..compactors.pinned import pinned_indices
+from ..compaction.pinned import pinned_indices
+from ..core import telemetry
+from ..core.messages import Message
+from ..core.records import CompactionRecord, Tier
+from ..core.view import HistoryView
+from ..core.view_layout import VIEW_EVENT, layout
+from ..core.wire import to_anthropic
 from ..errors import ContextOverflowError
-from ..messages import Message
-from ..records import CompactionRecord, Tier
-from ..reopen import save_state
 from ..storage import ConcurrentWriteError
-from ..surface import AnthropicView, OpenAIView
-from ..view import HistoryView
-from ..view_layout import VIEW_EVENT, layout
-from ..wire import to_anthropic
 from .context import SessionContext
+from .reopen import save_state
+from .surface import AnthropicView, OpenAIView
 
 #: Tool schemas as sent with a request (OpenAI or Anthropic form).
 ToolSchemas = Sequence[Mapping[str, object]]

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Literal, overload
 
 from ..errors import ConfigError
-from ..limits import LearnedWindow
-from ..surface import AnthropicView, OpenAIView, ViewMessages
+from ..providers.limits import LearnedWindow
 from .context import SessionContext
 from .prepare import PreparedView, ToolSchemas
+from .surface import AnthropicView, OpenAIView, ViewMessages
 
 Format = Literal["openai", "anthropic"]
 

@@ -15,8 +15,8 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 
-from ..shell import exit_code
-from ..textmemo import by_text
+from ..core.shell import exit_code
+from ..core.textmemo import by_text
 from .model import CompactSummaryItem, EvidencePointer
 
 CONTENT_TYPES: tuple[str, ...] = (

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..shell import (
+from ..core.shell import (
     PATH_KEYS,
     CallEffects,
     Segment,

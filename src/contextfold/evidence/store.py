@@ -16,9 +16,9 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from ..core.messages import Message
+from ..core.scaffolding import strip_scaffolding
 from ..errors import UnsafeIdError
-from ..messages import Message
-from ..scaffolding import strip_scaffolding
 from ..storage.session import SessionStore
 from . import semantic, store_vectors
 from .classify import (

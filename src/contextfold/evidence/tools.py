@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..core.tools import Tool
 from ..errors import ToolArgumentsError
-from ..tools import Tool
 from .inject import truncate_middle
 from .search import EvidenceSearch
 from .store import EvidenceStore, RestoredText

@@ -1,6 +1,6 @@
 """Compaction prepared ahead in the gateway: once a turn's answer is relayed, while the agent
 runs the tool it asked for, the conversation's view is compacted if its next request is
-expected to need it (see :mod:`contextfold.ahead`), so that request finds its view ready.
+expected to need it (see :mod:`contextfold.engine.ahead`), so that request finds its view ready.
 
 The work holds the conversation's lock (handed over by the finished turn, so no request of the
 conversation runs meanwhile: the next one waits for it, and otherwise finds everything done);
@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
+from ..core.tokens import count_message
 from ..engine.filing import file_deferred
 from ..errors import ContextFoldError
 from ..storage import ConcurrentWriteError
-from ..tokens import count_message
 from .metrics import Metrics
 from .session import Prepared, Session
 from .sessions import SessionRegistry

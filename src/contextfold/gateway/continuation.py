@@ -29,8 +29,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from ..core.messages import Message
 from ..errors import ContextFoldError
-from ..messages import Message
 from ..storage.base import Store
 from .convert import Conversation
 from .turn import log_event

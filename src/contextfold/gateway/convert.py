@@ -1,6 +1,6 @@
 """Client requests to neutral messages and views back to the client's own JSON.
 
-The gateway stores neutral :class:`~contextfold.messages.Message` objects, but what it forwards
+The gateway stores neutral :class:`~contextfold.core.messages.Message` objects, but what it forwards
 is the client's original message objects wherever compaction did not change them: every
 neutral message remembers which client message it came from, and a view message that is the
 unchanged history message at position ``i`` is sent as the client's object for ``i``, byte for
@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..core.messages import Content, Message
+from ..core.wire import from_anthropic, from_openai, to_anthropic, to_openai
 from ..errors import InvalidMessageError
-from ..messages import Content, Message
-from ..wire import from_anthropic, from_openai, to_anthropic, to_openai
 from .fastjson import dumps_sorted
 
 Provider = Literal["openai", "anthropic", "gemini"]

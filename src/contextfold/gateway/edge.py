@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from ..credentials import bearer, carries_token, redact, token_given
+from ..core.credentials import bearer, carries_token, redact, token_given
 
 # ---------------------------------------------------------------------- the gateway's token
 

@@ -7,7 +7,7 @@ A request's ``contents`` alternate ``user`` and ``model`` turns made of *parts*:
 REST examples); both are read.
 
 Neutral form: a model turn is one assistant message (text and thought parts as blocks, calls as
-:class:`~contextfold.messages.ToolCall`); a user turn is one tool message per
+:class:`~contextfold.core.messages.ToolCall`); a user turn is one tool message per
 ``functionResponse`` followed by one user message for its other parts. Every part's fields that
 the neutral form does not interpret (``thoughtSignature`` above all) are kept and sent back
 untouched when the gateway has to render a turn anew.
@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..core.messages import Content, Message, ToolCall
 from ..errors import InvalidMessageError
-from ..messages import Content, Message, ToolCall
 from .convert import (
     Conversation,
     Provider,

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from anyio import to_thread
 
+from ..core.overflow import is_context_overflow
+from ..core.records import CompactionRecord
 from ..errors import ContextFoldError
-from ..overflow import is_context_overflow
-from ..records import CompactionRecord
 from ..storage import ConcurrentWriteError
 from .ahead import AheadWork, reported
 from .config import GatewayConfig

@@ -12,9 +12,9 @@ from typing import Any
 
 from anyio import to_thread
 
-from .. import telemetry
+from ..core import telemetry
+from ..core.messages import Message
 from ..errors import ContextFoldError
-from ..messages import Message
 from ..storage import ConcurrentWriteError
 from .ahead import AheadWork
 from .config import GatewayConfig

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from .. import telemetry
+from ..core import telemetry
 from . import fastjson
 from .config import GatewayConfig
 from .metrics import Metrics

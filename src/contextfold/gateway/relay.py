@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from starlette.responses import Response
 
-from ..messages import Message
+from ..core.messages import Message
 from .pipeline import Pipeline, RequestError, Turn
 from .sse import SSEEvent, SSEParser
 from .streaming import GatewayResponse, GatewayStream

@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ..ahead import Lookahead
+from ..core.messages import Message
+from ..core.records import CompactionRecord
+from ..core.tokens import count_message
+from ..engine.ahead import Lookahead
+from ..engine.manager import ContextManager
 from ..errors import ContextFoldError, StorageError
-from ..manager import ContextManager
-from ..messages import Message
-from ..records import CompactionRecord
-from ..sessions.log import HEAD_KEY
-from ..tokens import count_message
+from ..recovery.sessions.log import HEAD_KEY
 from .convert import ViewItem
 
 if TYPE_CHECKING:

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..compaction.summarizers.base import Summarizer
+from ..core.messages import Message
 from ..errors import ContextFoldError, StorageError
-from ..messages import Message
 from ..storage import ConcurrentWriteError, NewEvent
-from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 from .convert import Conversation
 from .reconcile import Plan, at_a_cut, plan

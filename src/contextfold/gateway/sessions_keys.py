@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
+from ..core.paths import MAX_NAME, check_session_id
 from ..errors import UnsafeIdError
-from ..paths import MAX_NAME, check_session_id
 from .edge import identity
 
 

@@ -8,11 +8,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..compaction.summarizers.base import Summarizer
+from ..engine.manager import ContextManager
 from ..errors import ConfigError
 from ..extras import needs_extra
-from ..manager import ContextManager
 from ..storage import SQLiteStore, Store, open_store
-from ..summarizers.base import Summarizer
 from .config import GatewayConfig
 
 DB_SCHEMES = ("postgresql://", "postgres://")
@@ -68,7 +68,7 @@ def open_shared_store(store: str) -> Store:
     else:
         opened = open_store(store)
     if isinstance(opened, SQLiteStore):
-        from ..migrate import migrate_on_open
+        from ..engine.migrate import migrate_on_open
 
         try:
             migrate_on_open(opened)

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
+from ..compaction.summarizers.llm import LLMSummarizer
 from ..errors import SummarizerError
-from ..llm import ChatResult
-from ..summarizers.llm import LLMSummarizer
+from ..providers.llm import ChatResult
 from .upstream import forward_headers
 
 
@@ -30,7 +30,7 @@ class RequestContext:
 
 
 class UpstreamChatModel:
-    """A :class:`~contextfold.llm.ChatModel` over the gateway's upstream."""
+    """A :class:`~contextfold.providers.llm.ChatModel` over the gateway's upstream."""
 
     def __init__(self, url_for: Any, context: RequestContext, timeout: float) -> None:
         self._url_for = url_for

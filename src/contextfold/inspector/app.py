@@ -18,10 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..credentials import redact, token_given
+from ..core.credentials import redact, token_given
+from ..core.paths import check_session_id
+from ..engine.session_ops import delete_session
 from ..errors import ConfigError, ContextFoldError, StorageError, UnsafeIdError
-from ..paths import check_session_id
-from ..sessions.ops import delete_session
 from ..storage import Store
 from .data import list_sessions, timeline
 from .recover import Recoverer

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.records import CompactionRecord
+from ..engine.session_ops import get_session
 from ..errors import ConfigError
 from ..evidence.model import CompactBlock, EvidenceFormatError
-from ..records import CompactionRecord
-from ..sessions.log import entry_of
-from ..sessions.ops import get_session
+from ..recovery.sessions.log import entry_of
 from ..storage import Store
 
 #: characters of a message shown in a view listing (the whole text is one click away)

@@ -11,12 +11,12 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from ..core.paths import check_session_id
+from ..engine.manager import ContextManager
+from ..engine.session_ops import get_session, show_session
 from ..errors import ConfigError, StorageError, UnsafeIdError
-from ..manager import ContextManager
-from ..memory import NAMESPACE as MEMORY_NAMESPACE
-from ..memory import SHARED_SCOPE
-from ..paths import check_session_id
-from ..sessions.ops import get_session, show_session
+from ..recovery.memory import NAMESPACE as MEMORY_NAMESPACE
+from ..recovery.memory import SHARED_SCOPE
 from ..storage import Store
 
 EVIDENCE_ID = re.compile(r"^ev-[0-9a-f]{6,64}$")

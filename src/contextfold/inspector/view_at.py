@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.view_layout import CHANGED, VIEW_EVENT, positions
 from ..errors import ConfigError
-from ..sessions.log import entry_of
+from ..recovery.sessions.log import entry_of
 from ..storage import Store
-from ..view_layout import CHANGED, VIEW_EVENT, positions
 from .data import PREVIEW_CHARS, Compaction, LogDigest, read_log
 
 

@@ -27,10 +27,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.messages import Message
+from ..core.wire import to_openai
+from ..engine.manager import ContextManager
 from ..errors import ContextFoldError
-from ..manager import ContextManager
-from ..messages import Message
-from ..wire import to_openai
 
 #: Key in a logged message's wire extras carrying the framework's handle on it (a LangChain
 #: message id, a position, the original Responses items). Never counted, never sent.

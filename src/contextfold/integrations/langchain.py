@@ -52,8 +52,8 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         needs_extra("contextfold.integrations.langchain (LangChain v1)", "langchain", exc)
     ) from exc
 
+from ..engine.manager import ContextManager
 from ..errors import ContextFoldError
-from ..manager import ContextManager
 from ._common import REF, HistoryDivergedError, HistoryMirror, fingerprint, input_tokens_of
 
 _SYSTEM_REF = "system"

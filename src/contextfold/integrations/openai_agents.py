@@ -49,10 +49,10 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         )
     ) from exc
 
+from ..core.overflow import is_context_overflow
+from ..core.wire import to_openai
+from ..engine.manager import ContextManager
 from ..errors import ContextFoldError, ContextOverflowError
-from ..manager import ContextManager
-from ..overflow import is_context_overflow
-from ..wire import to_openai
 from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, logged_messages, openai_tool
 
 #: wire extra of a logged assistant message: the Responses items it came from

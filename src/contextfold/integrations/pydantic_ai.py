@@ -57,9 +57,9 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
         needs_extra("contextfold.integrations.pydantic_ai (pydantic-ai 2.x)", "pydantic-ai", exc)
     ) from exc
 
+from ..core.overflow import is_context_overflow
+from ..engine.manager import ContextManager
 from ..errors import ContextOverflowError
-from ..manager import ContextManager
-from ..overflow import is_context_overflow
 from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, openai_tool
 
 # --------------------------------------------------------------------------- conversion

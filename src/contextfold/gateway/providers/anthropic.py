@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ...core.messages import Message
+from ...core.usage import extract_input_tokens
 from ...errors import InvalidMessageError
-from ...messages import Message
-from ...usage import extract_input_tokens
 from ..convert import parse_anthropic, render_anthropic, response_message_anthropic
 from ..sse import SSEEvent, encode
 from ..streaming import AnthropicAssembler

@@ -62,7 +62,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ...messages import Message
+from ...core.messages import Message
 from ..sse import SSEEvent, encode
 from ..turn import RequestError
 from ..upstream import error_body

@@ -30,10 +30,10 @@ import httpx
 from anyio import to_thread
 from starlette.responses import Response
 
+from ...core.messages import Message
+from ...core.overflow import is_context_overflow
 from ...errors import InvalidMessageError
-from ...limits import stated_limit
-from ...messages import Message
-from ...overflow import is_context_overflow
+from ...providers.limits import stated_limit
 from .. import fastjson, relay
 from ..gemini import field, parse_gemini, render_gemini, response_message
 from ..gemini_api import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core.messages import Message
 from ...errors import InvalidMessageError
-from ...messages import Message
 from ..convert import parse_openai, render_openai, response_message_openai
 from ..sse import SSEEvent, encode
 from ..streaming import OpenAIAssembler

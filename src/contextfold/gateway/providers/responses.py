@@ -17,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core.messages import Message
 from ...errors import InvalidMessageError
-from ...messages import Message
 from ..sse import SSEEvent, encode
 from ..turn import RequestError, Turn
 from .base import (

@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core.messages import Message, ToolCall, check_message
 from ...errors import InvalidMessageError
-from ...messages import Message, ToolCall, check_message
 from ..convert import (
     Conversation,
     ViewItem,

@@ -1,0 +1,63 @@
+"""The harness strategies on the same view: trigger-based summary compaction (run as the
+trigger stage, :mod:`.stages.trigger`) and overflow recovery. They reuse the progressive
+compactor's offload and summarize steps."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..core.config import SummaryTriggerConfig
+from ..core.records import CompactionRecord, Tier
+from .common import EMERGENCY_POLICY, _Run
+
+#: After overflow recovery the newest group is shortened only while the view is above this share
+#: of the working window.
+RECOVERY_RATIO = 0.30
+
+if TYPE_CHECKING:
+    from .progressive import ProgressiveCompactor
+
+
+def run_trigger(
+    comp: ProgressiveCompactor, trig: SummaryTriggerConfig, *, extra_tokens: int = 0
+) -> CompactionRecord | None:
+    """Summarize everything but the kept tail once a trigger fires (the trigger stage);
+    None when it does not fire."""
+    from .pipeline import CompactionPipeline, harness_stages
+
+    return CompactionPipeline(harness_stages(trig)).run(comp, extra_tokens=extra_tokens)
+
+
+def recover_overflow(
+    comp: ProgressiveCompactor, *, extra_tokens: int = 0, note: str | None = None
+) -> CompactionRecord:
+    """Overflow recovery: keep only the newest message group verbatim (plus the pinned system
+    prompt and user messages) and one compact summary of everything else."""
+    v = comp.view
+    comp.measure_fixed(extra_tokens)
+    before = comp.view_tokens(extra_tokens)
+    run = _Run(
+        tier=Tier.EMERGENCY,
+        tokens_before=before,
+        msgs_before=len(v.view_messages()),
+        started=time.perf_counter(),
+        reason="context overflow reported by the model",
+        forced=True,
+        strategy="overflow_recovery",
+    )
+    if note:
+        run.notes.append(note)
+    n = len(v)
+    last = v.legal_cut_at_or_before(n - 1, v.boundary) if n > v.boundary else v.boundary
+    if last > v.boundary:
+        comp._offload_range(run, v.boundary, last, comp.compaction_policy)
+        comp._summarize(run, v.boundary, last, use_llm=True)
+    # the newest group stays verbatim unless the view is still large: the bar is 30% of the
+    # working window (not the tiers' low target, which is about the bill, not about fitting)
+    bar = max(comp.target_tokens, comp.fixed + int(RECOVERY_RATIO * comp.working_window))
+    if comp.view_tokens(extra_tokens) > bar:
+        comp._offload_range(run, v.boundary, n, EMERGENCY_POLICY)
+    if comp.view_tokens(extra_tokens) > bar:
+        comp._squeeze(run, extra_tokens)
+    return comp._record(run, comp.view_tokens(extra_tokens), extra_tokens, persist=True)

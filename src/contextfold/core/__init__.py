@@ -1,0 +1,1 @@
+"""The data model every layer shares: messages, the view, tokens, config, records."""

@@ -1,0 +1,1 @@
+"""The MCP server and the workspace tools it serves."""

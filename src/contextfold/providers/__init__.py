@@ -1,0 +1,1 @@
+"""LLM providers: responses, chat adapters, LLM clients, learned limits."""

@@ -1,0 +1,1 @@
+"""What makes compaction recoverable: recovery hooks, memory, past sessions."""

@@ -1,0 +1,219 @@
+"""Through the gateway: the compaction a conversation's next request needs is prepared after
+the answer, while the agent runs its tool, so that request finds its view ready. It holds the
+conversation's lock (the next request waits for it), never changes the history, reports the
+compaction on the next response, and fails open."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from contextfold import ContextManager
+from contextfold.errors import StorageError
+from contextfold.gateway import ahead as gw_ahead
+from contextfold.storage import open_store
+from tests.gateway.gateway_fakes import Call, Reply
+from tests.gateway.gateway_helpers import running
+from tests.gateway.test_gateway_security import _gateway_of
+
+WINDOW = 8_000
+SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
+HEADERS = {"x-fake-script": "agent", "authorization": "Bearer sk-test"}
+
+
+def _script(counter: Iterator[int]) -> Callable[[Call], Reply]:
+    def reply(call: Call) -> Reply:
+        n = next(counter)
+        return Reply(text="", tool_calls=[(f"call_{n}", "run", {"cmd": f"pytest -k case_{n}"})])
+
+    return reply
+
+
+class Agent:
+    """A stateless agent: it sends its whole conversation each turn, growing by a tool result."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.messages: list[dict[str, Any]] = [
+            SYSTEM,
+            {"role": "user", "content": "Fix the failing tests"},
+        ]
+        self.answers: list[dict[str, Any]] = []
+
+    def turn(self, client: httpx.Client) -> httpx.Response:
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": "gpt-fake", "messages": self.messages},
+            headers=HEADERS,
+        )
+        assert r.status_code == 200, r.text
+        answer = r.json()["choices"][0]["message"]
+        kept = {k: v for k, v in answer.items() if k in ("role", "content", "tool_calls")}
+        self.messages.append(kept)
+        words = " ".join(
+            f"line{self.rng.randint(0, 9999)}" for _ in range(self.rng.randint(150, 300))
+        )
+        self.messages.append(
+            {"role": "tool", "tool_call_id": answer["tool_calls"][0]["id"], "content": words}
+        )
+        return r
+
+
+class Spy:
+    """Wraps the gateway's ahead work: what each run returned, an event per run."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real = gw_ahead.compact_ahead
+        self.results: list[bool] = []
+        self.done = threading.Event()
+        self.hook: Callable[[Any], None] | None = None
+        monkeypatch.setattr(gw_ahead, "compact_ahead", self)
+
+    def __call__(self, registry: Any, sess: Any, tools: Any) -> bool:
+        try:
+            if self.hook is not None:
+                self.hook(sess)
+            out = bool(self.real(registry, sess, tools))
+            self.results.append(out)
+            return out
+        except BaseException:
+            self.results.append(False)
+            raise
+        finally:
+            self.done.set()
+
+
+def stored_history(ws: Path, session_id: str) -> list[Any]:
+    store = open_store(str(ws))
+    try:
+        cm = ContextManager(store=store, session_id=session_id)
+        return [(m.role, m.text) for m in cm.history]
+    finally:
+        store.close()
+
+
+def test_compactions_are_prepared_ahead_and_reported_by_the_next_response(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = Spy(monkeypatch)
+    agent = Agent(7)
+    ahead_turns: list[int] = []
+    on_path: list[int] = []
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
+        fake.scripts["agent"] = _script(itertools.count())
+        registry = _gateway_of(gw).pipeline.registry
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            prepared_ahead = False
+            for t in range(40):
+                spy.done.clear()
+                r = agent.turn(client)
+                compacted = bool(r.headers.get("x-contextfold-compaction"))
+                if prepared_ahead:
+                    assert compacted, f"turn {t}: the compaction prepared for it is reported"
+                elif compacted:
+                    on_path.append(t)
+                assert spy.done.wait(30), "the ahead work runs after every answer"
+                prepared_ahead = spy.results[-1]
+                if prepared_ahead:
+                    ahead_turns.append(t + 1)
+                    sess = next(iter(registry._open.values()))
+                    # done and stored before the next request arrives
+                    record = sess.cm.last_record
+                    assert record is not None and record.changed
+                    reader = ContextManager(store=registry.store, session_id=sess.session_id)
+                    assert reader.records()[-1].tokens_after == record.tokens_after
+            session_id = r.headers["x-contextfold-session"]
+    accepted = fake.accepted("/v1/chat/completions")
+    assert len(accepted) == 40 and all(a.tokens <= WINDOW for a in accepted)
+    for a, n in zip(accepted, itertools.count()):
+        sent = a.body["messages"]
+        assert sent[0] == SYSTEM  # the system prompt stays
+        assert sent[-1]["content"] == agent.messages[2 * n + 1]["content"]  # the newest stays
+    print("compacted ahead for turns", ahead_turns, "on the request path", on_path)
+    # most compactions were made ahead, off the requests' path
+    assert ahead_turns and len(ahead_turns) >= len(on_path), (ahead_turns, on_path)
+    # the history is never changed: every message and answer, once, in order
+    history = stored_history(tmp_path / "ws", session_id)
+    assert len(history) == len(agent.messages) - 1  # all but the newest tool result (not sent)
+    for (role, text), m in zip(history, agent.messages):
+        assert role == m["role"]
+        if m["role"] != "assistant":
+            assert text == m["content"]
+
+
+def test_the_next_request_waits_for_the_ahead_work_of_its_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = Spy(monkeypatch)
+    started, go, asked = threading.Event(), threading.Event(), threading.Event()
+    forwarded_at_end: list[int] = []
+    agent = Agent(3)
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW, record_delay=0) as (fake, gw):
+        fake.scripts["agent"] = _script(itertools.count())
+        registry = _gateway_of(gw).pipeline.registry
+        real_lock = registry.lock
+
+        def lock(key: str) -> Any:
+            out = real_lock(key)
+            if out.locked():
+                asked.set()  # a request of the conversation waits for it
+            return out
+
+        monkeypatch.setattr(registry, "lock", lock)
+
+        def hold(sess: Any) -> None:
+            if not started.is_set():
+                started.set()
+                assert go.wait(30)
+                forwarded_at_end.append(len(fake.accepted("/v1/chat/completions")))
+
+        spy.hook = hold
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            agent.turn(client)
+            assert started.wait(30)
+            out: list[httpx.Response] = []
+            nxt = threading.Thread(
+                target=lambda: out.append(agent.turn(httpx.Client(base_url=gw.url, timeout=60)))
+            )
+            nxt.start()
+            assert asked.wait(30)
+            go.set()
+            nxt.join(60)
+            assert out and out[0].status_code == 200
+            for _ in range(3):
+                agent.turn(client)
+    assert forwarded_at_end == [1]  # the second request went upstream only after the work
+    assert len(fake.accepted("/v1/chat/completions")) == 5
+
+
+def test_a_storage_failure_ahead_fails_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = Spy(monkeypatch)
+    failed: list[bool] = []
+
+    def fail(sess: Any) -> None:
+        if not failed and sess.cm.compaction_due(sess.lookahead.tokens):
+            failed.append(True)
+            raise StorageError("the database server is unreachable")
+
+    spy.hook = fail
+    agent = Agent(5)
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
+        fake.scripts["agent"] = _script(itertools.count())
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            for _ in range(25):
+                spy.done.clear()
+                r = agent.turn(client)
+                assert spy.done.wait(30)
+            session_id = r.headers["x-contextfold-session"]
+    assert failed and len(fake.accepted("/v1/chat/completions")) == 25
+    assert all(a.tokens <= WINDOW for a in fake.accepted("/v1/chat/completions"))
+    assert len(stored_history(tmp_path / "ws", session_id)) == len(agent.messages) - 1

@@ -1,0 +1,107 @@
+"""Blob files written in a batch (FileBlobs.put_many: one group commit) and through a unit of
+work (SessionStore: a unit's blobs written when it commits, before its rows)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from contextfold import ContextManager
+from contextfold.errors import StorageError
+from contextfold.storage.base import put_blobs
+from contextfold.storage.files import FileBlobs
+from contextfold.storage.memory import MemoryStore
+
+
+def test_put_many_writes_every_blob_durably_named_by_its_hash(tmp_path: Path) -> None:
+    blobs = FileBlobs(tmp_path)
+    datas = [f"output {i}\n".encode() * (i + 1) for i in range(12)]
+    first = blobs.put(datas[0])  # already there: skipped, still returned
+    shas = blobs.put_many([*datas, datas[3]])
+    assert shas[0] == first and shas[-1] == shas[3]
+    assert shas[:12] == [hashlib.sha256(d).hexdigest() for d in datas]
+    assert all(blobs.get(s) == d for s, d in zip(shas, datas, strict=False))
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary file left
+    assert blobs.put_many(datas) == shas[:12]  # idempotent
+
+
+def test_put_many_failure_raises_storage_error_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    blobs = FileBlobs(tmp_path)
+    (tmp_path / "blobs").write_text("not a folder")
+    with pytest.raises(StorageError, match="cannot write"):
+        blobs.put_many([f"x{i}".encode() for i in range(8)])
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_put_blobs_uses_put_many_or_put() -> None:
+    store = MemoryStore()
+    assert put_blobs(store.blobs, [b"a", b"b"]) == [
+        hashlib.sha256(x).hexdigest() for x in (b"a", b"b")
+    ]
+
+    class OnlyPut:
+        def __init__(self) -> None:
+            self.data: dict[str, bytes] = {}
+
+        def put(self, data: bytes) -> str:
+            sha = hashlib.sha256(data).hexdigest()
+            self.data[sha] = data
+            return sha
+
+    only = OnlyPut()
+    put_blobs(only, [b"c", b"d"])  # type: ignore[arg-type]
+    assert len(only.data) == 2
+
+
+def test_every_output_a_compaction_took_out_is_in_the_blobs_after_reopening(tmp_path: Path) -> None:
+    cm = ContextManager(workspace=tmp_path, session_id="s", context_window=8_000)
+    cm.add({"role": "system", "content": "You are a coding agent."})
+    cm.add({"role": "user", "content": "Fix the parser."})
+    for i in range(30):
+        cm.add_many(
+            [
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": f"c{i}",
+                            "type": "function",
+                            "function": {
+                                "name": "bash",
+                                "arguments": f'{{"command": "cat f{i}.py"}}',
+                            },
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": f"c{i}", "content": f"line {i}\n" * 300},
+            ]
+        )
+    cm.add({"role": "user", "content": "go on"})
+    cm.prepare()
+    assert cm.last_prepare is not None and cm.last_prepare.changed
+    again = ContextManager(workspace=tmp_path, session_id="s", context_window=8_000)
+    # every tool output that left the view is recoverable exactly after reopening: from the
+    # blobs, or (a body that is the logged message itself, stored once) from the log
+    evidence = again.recovery.store
+    pointers = {p.tool_use_id: p for p in evidence.pointers()}
+    for i in range(30):
+        text = f"line {i}\n" * 300
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        p = pointers.get(f"c{i}")
+        if p is None:  # not evidence (offloaded at ingest): its blob
+            assert again.store.blobs.get(sha) == text.encode()
+            continue
+        got = evidence.restore(p)
+        assert p.sha256 == sha and got.text == text and got.sha256_ok is True
+        assert got.source == "archived" and got.problem is None
+    # and the export writes each body byte for byte, wherever it is stored
+    from contextfold.engine.export import export_session
+
+    export_session(again.store, "s", tmp_path / "out")
+    for p in pointers.values():
+        assert p.sha256 is not None
+        body = (tmp_path / "out" / "evidence" / p.sha256[:2] / f"{p.sha256}.txt").read_bytes()
+        assert hashlib.sha256(body).hexdigest() == p.sha256
