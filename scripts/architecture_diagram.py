@@ -28,6 +28,7 @@ LAYER_OF = {
 }
 #: layers from the bottom up (the order of the diagram; the import-linter contract's, reversed)
 ORDER = [
+    "jsontypes",
     "errors",
     "extras",
     "storage",
