@@ -129,7 +129,7 @@ def test_a_gateway_turn_is_a_span_with_the_genai_attributes(
 def test_without_opentelemetry_spans_are_one_shared_no_op(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "from contextfold import telemetry, ContextManager\n"
+        "from contextfold import ContextManager\nfrom contextfold.core import telemetry\n"
         "assert not telemetry.enabled()\n"
         "a = telemetry.span('x', {'k': 1}); b = telemetry.span('y')\n"
         "assert a is b\n"

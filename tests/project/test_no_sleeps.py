@@ -16,22 +16,24 @@ TESTS = Path(__file__).resolve().parents[1]
 
 #: file -> the argument of each sleep allowed there, and why it is not a wait
 ALLOWED: dict[str, dict[str, str]] = {
-    "waiting.py": {"delay": "wait_until's poll interval, bounded by its deadline"},
-    "http_fakes.py": {"step.delay": "a scripted step's delay (a slow server is the subject)"},
-    "gateway_fakes.py": {
+    "support/waiting.py": {"delay": "wait_until's poll interval, bounded by its deadline"},
+    "support/http_fakes.py": {
+        "step.delay": "a scripted step's delay (a slow server is the subject)"
+    },
+    "gateway/gateway_fakes.py": {
         "first": "the fake model's latency before its first event",
         "event_delay": "a scripted pause between stream events",
         "until_due": "paces the stream's events over the fake model's latency",
         "latency": "the fake model's latency for a whole answer",
         "delay": "a scripted delay of one reply",
     },
-    "pg_support.py": {"delay": "worker processes start together at an agreed moment"},
-    "test_gateway_netio.py": {
+    "support/pg_support.py": {"delay": "worker processes start together at an agreed moment"},
+    "gateway/test_gateway_netio.py": {
         "CHUNK_GAP": "a slow stream, so each event is a chunk of its own",
         "SILENT_FOR": "a server silent past the client's read timeout (the timeout is tested)",
     },
-    "test_storage_faults.py": {"kill_after": "a kill at a random point is what is tested"},
-    "test_async_loop.py": {"TICK": "a ticker that proves the loop runs while a call waits"},
+    "storage/test_storage_faults.py": {"kill_after": "a kill at a random point is what is tested"},
+    "engine/test_async_loop.py": {"TICK": "a ticker that proves the loop runs while a call waits"},
 }
 
 
