@@ -399,7 +399,7 @@ def test_a_call_abandoned_by_loop_detection_is_left_out_and_nothing_else() -> No
 
 
 def test_a_resent_history_parses_as_a_fresh_one() -> None:
-    from contextfold.gateway import convert
+    from contextfold.gateway import convert_cache as convert
 
     full = _conversation(True)
     parse_gemini(full, None)

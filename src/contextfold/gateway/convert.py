@@ -10,10 +10,6 @@ Only what compaction replaced or added is rendered anew.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,10 +17,18 @@ from typing import Any, Literal
 from ..core.messages import Content, Message
 from ..core.wire import from_anthropic, from_openai, to_anthropic, to_openai
 from ..errors import InvalidMessageError
-from .fastjson import dumps_sorted
+from ..jsontypes import JSON, JSONObject
+from .convert_cache import (
+    _cached,
+    _prefix_key,
+    _Prior,
+    _remember,
+    _reuse,
+    fingerprint,
+    parse_cached,
+)
 
 Provider = Literal["openai", "anthropic", "gemini"]
-_SKIP_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
@@ -36,7 +40,7 @@ class Conversation:
 
     #: the wire format's name (``ProviderAdapter.name``)
     provider: str
-    raw: list[Any]
+    raw: Sequence[JSON]
     neutral: list[Message]
     #: neutral index -> index of the client message it came from (-1: Anthropic ``system``)
     owner: Sequence[int]
@@ -79,165 +83,8 @@ class Spans(Sequence[list[int]]):
         return f"Spans({list(self)!r})"
 
 
-#: block fields that do not identify a message: cache markers clients move, and what an
-#: adapter marks as changing between the upstream's answer and the client's resend of it
-_VOLATILE = frozenset({"cache_control", "_volatile"})
-
-
-def _strip_cache(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _strip_cache(v) for k, v in value.items() if k not in _VOLATILE}
-    if isinstance(value, list | tuple):
-        return [_strip_cache(v) for v in value]
-    return value
-
-
-def _content_key(content: Content) -> list[Any]:
-    if content is None:
-        return ["", []]
-    if isinstance(content, str):
-        return [content.strip(), []]
-    text: list[str] = []
-    other: list[Any] = []
-    for block in content:
-        kind = block.get("type")
-        if isinstance(kind, str) and kind in _SKIP_BLOCKS:
-            continue
-        if kind == "text" or (kind is None and isinstance(block.get("text"), str)):
-            text.append(str(block.get("text", "")))
-        else:
-            other.append(_strip_cache(block))
-    return ["\n".join(text).strip(), other]
-
-
-def _args_key(arguments: str) -> Any:
-    try:
-        return json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return arguments
-
-
-def fingerprint(msg: Message) -> str:
-    """What identifies a message across a client's resends: role, text and non-text content
-    (``cache_control`` and thinking blocks ignored: clients move or drop them), tool calls and
-    the answered call. SDK-added nulls and empty fields do not matter."""
-    key = [
-        msg.role,
-        msg.tool_call_id or "",
-        _content_key(msg.content),
-        [[c.id, c.name, _args_key(c.arguments)] for c in msg.tool_calls],
-    ]
-    text = json.dumps(key, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
-#: Parsed client messages by provider and exact JSON (clients resend the same objects every
-#: turn): a resent message costs one dict lookup instead of parsing and hashing it again.
-#: Bounded by the characters of the keys it holds, oldest dropped first.
-_PARSED: OrderedDict[str, tuple[tuple[Message, ...], tuple[str, ...]]] = OrderedDict()
-_PARSED_MAX_CHARS = 64_000_000
-_PARSED_LOCK = threading.Lock()
-_parsed_chars = 0
-
-
-def _cached(
-    provider: str, raw: Any, build: Callable[[], list[Message]]
-) -> tuple[tuple[Message, ...], tuple[str, ...]]:
-    global _parsed_chars
-    try:
-        key = provider + dumps_sorted(raw).decode("utf-8", "surrogatepass")
-    except (TypeError, ValueError):
-        key = None
-    if key is not None:
-        with _PARSED_LOCK:
-            hit = _PARSED.get(key)
-            if hit is not None:
-                _PARSED.move_to_end(key)
-                return hit
-    msgs = tuple(build())
-    entry = (msgs, tuple(fingerprint(m) for m in msgs))
-    if key is not None and len(key) <= _PARSED_MAX_CHARS // 16:
-        with _PARSED_LOCK:
-            if key not in _PARSED:
-                _PARSED[key] = entry
-                _parsed_chars += len(key)
-            while _parsed_chars > _PARSED_MAX_CHARS and _PARSED:
-                old, _ = _PARSED.popitem(last=False)
-                _parsed_chars -= len(old)
-    return entry
-
-
-#: ``parse_cached(provider, raw, build)``: the messages ``build()`` makes of the client object
-#: ``raw`` and their fingerprints, from the cache when the same object was parsed before
-parse_cached = _cached
-
-
-#: The last request of each conversation start (provider + its first messages): the client's
-#: message objects and what they parsed to. A client resends its history unchanged, so a new
-#: request compares its messages with the previous ones (list equality, in C: the same objects
-#: compare by identity) and parses and fingerprints only the new tail; the parsed part is
-#: taken over as slices of the previous lists (copies of pointers, nothing per message in
-#: Python). Bounded by messages held.
-@dataclass(frozen=True, slots=True)
-class _Prior:
-    raw: list[Any]
-    neutral: list[Message]
-    fps: list[str]
-    #: neutral index -> client message index (-1: Anthropic ``system``)
-    owner: Sequence[int]
-    #: client message k's neutral messages start at ``starts[k]``
-    starts: Sequence[int]
-
-
-_PREFIX: OrderedDict[bytes, _Prior] = OrderedDict()
-_PREFIX_MAX_MESSAGES = 200_000
-_prefix_messages = 0
-
-
-def _prefix_key(provider: str, head: Any) -> bytes | None:
-    try:
-        text = provider.encode() + dumps_sorted(head)
-    except (TypeError, ValueError):
-        return None
-    return hashlib.blake2b(text, digest_size=16).digest()
-
-
-def _reuse(key: bytes | None, raw: list[Any]) -> tuple[_Prior | None, int]:
-    """What the previous request of this conversation start parsed, and how many leading
-    client messages it shares with ``raw``."""
-    if key is None:
-        return None, 0
-    with _PARSED_LOCK:
-        hit = _PREFIX.get(key)
-    if hit is None:
-        return None, 0
-    old = hit.raw
-    n = min(len(old), len(raw))
-    if (old if n == len(old) else old[:n]) == raw[:n]:  # in C (the same objects: by identity)
-        return hit, n
-    i = 0
-    while i < n and (old[i] is raw[i] or old[i] == raw[i]):
-        i += 1
-    return hit, i
-
-
-def _remember(key: bytes | None, prior: _Prior) -> None:
-    global _prefix_messages
-    if key is None:
-        return
-    with _PARSED_LOCK:
-        old = _PREFIX.pop(key, None)
-        if old is not None:
-            _prefix_messages -= len(old.raw)
-        _PREFIX[key] = prior
-        _prefix_messages += len(prior.raw)
-        while _prefix_messages > _PREFIX_MAX_MESSAGES and len(_PREFIX) > 1:
-            _, gone = _PREFIX.popitem(last=False)
-            _prefix_messages -= len(gone.raw)
-
-
-def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
-    if not isinstance(raw, Mapping):
+def _parse_one_openai(raw: JSON, index: int) -> tuple[Message, str]:
+    if not isinstance(raw, dict):
         raise InvalidMessageError(
             f"expected a message object, got {type(raw).__name__}", index=index
         )
@@ -245,7 +92,38 @@ def _parse_one_openai(raw: Any, index: int) -> tuple[Message, str]:
     return msgs[0], fps[0]
 
 
-def parse_openai(messages: Any) -> Conversation:
+def _resume(
+    key: bytes | None, raw: Sequence[JSON], system: Callable[[], list[Message]]
+) -> tuple[int, list[Message], list[str], list[int], list[int]]:
+    """Where a parse of ``raw`` starts: how many leading client messages the previous request
+    of this conversation start shared, and slices of its neutral messages, fingerprints,
+    owners and starts for them (``system()``: the leading messages of a fresh parse, owned by
+    no client message)."""
+    prior, known = _reuse(key, raw)
+    if prior is not None:  # the same system prompt (part of the key) and first messages
+        cut = prior.starts[known]
+        owner, starts = list(prior.owner[:cut]), list(prior.starts[:known])
+        return known, prior.neutral[:cut], prior.fps[:cut], owner, starts
+    neutral = system()
+    return 0, neutral, [fingerprint(m) for m in neutral], [-1] * len(neutral), []
+
+
+def _finish(
+    provider: str,
+    key: bytes | None,
+    raw: Sequence[JSON],
+    parsed: tuple[list[Message], list[str], Sequence[int], Sequence[int]],
+) -> Conversation:
+    """The conversation of a parse (neutral, fps, owner, starts with the end), remembered
+    for the next request. The cache shares the conversation's lists (no stage changes them:
+    the next request takes slices of them), so a long history costs no further copies."""
+    neutral, fps, owner, starts = parsed
+    client = list(raw)
+    _remember(key, _Prior(client, neutral, fps, owner, starts))
+    return Conversation(provider, client, neutral, owner, Spans(starts), fps)
+
+
+def parse_openai(messages: JSON) -> Conversation:
     if not isinstance(messages, list) or not messages:
         raise InvalidMessageError("messages must be a non-empty list")
     key = _prefix_key("openai", messages[:2])
@@ -257,18 +135,7 @@ def parse_openai(messages: Any) -> Conversation:
         neutral.append(m)
         fps.append(fp)
     n = len(neutral)
-    raw = list(messages)
-    # the cache shares the conversation's lists (no stage changes them: the next request
-    # takes slices of them), so a long history costs no further copies
-    _remember(key, _Prior(raw, neutral, fps, range(n), range(n + 1)))
-    return Conversation(
-        provider="openai",
-        raw=raw,
-        neutral=neutral,
-        owner=range(n),
-        parts=Spans(range(n + 1)),
-        fingerprints=fps,
-    )
+    return _finish("openai", key, messages, (neutral, fps, range(n), range(n + 1)))
 
 
 #: metadata key of a ``{"role": "system"}`` message inside Anthropic ``messages``
@@ -305,22 +172,24 @@ def _anthropic_builder(raw: Any) -> Callable[[], list[Message]]:
     return lambda: from_anthropic([raw])
 
 
-def parse_anthropic(messages: Any, system: Any) -> Conversation:
+def _system_prompt(system: str | list[JSON] | None) -> list[Message]:
+    if system is None or isinstance(system, str):
+        return from_anthropic([], system) if system is not None else []
+    blocks: list[JSONObject] = []
+    for j, block in enumerate(system):
+        if not isinstance(block, dict):
+            raise InvalidMessageError(f"content block {j} is not an object")
+        blocks.append(block)
+    return from_anthropic([], blocks)
+
+
+def parse_anthropic(messages: JSON, system: JSON) -> Conversation:
     if not isinstance(messages, list) or not messages:
         raise InvalidMessageError("messages must be a non-empty list")
     if system is not None and not isinstance(system, str | list):
         raise InvalidMessageError("system must be a string or a list of text blocks")
     key = _prefix_key("anthropic", [system, messages[:1]])
-    prior, known = _reuse(key, messages)
-    if prior is not None:  # the same system prompt (part of the key) and first messages
-        cut = prior.starts[known]
-        neutral, fps = prior.neutral[:cut], prior.fps[:cut]
-        owner, starts = list(prior.owner[:cut]), list(prior.starts[:known])
-    else:
-        known = 0
-        neutral = from_anthropic([], system) if system is not None else []
-        fps = [fingerprint(m) for m in neutral]
-        owner, starts = [-1] * len(neutral), []
+    known, neutral, fps, owner, starts = _resume(key, messages, lambda: _system_prompt(system))
     for k in range(known, len(messages)):
         raw = messages[k]
         try:
@@ -332,16 +201,7 @@ def parse_anthropic(messages: Any, system: Any) -> Conversation:
         fps.extend(cfps)
         owner.extend([k] * len(converted))
     starts.append(len(neutral))
-    client = list(messages)
-    _remember(key, _Prior(client, neutral, fps, owner, starts))
-    return Conversation(
-        provider="anthropic",
-        raw=client,
-        neutral=neutral,
-        owner=owner,
-        parts=Spans(starts),
-        fingerprints=fps,
-    )
+    return _finish("anthropic", key, messages, (neutral, fps, owner, starts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,8 +232,8 @@ def unchanged_object(items: Sequence[ViewItem], i: int, conv: Conversation) -> i
     return k if got == want else None
 
 
-def render_openai(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
-    out: list[Any] = []
+def render_openai(items: Sequence[ViewItem], conv: Conversation) -> list[JSON]:
+    out: list[JSON] = []
     for item in items:
         if item.index is not None and item.index < len(conv.raw):
             out.append(conv.raw[item.index])
@@ -382,9 +242,9 @@ def render_openai(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
     return out
 
 
-def render_anthropic(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
+def render_anthropic(items: Sequence[ViewItem], conv: Conversation) -> list[JSON]:
     """Anthropic messages for the view (``system`` is the client's, passed through apart)."""
-    pieces: list[tuple[Any, bool]] = []  # (message, is the client's own object)
+    pieces: list[tuple[JSON, bool]] = []  # (message, is the client's own object)
     pending: list[Message] = []
 
     def flush() -> None:
@@ -415,12 +275,12 @@ def render_anthropic(items: Sequence[ViewItem], conv: Conversation) -> list[Any]
     return _merge_roles(_system_not_first(pieces))
 
 
-def _system_message(msg: Message) -> dict[str, Any]:
+def _system_message(msg: Message) -> JSONObject:
     content: Any = list(msg.content) if isinstance(msg.content, tuple) else msg.content
     return {"role": "system", "content": content, **dict(msg.extra)}
 
 
-def _system_not_first(pieces: list[tuple[Any, bool]]) -> list[tuple[Any, bool]]:
+def _system_not_first(pieces: list[tuple[JSON, bool]]) -> list[tuple[JSON, bool]]:
     """Mid-conversation system messages the view put first (what came before them was
     compacted) move after the first other message: the Messages API takes the initial system
     prompt only in the top-level ``system``."""
@@ -444,10 +304,10 @@ def _blocks(content: Any) -> list[Any]:
     return [{"type": "text", "text": content}]
 
 
-def _merge_roles(pieces: list[tuple[Any, bool]]) -> list[Any]:
+def _merge_roles(pieces: list[tuple[JSON, bool]]) -> list[JSON]:
     """Merge neighbours of one role where the gateway made them so (two client objects that
     were neighbours in the client's own request stay as they were)."""
-    out: list[Any] = []
+    out: list[JSON] = []
     own: list[bool] = []
     for msg, is_own in pieces:
         if out and isinstance(msg, Mapping) and isinstance(out[-1], Mapping):
@@ -463,7 +323,7 @@ def _merge_roles(pieces: list[tuple[Any, bool]]) -> list[Any]:
     return out
 
 
-def response_message_openai(message: Any) -> Message:
+def response_message_openai(message: JSON) -> Message:
     """The assistant message of a Chat Completions response, neutral."""
     if not isinstance(message, Mapping):
         raise InvalidMessageError("the upstream response has no message object")
@@ -474,7 +334,7 @@ def response_message_openai(message: Any) -> Message:
     return from_openai(data)
 
 
-def response_message_anthropic(content: Any) -> Message:
+def response_message_anthropic(content: JSON) -> Message:
     if not isinstance(content, list):
         raise InvalidMessageError("the upstream response has no content list")
     return from_anthropic([{"role": "assistant", "content": content}])[0]

@@ -33,14 +33,12 @@ from ..errors import InvalidMessageError
 from .convert import (
     Conversation,
     Provider,
-    Spans,
     ViewItem,
-    _prefix_key,
-    _Prior,
-    _remember,
-    _reuse,
+    _finish,
+    _resume,
     fingerprint,
 )
+from .convert_cache import _prefix_key
 
 PROVIDER: Provider = "gemini"
 #: Gemini's own 400 for function calls and responses that do not pair up
@@ -274,22 +272,11 @@ def parse_gemini(contents: Any, system: Any) -> Conversation:
     if not isinstance(contents, list) or not contents:
         raise InvalidMessageError("contents must be a non-empty list")
     key = _prefix_key(PROVIDER, [system, contents[:1]])
-    prior, known = _reuse(key, contents)
-    neutral: list[Message]
-    fps: list[str]
-    owner: list[int]
-    starts: list[int]
-    if prior is not None:  # the same system instruction (part of the key) and first contents
-        cut = prior.starts[known]
-        neutral, fps = prior.neutral[:cut], prior.fps[:cut]
-        owner, starts = list(prior.owner[:cut]), list(prior.starts[:known])
-    else:
-        known = 0
-        neutral, fps, owner, starts = [], [], [], []
-        if system is not None:
-            neutral.append(Message(role="system", content=system_text(system)))
-            owner.append(-1)
-            fps.append(fingerprint(neutral[0]))
+    known, neutral, fps, owner, starts = _resume(
+        key,
+        contents,
+        lambda: [] if system is None else [Message(role="system", content=system_text(system))],
+    )
     ids = CallIds.after(neutral)
     open_calls = _Open()
     if known and neutral[-1].role == "assistant":
@@ -303,16 +290,7 @@ def parse_gemini(contents: Any, system: Any) -> Conversation:
     if open_calls.calls:
         raise InvalidMessageError(f"contents[{len(contents) - 1}]: {PAIRING_MESSAGE}")
     starts.append(len(neutral))
-    client = list(contents)
-    _remember(key, _Prior(client, neutral, fps, owner, starts))
-    return Conversation(
-        provider=PROVIDER,
-        raw=client,
-        neutral=neutral,
-        owner=owner,
-        parts=Spans(starts),
-        fingerprints=fps,
-    )
+    return _finish(PROVIDER, key, contents, (neutral, fps, owner, starts))
 
 
 def response_message(content: Any, conv: Conversation) -> Message:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ...core.messages import Message
 from ...errors import InvalidMessageError
+from ...jsontypes import as_list
 from ..sse import SSEEvent, encode
 from ..turn import RequestError, Turn
 from .base import (
@@ -128,7 +129,7 @@ class ResponsesAdapter(ProviderAdapter):
         rid = answer.get("id")
         if not isinstance(rid, str) or turn.body.get("store") is False:
             return
-        items = [item for unit in turn.conv.raw for item in unit] + _output(answer)
+        items = [item for unit in turn.conv.raw for item in as_list(unit)] + _output(answer)
         with self._lock:
             self._history[rid] = items
             self._items += len(items)

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...core.messages import Message, ToolCall, check_message
 from ...errors import InvalidMessageError
+from ...jsontypes import JSON, as_list
 from ..convert import (
     Conversation,
     ViewItem,
@@ -173,12 +174,12 @@ def _output(item: Mapping[str, Any], index: int) -> Message:
     return check_message(msg, index)
 
 
-def units(items: Sequence[Any]) -> list[list[Any]]:
+def units(items: Sequence[JSON]) -> list[list[JSON]]:
     """The items grouped into units (see the module docstring)."""
-    out: list[list[Any]] = []
-    model_side: list[Any] = []
+    out: list[list[JSON]] = []
+    model_side: list[JSON] = []
     for k, item in enumerate(items):
-        if not isinstance(item, Mapping):
+        if not isinstance(item, dict):
             raise InvalidMessageError(
                 f"expected an input item object, got {type(item).__name__}", index=k
             )
@@ -194,7 +195,7 @@ def units(items: Sequence[Any]) -> list[list[Any]]:
     return out
 
 
-def _convert(unit: Sequence[Mapping[str, Any]], index: int) -> list[Message]:
+def _convert(unit: Sequence[Any], index: int) -> list[Message]:
     first = unit[0]
     if _is_model_side(first):
         return [_assistant(unit, index)]
@@ -356,7 +357,7 @@ def render_responses(items: Sequence[ViewItem], conv: Conversation) -> list[Any]
         item = items[i]
         k = unchanged_object(items, i, conv)
         if k is not None:
-            out.extend(conv.raw[k])
+            out.extend(as_list(conv.raw[k]))
             i += len(conv.parts[k])
             continue
         if item.index is not None and owner_of(item, conv) < 0:
