@@ -23,10 +23,13 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ContextFoldError
 from .metrics import MsgDict, TokenCounter, content_text, tool_calls
+
+if TYPE_CHECKING:
+    from ..core.config import ContextConfig
 
 BASELINES = ("raw", "truncate", "mask")
 CONTEXTFOLD = ("progressive", "harness")
@@ -223,7 +226,7 @@ class ContextFoldStrategy:
         window: int,
         summarizer: SummarizerSpec | None = None,
         *,
-        config: Any = None,
+        config: ContextConfig | None = None,
     ) -> None:
         """``config`` (a :class:`contextfold.core.config.ContextConfig`) replaces the preset's."""
         self.name = preset
