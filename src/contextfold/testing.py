@@ -44,7 +44,7 @@ LLMStep = (
     | ChatResult
     | BaseException
     | type[BaseException]
-    | Callable[[list[dict[str, Any]]], str | ChatResult]
+    | Callable[[list[dict[str, object]]], str | ChatResult]
 )
 SummaryStep = str | BaseException | type[BaseException] | Callable[[SummaryRequest], str]
 
@@ -119,7 +119,7 @@ def _raise_step(step: object) -> None:
         raise step()
 
 
-def _check_openai_messages(messages: Sequence[Mapping[str, Any]], call: int) -> None:
+def _check_openai_messages(messages: Sequence[Mapping[str, object]], call: int) -> None:
     where = f"ScriptedLLM call {call}"
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise AssertionError(f"{where}: messages must be a list, got {type(messages).__name__}")
@@ -166,11 +166,11 @@ class ScriptedLLM(_Script[LLMStep]):
         super().__init__(steps, strict=strict)
         self.default = default
         self.model_name = model_name
-        self.calls: list[list[dict[str, Any]]] = []
+        self.calls: list[list[dict[str, object]]] = []
         self.max_tokens: list[int | None] = []
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         number, step, found = self._next()
         if self.strict:
@@ -192,11 +192,11 @@ class ScriptedLLM(_Script[LLMStep]):
         raise AssertionError(f"ScriptedLLM: step {number} is not usable: {step!r}")
 
     async def acomplete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         return self.complete(messages, max_tokens=max_tokens)
 
-    def _result(self, reply: str | ChatResult, messages: list[dict[str, Any]]) -> ChatResult:
+    def _result(self, reply: str | ChatResult, messages: list[dict[str, object]]) -> ChatResult:
         if isinstance(reply, ChatResult):
             return reply
         if not isinstance(reply, str):

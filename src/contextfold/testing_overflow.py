@@ -33,7 +33,7 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
-def message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+def message_tokens(messages: Iterable[Mapping[str, object]]) -> int:
     """Estimated tokens of OpenAI-format messages with the default counter
     (:func:`contextfold.core.tokens.count_messages`, framing included)."""
     counter = get_counter()
@@ -95,7 +95,7 @@ def _sdk_http(sdk_name: str) -> tuple[Any, Any]:
 
 
 def _sdk_status_error(
-    sdk_name: str, url: str, status: int, body: dict[str, Any], headers: Mapping[str, str]
+    sdk_name: str, url: str, status: int, body: dict[str, object], headers: Mapping[str, str]
 ) -> Exception:
     sdk, http = _sdk_http(sdk_name)
     request = http.Request("POST", url)
@@ -234,7 +234,7 @@ class OverflowingModel:
         *,
         provider: str = "openai",
         always: bool = False,
-        reply: str | Callable[[list[dict[str, Any]]], str] = "ok",
+        reply: str | Callable[[list[dict[str, object]]], str] = "ok",
     ) -> None:
         if limit is None and not always:
             raise ConfigError("OverflowingModel needs a token limit or always=True")
@@ -248,12 +248,12 @@ class OverflowingModel:
         self.provider = provider
         self.always = always
         self.reply = reply
-        self.calls: list[list[dict[str, Any]]] = []
+        self.calls: list[list[dict[str, object]]] = []
         self.token_counts: list[int] = []
         self.overflows = 0
         self._lock = threading.Lock()
 
-    def _check(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def _check(self, messages: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
         recorded = [copy.deepcopy(dict(m)) for m in messages]
         tokens = message_tokens(recorded)
         with self._lock:
@@ -266,15 +266,15 @@ class OverflowingModel:
             raise overflow_error(self.provider, _overflow_text(self.provider, limit, tokens))
         return recorded
 
-    def _reply(self, recorded: list[dict[str, Any]]) -> str:
+    def _reply(self, recorded: list[dict[str, object]]) -> str:
         return self.reply(copy.deepcopy(recorded)) if callable(self.reply) else self.reply
 
-    def __call__(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def __call__(self, messages: Sequence[Mapping[str, object]]) -> dict[str, object]:
         recorded = self._check(messages)
         return {"role": "assistant", "content": self._reply(recorded)}
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         recorded = self._check(messages)
         text = self._reply(recorded)

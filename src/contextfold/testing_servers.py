@@ -32,6 +32,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .extras import needs_extra
+from .jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
 from .testing_wire import (
     FakeReply,
     anthropic_error,
@@ -59,7 +60,7 @@ class FakeRequest:
 
     path: str
     headers: dict[str, str]
-    body: dict[str, Any]
+    body: JSONObject
     tokens: int
     error: str | None
 
@@ -100,7 +101,7 @@ class FakeProviderServer:
         self.default = default
         self.requests: list[FakeRequest] = []
         self._replies: deque[FakeReply | str] = deque(replies)
-        self._failures: deque[tuple[int, dict[str, Any]]] = deque()
+        self._failures: deque[tuple[int, JSONObject]] = deque()
         self._lock = threading.Lock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -119,7 +120,7 @@ class FakeProviderServer:
         with self._lock:
             self._replies.extend(replies)
 
-    def fail(self, status: int, body: dict[str, Any]) -> None:
+    def fail(self, status: int, body: JSONObject) -> None:
         """Answer the next request with ``status`` and ``body`` (a 429, a 500 ...)."""
         with self._lock:
             self._failures.append((status, body))

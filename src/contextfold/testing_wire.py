@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .jsontypes import JSON, JSONLike, JSONObject
+
 _ids = itertools.count(1)
 
 
@@ -24,7 +26,7 @@ class FakeReply:
     Anthropic, a thinking block (sent back signed; a changed one is refused as Anthropic does)."""
 
     text: str = ""
-    tool_calls: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    tool_calls: list[tuple[str, str, JSONObject]] = field(default_factory=list)
     thinking: str | None = None
 
 
@@ -33,7 +35,7 @@ def signature_for(thinking: str) -> str:
     return "sig-" + hashlib.sha256(("contextfold-fake|" + thinking).encode()).hexdigest()
 
 
-def count_tokens(body: Mapping[str, Any]) -> int:
+def count_tokens(body: Mapping[str, JSONLike]) -> int:
     """What the fake model reads, in tokens: characters / 4 of the messages (or the Responses
     ``input``), the system prompt, the instructions and the tools."""
     parts = [body.get(k) for k in ("messages", "input", "system", "instructions", "tools")]
@@ -43,13 +45,13 @@ def count_tokens(body: Mapping[str, Any]) -> int:
 # ----------------------------------------------------------------------------- errors
 
 
-def openai_error(message: str, *, param: str | None, code: str | None) -> dict[str, Any]:
+def openai_error(message: str, *, param: str | None, code: str | None) -> JSONObject:
     return {
         "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
     }
 
 
-def chat_overflow(limit: int, tokens: int) -> dict[str, Any]:
+def chat_overflow(limit: int, tokens: int) -> JSONObject:
     return openai_error(
         f"This model's maximum context length is {limit} tokens. However, your messages "
         f"resulted in {tokens} tokens. Please reduce the length of the messages.",
@@ -58,7 +60,7 @@ def chat_overflow(limit: int, tokens: int) -> dict[str, Any]:
     )
 
 
-def responses_overflow() -> dict[str, Any]:
+def responses_overflow() -> JSONObject:
     return openai_error(
         "Your input exceeds the context window of this model. Please adjust your input and try "
         "again.",
@@ -67,18 +69,19 @@ def responses_overflow() -> dict[str, Any]:
     )
 
 
-def anthropic_error(message: str) -> dict[str, Any]:
+def anthropic_error(message: str) -> JSONObject:
     return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
 
 
-def anthropic_overflow(limit: int, tokens: int) -> dict[str, Any]:
+def anthropic_overflow(limit: int, tokens: int) -> JSONObject:
     return anthropic_error(f"prompt is too long: {tokens} tokens > {limit} maximum")
 
 
-def chat_problem(messages: Sequence[Any]) -> str | None:
+def chat_problem(messages: Sequence[object]) -> str | None:
     """OpenAI Chat Completions' own messages for broken tool pairing."""
     open_ids: list[str] = []
-    for m in messages:
+    for item in messages:
+        m: Any = item  # a wire message, read field by field below
         role = m.get("role") if isinstance(m, dict) else None
         if role == "tool":
             if m.get("tool_call_id") not in open_ids:
@@ -99,7 +102,7 @@ def chat_problem(messages: Sequence[Any]) -> str | None:
     return None
 
 
-def responses_problem(items: Any) -> str | None:
+def responses_problem(items: object) -> str | None:
     """OpenAI Responses' own messages for a function call output without its call, and a call
     without its output."""
     if not isinstance(items, list):
@@ -166,7 +169,7 @@ def _unanswered(i: int, ids: Sequence[str]) -> str:
     )
 
 
-def anthropic_problem(messages: Sequence[Any]) -> str | None:
+def anthropic_problem(messages: Sequence[object]) -> str | None:
     """Anthropic's own messages for broken tool pairing and a changed thinking block."""
     combined = _combined([m for m in messages if isinstance(m, dict)])
     if combined and combined[0]["role"] != "user":
@@ -198,7 +201,7 @@ def anthropic_problem(messages: Sequence[Any]) -> str | None:
 # ----------------------------------------------------------------------------- answers
 
 
-def chat_completion(reply: FakeReply, model: str, tokens: int) -> dict[str, Any]:
+def chat_completion(reply: FakeReply, model: str, tokens: int) -> JSONObject:
     msg: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
     if reply.tool_calls:
         msg["tool_calls"] = [
@@ -220,12 +223,12 @@ def _out_tokens(reply: FakeReply) -> int:
     return max(1, (len(reply.text) + len(json.dumps(reply.tool_calls))) // 4)
 
 
-def _chat_usage(tokens: int, reply: FakeReply) -> dict[str, int]:
+def _chat_usage(tokens: int, reply: FakeReply) -> JSONObject:
     out = _out_tokens(reply)
     return {"prompt_tokens": tokens, "completion_tokens": out, "total_tokens": tokens + out}
 
 
-def chat_chunks(reply: FakeReply, model: str, tokens: int, usage: bool) -> list[dict[str, Any]]:
+def chat_chunks(reply: FakeReply, model: str, tokens: int, usage: bool) -> list[JSONObject]:
     base = {
         "id": f"chatcmpl-{next(_ids)}",
         "object": "chat.completion.chunk",
@@ -257,9 +260,9 @@ def chat_chunks(reply: FakeReply, model: str, tokens: int, usage: bool) -> list[
     return chunks
 
 
-def response_object(reply: FakeReply, model: str, tokens: int) -> dict[str, Any]:
+def response_object(reply: FakeReply, model: str, tokens: int) -> JSONObject:
     """A Responses API ``response`` object."""
-    output: list[dict[str, Any]] = []
+    output: list[JSON] = []
     if reply.text:
         output.append(
             {
@@ -302,10 +305,10 @@ def response_object(reply: FakeReply, model: str, tokens: int) -> dict[str, Any]
     }
 
 
-def response_events(reply: FakeReply, model: str, tokens: int) -> list[dict[str, Any]]:
+def response_events(reply: FakeReply, model: str, tokens: int) -> list[JSONObject]:
     """The stream of a Responses API answer: created, each output item added and done (text
     in deltas), completed."""
-    done = response_object(reply, model, tokens)
+    done: dict[str, Any] = response_object(reply, model, tokens)
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": {**done, "status": "in_progress", "output": []}}
     ]
@@ -328,8 +331,8 @@ def response_events(reply: FakeReply, model: str, tokens: int) -> list[dict[str,
     return [{**e, "sequence_number": k} for k, e in enumerate(events)]
 
 
-def anthropic_message(reply: FakeReply, model: str, tokens: int) -> dict[str, Any]:
-    blocks: list[dict[str, Any]] = []
+def anthropic_message(reply: FakeReply, model: str, tokens: int) -> JSONObject:
+    blocks: list[JSON] = []
     if reply.thinking is not None:
         blocks.append(
             {
@@ -379,8 +382,8 @@ def _block_events(i: int, block: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def anthropic_events(reply: FakeReply, model: str, tokens: int) -> list[dict[str, Any]]:
-    msg = anthropic_message(reply, model, tokens)
+def anthropic_events(reply: FakeReply, model: str, tokens: int) -> list[JSONObject]:
+    msg: dict[str, Any] = anthropic_message(reply, model, tokens)
     start = {
         **msg,
         "content": [],

@@ -31,10 +31,10 @@ OVERHEAD = 4
 CACHED_RATE = 0.1
 _CHUNK = 40_000  # characters per encode call (bpe_openai refuses > 200K tokens at once)
 
-MsgDict = Mapping[str, Any]
+MsgDict = Mapping[str, object]
 
 
-def content_text(content: Any) -> str:
+def content_text(content: object) -> str:
     """The text of an OpenAI ``content`` value (text blocks by text, others as JSON)."""
     if content is None:
         return ""
@@ -51,12 +51,23 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
+def tool_calls(msg: MsgDict) -> list[MsgDict]:
+    """The message's tool calls (the ``tool_calls`` entries that are objects)."""
+    calls = msg.get("tool_calls") or ()
+    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list | tuple) else []
+
+
+def function_of(call: MsgDict) -> MsgDict:
+    """A tool call's ``function`` object (empty when missing)."""
+    fn = call.get("function")
+    return fn if isinstance(fn, Mapping) else {}
+
+
 def calls_text(msg: MsgDict) -> str:
     """Tool-call names and arguments as one string (the part of a message after its content)."""
-    calls = msg.get("tool_calls") or ()
     out: list[str] = []
-    for call in calls:
-        fn = call.get("function") or {} if isinstance(call, Mapping) else {}
+    for call in tool_calls(msg):
+        fn = function_of(call)
         out.append(str(fn.get("name") or ""))
         out.append(str(fn.get("arguments") or ""))
     return "\n".join(out)
@@ -125,7 +136,7 @@ class TokenCounter:
     def message(self, msg: MsgDict) -> int:
         content = msg.get("content")
         text = content if isinstance(content, str) else content_text(content)
-        calls = msg.get("tool_calls") or ()
+        calls = tool_calls(msg)
         key = (
             msg.get("role"),
             text,
@@ -148,8 +159,8 @@ class TokenCounter:
             except ContextFoldError:
                 pass  # a message the model rejects still costs its text
         n = OVERHEAD + self.count(content_text(msg.get("content")))
-        for call in msg.get("tool_calls") or ():
-            fn = call.get("function") or {}
+        for call in tool_calls(msg):
+            fn = function_of(call)
             n += self.count(str(fn.get("name") or "")) + self.count(str(fn.get("arguments") or ""))
         return n
 
@@ -240,9 +251,12 @@ def edited_files(command: str) -> list[str]:
 def tool_call_edits(msg: MsgDict) -> list[str]:
     """Files the tool calls of one assistant message edit (editor calls and commands)."""
     out: list[str] = []
-    for call in msg.get("tool_calls") or ():
-        fn = call.get("function") or {}
-        written = files_written(str(fn.get("name") or ""), fn.get("arguments") or "{}")
+    for call in tool_calls(msg):
+        fn = function_of(call)
+        args = fn.get("arguments") or "{}"
+        if not isinstance(args, str | Mapping):
+            args = str(args)
+        written = files_written(str(fn.get("name") or ""), args)
         out += [p for p in written if p not in out]
     return out
 

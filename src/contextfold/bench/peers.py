@@ -21,7 +21,7 @@ from ..compaction.summarizers.base import Summarizer, SummaryRequest
 from ..compaction.summarizers.extractive import ExtractiveSummarizer
 from ..core.messages import Message
 from ..core.wire import from_openai
-from .metrics import MsgDict, TokenCounter, content_text
+from .metrics import MsgDict, TokenCounter, content_text, tool_calls
 from .strategies import Step
 
 
@@ -40,13 +40,13 @@ def repair_pairs(view: Sequence[MsgDict]) -> list[MsgDict]:
                 answered.add(tid)
             keep.append(ok)
             continue
-        open_calls = {str(c.get("id")) for c in msg.get("tool_calls") or ()}
+        open_calls = {str(c.get("id")) for c in tool_calls(msg)}
         keep.append(True)
     out: list[MsgDict] = []
     for msg, ok in zip(view, keep, strict=True):
         if not ok:
             continue
-        calls = msg.get("tool_calls") or ()
+        calls = tool_calls(msg)
         if calls and any(str(c.get("id")) not in answered for c in calls):
             kept = [c for c in calls if str(c.get("id")) in answered]
             fixed = {k: v for k, v in msg.items() if k != "tool_calls"}

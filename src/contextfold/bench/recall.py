@@ -37,14 +37,18 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.shell import ShellReader, exit_code
 from ..errors import ContextFoldError
 from ..evidence import semantic
-from .metrics import content_text
+from ..jsontypes import JSON, JSONObject, as_object  # noqa: F401  (JSON resolves JSONObject at runtime)
+from .metrics import MsgDict, content_text, function_of, tool_calls
 from .recall_summary import EXACT_KINDS, K, summarize
 from .toolstyles import DEFAULT_CWD, convert_trace
+
+if TYPE_CHECKING:
+    from ..engine.manager import ContextManager
 
 STYLE_SETS = ("shell", "claude", "sweagent")
 
@@ -61,7 +65,7 @@ _CD = re.compile(r"^\s*cd\s+(?:\"[^\"]*\"|'[^']*'|[^\s;&|]+)\s*&&\s*")
 class Call:
     id: str
     name: str
-    args: Mapping[str, Any]
+    args: JSONObject
     style: str
     #: What identifies "the same call" for a user (the command, or the tool and arguments).
     key: str
@@ -106,21 +110,21 @@ def _file_display(name: str, args: Mapping[str, Any]) -> str:
     return f"{name} {path}"
 
 
-def trace_calls(messages: Sequence[Mapping[str, Any]]) -> list[Call]:
+def trace_calls(messages: Sequence[MsgDict]) -> list[Call]:
     """Every tool call of a trajectory, in order, with how a user would name it."""
     reader = ShellReader()
     reader.root = DEFAULT_CWD
     out: list[Call] = []
     for msg in messages:
-        for call in msg.get("tool_calls") or ():
-            fn = call.get("function") or {}
+        for call in tool_calls(msg):
+            fn = function_of(call)
             name = str(fn.get("name") or "")
+            raw = fn.get("arguments") or "{}"
             try:
-                args = json.loads(fn.get("arguments") or "{}")
+                decoded = json.loads(raw) if isinstance(raw, str | bytes) else {}
             except ValueError:
-                args = {}
-            if not isinstance(args, dict):
-                args = {}
+                decoded = {}
+            args = as_object(decoded)
             shell = isinstance(args.get("command"), str) and name not in ("str_replace_editor",)
             if shell:
                 display = _shell_display(str(args["command"]))
@@ -265,7 +269,7 @@ def questions(
     return out
 
 
-def _make_manager(workdir: str, window: int, preset: str) -> Any:
+def _make_manager(workdir: str, window: int, preset: str) -> ContextManager:
     from ..engine.manager import ContextManager
 
     return ContextManager(
@@ -274,7 +278,7 @@ def _make_manager(workdir: str, window: int, preset: str) -> Any:
 
 
 def measure(
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[MsgDict],
     *,
     window: int = 32_000,
     preset: str = "progressive",
@@ -356,7 +360,7 @@ def measure(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def vector_cost(cm: Any, before: Mapping[str, float]) -> dict[str, float]:
+def vector_cost(cm: ContextManager, before: Mapping[str, float]) -> dict[str, float]:
     """What the semantic vectors of the replay cost: how many, the seconds computing them,
     and the bytes of their documents in the store (all 0 without the ``semantic`` extra)."""
     n = semantic.STATS["vectors"] - before["vectors"]

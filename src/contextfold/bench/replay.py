@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ContextFoldError
+from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
 from .metrics import (
     MsgDict,
     TokenCounter,
@@ -85,7 +86,7 @@ def resolve_traces(specs: Sequence[str | Path] | None) -> list[Path]:
     return out
 
 
-def load_trace(path: Path) -> list[dict[str, Any]]:
+def load_trace(path: Path) -> list[JSONObject]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -23,10 +23,13 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ContextFoldError
-from .metrics import MsgDict, TokenCounter, content_text
+from .metrics import MsgDict, TokenCounter, content_text, tool_calls
+
+if TYPE_CHECKING:
+    from ..core.config import ContextConfig
 
 BASELINES = ("raw", "truncate", "mask")
 CONTEXTFOLD = ("progressive", "harness")
@@ -124,7 +127,7 @@ class TruncateStrategy:
             self._units.append([msg])
             self._unit_tokens.append(tokens)
             if role == "assistant":
-                self._open = {str(c.get("id")) for c in msg.get("tool_calls") or ()}
+                self._open = {str(c.get("id")) for c in tool_calls(msg)}
 
     def prepare(self) -> Step:
         budget = self.window - sum(self._counter.message(m) for m in self._pinned)
@@ -223,7 +226,7 @@ class ContextFoldStrategy:
         window: int,
         summarizer: SummarizerSpec | None = None,
         *,
-        config: Any = None,
+        config: ContextConfig | None = None,
     ) -> None:
         """``config`` (a :class:`contextfold.core.config.ContextConfig`) replaces the preset's."""
         self.name = preset
@@ -310,7 +313,7 @@ def make_strategy(
     raise ContextFoldError(f"unknown strategy {name!r}; choose from {', '.join(ALL_STRATEGIES)}")
 
 
-def check_pairs(view: Sequence[Mapping[str, Any]]) -> list[str]:
+def check_pairs(view: Sequence[Mapping[str, object]]) -> list[str]:
     """Problems with tool pairing in a view (empty when every call has exactly one result)."""
     problems: list[str] = []
     open_calls: set[str] = set()
@@ -320,7 +323,7 @@ def check_pairs(view: Sequence[Mapping[str, Any]]) -> list[str]:
             if open_calls:
                 problems.append(f"message {i}: calls {sorted(open_calls)} have no result")
                 open_calls = set()
-            open_calls = {str(c.get("id")) for c in msg.get("tool_calls") or ()}
+            open_calls = {str(c.get("id")) for c in tool_calls(msg)}
         elif role == "tool":
             tid = str(msg.get("tool_call_id"))
             if tid not in open_calls:

@@ -29,8 +29,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from .metrics import MsgDict, function_of, tool_calls
 
 STYLES = ("claude", "sweagent")
 DEFAULT_CWD = "/testbed"
@@ -145,7 +147,7 @@ def _sed_edit(cmd: str) -> tuple[str, str, str] | None:
 
 
 #: (tool name, arguments, output) of a converted call
-Converted = tuple[str, dict[str, Any], str]
+Converted = tuple[str, JSONObject, str]
 
 
 def convert_call(command: str, output: str, style: str) -> Converted | None:
@@ -162,7 +164,7 @@ def convert_call(command: str, output: str, style: str) -> Converted | None:
         tail = "" if parsed is None or not parsed[1].strip() else "\n" + parsed[1].rstrip("\n")
         if style == "claude":
             return "Write", {"file_path": path, "content": content}, note + tail
-        args = {"command": "create", "path": path, "file_text": content}
+        args: JSONObject = {"command": "create", "path": path, "file_text": content}
         return "str_replace_editor", args, note + tail
     if parsed is None:
         return None
@@ -195,13 +197,13 @@ def _read_call(
     path = _join(cwd, rel)
     text = body if numbered else _numbered(body, first)
     if style == "claude":
-        rargs: dict[str, Any] = {"file_path": path}
+        rargs: JSONObject = {"file_path": path}
         if first > 1:
             rargs["offset"] = first
         if last is not None:
             rargs["limit"] = last - first + 1
         return "Read", rargs, text
-    vargs: dict[str, Any] = {"command": "view", "path": path}
+    vargs: JSONObject = {"command": "view", "path": path}
     if last is not None:
         vargs["view_range"] = [first, last]
     head = f"Here's the result of running `cat -n` on {path}:\n"
@@ -211,7 +213,7 @@ def _read_call(
 def _grep_call(cwd: str, grep: tuple[str, str, list[str]], body: str) -> Converted:
     """A grep as Claude Code's Grep tool."""
     pattern, where, flags = grep
-    gargs: dict[str, Any] = {"pattern": pattern, "path": _join(cwd, where)}
+    gargs: JSONObject = {"pattern": pattern, "path": _join(cwd, where)}
     gargs["output_mode"] = "content"
     if any("n" in f for f in flags if not f.startswith("--")):
         gargs["-n"] = True
@@ -220,7 +222,7 @@ def _grep_call(cwd: str, grep: tuple[str, str, list[str]], body: str) -> Convert
     return "Grep", gargs, body.rstrip("\n") or "No matches found"
 
 
-def convert_trace(messages: Sequence[Mapping[str, Any]], style: str) -> list[dict[str, Any]]:
+def convert_trace(messages: Sequence[MsgDict], style: str) -> list[dict[str, object]]:
     """A copy of ``messages`` with its file operations rewritten into ``style``'s tools."""
     outputs = {
         str(m.get("tool_call_id")): m.get("content")
@@ -228,17 +230,18 @@ def convert_trace(messages: Sequence[Mapping[str, Any]], style: str) -> list[dic
         if m.get("role") == "tool" and isinstance(m.get("content"), str)
     }
     new_outputs: dict[str, str] = {}
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for msg in messages:
-        calls = msg.get("tool_calls")
+        calls = tool_calls(msg)
         if msg.get("role") == "assistant" and calls:
-            new_calls = []
+            new_calls: list[object] = []
             for call in calls:
-                fn = call.get("function") or {}
+                fn = function_of(call)
                 converted = None
                 if fn.get("name") == "bash":
                     try:
-                        args = json.loads(fn.get("arguments") or "{}")
+                        raw = fn.get("arguments") or "{}"
+                        args = json.loads(raw) if isinstance(raw, str | bytes) else {}
                     except ValueError:
                         args = {}
                     cmd = args.get("command") if isinstance(args, dict) else None

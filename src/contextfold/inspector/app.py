@@ -22,6 +22,7 @@ from ..core.credentials import redact, token_given
 from ..core.paths import check_session_id
 from ..engine.session_ops import delete_session
 from ..errors import ConfigError, ContextFoldError, StorageError, UnsafeIdError
+from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
 from ..storage import Store
 from .data import list_sessions, timeline
 from .recover import Recoverer
@@ -142,7 +143,7 @@ class Inspector:
         return Response(_static(name), media_type=STATIC[name], headers=HEADERS)
 
     # ------------------------------------------------------------------ API
-    def sessions(self, request: Request) -> Any:
+    def sessions(self, request: Request) -> JSON:
         return list_sessions(
             self.store,
             query=_text(request, "q"),
@@ -151,10 +152,10 @@ class Inspector:
             offset=_int(request, "offset", 0, 0, 10_000_000),
         )
 
-    def session(self, request: Request) -> Any:
+    def session(self, request: Request) -> JSON:
         return timeline(self.store, request.path_params["sid"])
 
-    def head(self, request: Request) -> Any:
+    def head(self, request: Request) -> JSON:
         """How far the session's log goes: the page polls it to follow a live session."""
         sid = request.path_params["sid"]
         try:
@@ -163,35 +164,35 @@ class Inspector:
             raise ConfigError(str(exc)) from None
         return {"head": self.store.head(sid)}
 
-    def view(self, request: Request) -> Any:
+    def view(self, request: Request) -> JSON:
         return view_at(self.store, request.path_params["sid"], _int(request, "call", 1, 1, 10**7))
 
-    def message(self, request: Request) -> Any:
+    def message(self, request: Request) -> JSON:
         pos = _int(request, "position", 0, 0, 10**7)
         return self.recoverer.message(request.path_params["sid"], pos)
 
-    def offload(self, request: Request) -> Any:
+    def offload(self, request: Request) -> JSON:
         sid = request.path_params["sid"]
         return self.recoverer.restore_offload(sid, _text(request, "call_id", 200))
 
-    def evidence(self, request: Request) -> Any:
+    def evidence(self, request: Request) -> JSON:
         sid = request.path_params["sid"]
         return self.recoverer.restore_evidence(sid, _text(request, "id", 80))
 
-    def recall(self, request: Request) -> Any:
+    def recall(self, request: Request) -> JSON:
         sid = request.path_params["sid"]
         k = _int(request, "k", 5, 1, 50)
-        return {"hits": self.recoverer.recall(sid, _text(request, "q"), k)}
+        return {"hits": list[JSON](self.recoverer.recall(sid, _text(request, "q"), k))}
 
-    def memory(self, request: Request) -> Any:
+    def memory(self, request: Request) -> JSON:
         sid = request.path_params["sid"]
         k = _int(request, "k", 20, 1, 50)
-        return {"facts": self.recoverer.memory(sid, _text(request, "q"), k)}
+        return {"facts": list[JSON](self.recoverer.memory(sid, _text(request, "q"), k))}
 
-    def config(self, request: Request) -> Any:
+    def config(self, request: Request) -> JSON:
         return {"token_needed": self.reads_need_token, "can_delete": self.token is not None}
 
-    def delete(self, request: Request) -> Any:
+    def delete(self, request: Request) -> JSON:
         sid = request.path_params["sid"]
         self.recoverer.forget(sid)
         info = delete_session(self.store, sid)

@@ -17,6 +17,7 @@ from ..core.records import CompactionRecord
 from ..engine.session_ops import get_session
 from ..errors import ConfigError
 from ..evidence.model import CompactBlock, EvidenceFormatError
+from ..jsontypes import JSON, JSONObject
 from ..recovery.sessions.log import entry_of
 from ..storage import Store
 
@@ -58,7 +59,7 @@ class LogDigest:
     #: (seq, boundary) of each ``state`` event
     states: list[tuple[int, int]] = field(default_factory=list)
     #: (seq, entry dict) of each ``offload`` event
-    offloads: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    offloads: list[tuple[int, JSONObject]] = field(default_factory=list)
     blocks: list[tuple[int, CompactBlock]] = field(default_factory=list)
     head: int = 0
 
@@ -166,7 +167,7 @@ def _count_before(seqs: Sequence[int], seq: int) -> int:
 # --------------------------------------------------------------------------- session list
 
 
-def session_row(store: Store, session_id: str) -> dict[str, Any]:
+def session_row(store: Store, session_id: str) -> JSONObject:
     """One line of the session list: agent, messages, tokens, compactions, last activity."""
     info = get_session(store, session_id)
     heads = _message_heads(store, session_id)
@@ -196,7 +197,7 @@ def session_row(store: Store, session_id: str) -> dict[str, Any]:
 
 def list_sessions(
     store: Store, *, query: str = "", agent: str = "", limit: int = 50, offset: int = 0
-) -> dict[str, Any]:
+) -> JSONObject:
     """A page of the store's sessions, most recently active first, filtered by agent and by
     ``query`` (a part of the session id, title or agent, any case)."""
     if not 1 <= limit <= MAX_PAGE:
@@ -216,7 +217,7 @@ def list_sessions(
         "total": len(infos),
         "offset": offset,
         "sessions": [session_row(store, i.session_id) for i in page],
-        "agents": sorted({i.agent_id for i in store.sessions()}),
+        "agents": list[JSON](sorted({i.agent_id for i in store.sessions()})),
     }
 
 
@@ -250,7 +251,7 @@ def _record_json(c: Compaction) -> dict[str, Any]:
     }
 
 
-def timeline(store: Store, session_id: str) -> dict[str, Any]:
+def timeline(store: Store, session_id: str) -> JSONObject:
     """Per model call the tokens of the full history and of the view, and every compaction.
 
     The view's size at a call is the newest compaction's tokens after it plus the messages
@@ -286,6 +287,6 @@ def timeline(store: Store, session_id: str) -> dict[str, Any]:
         "head": log.head,
         "messages": len(log.messages),
         "history_tokens": prefix[-1],
-        "calls": calls,
-        "compactions": comps,
+        "calls": list[JSON](calls),
+        "compactions": list[JSON](comps),
     }

@@ -15,6 +15,7 @@ from ..core.paths import check_session_id
 from ..engine.manager import ContextManager
 from ..engine.session_ops import get_session, show_session
 from ..errors import ConfigError, StorageError, UnsafeIdError
+from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
 from ..recovery.memory import NAMESPACE as MEMORY_NAMESPACE
 from ..recovery.memory import SHARED_SCOPE
 from ..storage import Store
@@ -97,7 +98,7 @@ class Recoverer:
         if got is not None:
             got[1].close()
 
-    def restore_offload(self, session_id: str, tool_call_id: str) -> dict[str, Any]:
+    def restore_offload(self, session_id: str, tool_call_id: str) -> JSONObject:
         if not CALL_ID.match(tool_call_id):
             raise ConfigError(f"not a tool call id: {tool_call_id[:80]!r}")
         cm = self.manager(session_id)
@@ -114,7 +115,7 @@ class Recoverer:
             return body
         raise ConfigError(f"no offloaded result for tool call {tool_call_id!r} in {session_id!r}")
 
-    def restore_evidence(self, session_id: str, evidence_id: str) -> dict[str, Any]:
+    def restore_evidence(self, session_id: str, evidence_id: str) -> JSONObject:
         if not EVIDENCE_ID.match(evidence_id):
             raise ConfigError(f"not an evidence id: {evidence_id[:80]!r}")
         cm = self.manager(session_id)
@@ -127,7 +128,7 @@ class Recoverer:
         body["command"] = pointer.command
         return body
 
-    def message(self, session_id: str, position: int) -> dict[str, Any]:
+    def message(self, session_id: str, position: int) -> JSONObject:
         """A message of the log as stored (the full history is never changed)."""
         info = get_session(self.store, session_id)
         if not 0 <= position < info.messages:
@@ -144,7 +145,7 @@ class Recoverer:
         )
         return body
 
-    def recall(self, session_id: str, query: str, k: int) -> list[dict[str, Any]]:
+    def recall(self, session_id: str, query: str, k: int) -> list[JSONObject]:
         """The evidence index searched as ``recall`` (and ``contextfold restore``) would."""
         cm = self.manager(session_id)
         hits = cm.restore(checked_query(query), k=checked_k(k))
@@ -163,7 +164,7 @@ class Recoverer:
             for h in hits
         ]
 
-    def memory(self, session_id: str, query: str = "", k: int = 20) -> list[dict[str, Any]]:
+    def memory(self, session_id: str, query: str = "", k: int = 20) -> list[JSONObject]:
         """The memory facts this session's agent reads (ranked by ``query`` when given)."""
         cm = self.manager(session_id)
         if query.strip():

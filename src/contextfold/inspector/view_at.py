@@ -7,6 +7,7 @@ from typing import Any
 
 from ..core.view_layout import CHANGED, VIEW_EVENT, positions
 from ..errors import ConfigError
+from ..jsontypes import JSON, JSONObject
 from ..recovery.sessions.log import entry_of
 from ..storage import Store
 from .data import PREVIEW_CHARS, Compaction, LogDigest, read_log
@@ -91,7 +92,7 @@ def _recorded_status(
     return "pinned" if pos in pinned else "kept"
 
 
-def view_at(store: Store, session_id: str, call: int) -> dict[str, Any]:
+def view_at(store: Store, session_id: str, call: int) -> JSONObject:
     """Every history message before model call ``call`` (1-based), marked."""
     log = read_log(store, session_id)
     calls = log.calls()
@@ -113,7 +114,7 @@ def view_at(store: Store, session_id: str, call: int) -> dict[str, Any]:
     pinned.update(users[:1] + users[-1:])
     previews = _previews(store, session_id, seq)
     layout = _recorded(store, session_id, seq) if comp is not None else None
-    rows = []
+    rows: list[JSON] = []
     for h in heads:
         off = offloads.get(h.tool_call_id) if h.tool_call_id else None
         if layout is not None:

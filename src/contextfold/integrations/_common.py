@@ -73,7 +73,7 @@ def _normal_calls(calls: Any) -> Any:
     return out
 
 
-def fingerprint(message: Mapping[str, Any]) -> str:
+def fingerprint(message: Mapping[str, object]) -> str:
     """What the model sees of one OpenAI-form message, as canonical text (extras, the ``type``
     of tool calls and JSON spacing of arguments do not count)."""
     if message.get("role") == "system":
@@ -87,7 +87,7 @@ def fingerprint(message: Mapping[str, Any]) -> str:
     return json.dumps(visible, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def without_ref(message: Mapping[str, Any]) -> dict[str, Any]:
+def without_ref(message: Mapping[str, object]) -> dict[str, object]:
     return {k: v for k, v in message.items() if k != REF}
 
 
@@ -113,7 +113,7 @@ class HistoryMirror:
         return self._prints
 
     def sync(
-        self, messages: Sequence[Mapping[str, Any]], system: Mapping[str, Any] | None = None
+        self, messages: Sequence[Mapping[str, object]], system: Mapping[str, object] | None = None
     ) -> int:
         """Append what the log does not hold yet; returns how many messages were appended.
 
@@ -121,7 +121,7 @@ class HistoryMirror:
         logged once, first, when the log is empty; ``messages`` are compared after it."""
         logged = self._logged()
         prints = [fingerprint(m) for m in messages]
-        pending: list[Mapping[str, Any]] = []
+        pending: list[Mapping[str, object]] = []
         if not logged and system is not None and not (prints and prints[0] == "system"):
             pending.append(system)
         # a system prompt logged separately (instructions) sits before the framework's messages
@@ -149,7 +149,7 @@ class HistoryMirror:
             self._loaded = len(self._prints)
         return len(pending)
 
-    def extend(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def extend(self, messages: Sequence[Mapping[str, object]]) -> int:
         """Append messages that continue the log, skipping those it already ends with (a
         framework's session may hand over items another hook has just logged). Tool calls and
         results carry unique ids, so only plain text turns could repeat, and a repeated user
@@ -169,14 +169,14 @@ class HistoryMirror:
         return len(new)
 
 
-def openai_tool(name: str, description: str, parameters: Mapping[str, Any]) -> dict[str, Any]:
+def openai_tool(name: str, description: str, parameters: Mapping[str, object]) -> dict[str, object]:
     return {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": dict(parameters)},
     }
 
 
-def input_tokens_of(usage: Any) -> int | None:
+def input_tokens_of(usage: object) -> int | None:
     """Input tokens from a framework usage object or dict (``input_tokens``/``prompt_tokens``)."""
     for key in ("input_tokens", "prompt_tokens", "request_tokens"):
         value = usage.get(key) if isinstance(usage, Mapping) else getattr(usage, key, None)

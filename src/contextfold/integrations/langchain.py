@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic
 
 from ..extras import needs_extra
 
@@ -33,6 +33,7 @@ try:
         AgentState,
         ModelRequest,
         ModelResponse,
+        ResponseT,
     )
     from langchain_core.messages import (
         AIMessage,
@@ -47,6 +48,7 @@ try:
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.config import get_config
     from langgraph.runtime import Runtime
+    from langgraph.typing import ContextT
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
         needs_extra("contextfold.integrations.langchain (LangChain v1)", "langchain", exc)
@@ -59,10 +61,10 @@ from ._common import REF, HistoryDivergedError, HistoryMirror, fingerprint, inpu
 _SYSTEM_REF = "system"
 
 
-def to_openai_dict(message: BaseMessage, ref: str | None = None) -> dict[str, Any]:
+def to_openai_dict(message: BaseMessage, ref: str | None = None) -> dict[str, object]:
     """One LangChain message in OpenAI Chat Completions form, tagged with its id (or ``ref``)."""
     converted = convert_to_openai_messages(message)
-    out: dict[str, Any] = dict(converted) if isinstance(converted, Mapping) else {}
+    out: dict[str, object] = dict(converted) if isinstance(converted, Mapping) else {}
     if isinstance(message, ToolMessage) and not isinstance(out.get("content"), str):
         out["content"] = message.text  # contextfold offloads and recalls tool output as text
     ref = ref or message.id
@@ -71,7 +73,7 @@ def to_openai_dict(message: BaseMessage, ref: str | None = None) -> dict[str, An
     return out
 
 
-def from_openai_dict(message: Mapping[str, Any]) -> BaseMessage:
+def from_openai_dict(message: Mapping[str, object]) -> BaseMessage:
     """A view message contextfold built (summary, placeholder, evidence) as a LangChain one."""
     clean = {k: v for k, v in message.items() if k != REF}
     return convert_to_messages([clean])[0]
@@ -87,10 +89,10 @@ def _tools_schemas(tools: Sequence[BaseTool | dict[str, Any]]) -> list[dict[str,
     return out
 
 
-class _Call:
+class _Call(Generic[ContextT]):
     """One model call: the request's messages as OpenAI dicts and the way back."""
 
-    def __init__(self, request: ModelRequest[Any]) -> None:
+    def __init__(self, request: ModelRequest[ContextT]) -> None:
         self.request = request
         self.system = request.system_message
         self.dicts = [to_openai_dict(m) for m in request.messages]
@@ -99,10 +101,11 @@ class _Call:
         )
         self.by_ref: dict[str, tuple[BaseMessage, str]] = {}
         for msg, d in zip(request.messages, self.dicts):
-            if isinstance(d.get(REF), str):
-                self.by_ref[d[REF]] = (msg, fingerprint(d))
+            ref = d.get(REF)
+            if isinstance(ref, str):
+                self.by_ref[ref] = (msg, fingerprint(d))
 
-    def request_for(self, view: list[dict[str, Any]]) -> ModelRequest[Any]:
+    def request_for(self, view: list[dict[str, Any]]) -> ModelRequest[ContextT]:
         system: SystemMessage | None = None
         messages: list[AnyMessage] = []
         for i, item in enumerate(view):
@@ -135,7 +138,7 @@ def _report(manager: ContextManager, response: ModelResponse[Any]) -> None:
             return
 
 
-class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class ContextFoldMiddleware(AgentMiddleware[AgentState[ResponseT], ContextT, ResponseT]):
     """contextfold as a LangChain ``AgentMiddleware`` (see the module docstring).
 
     ``sessions`` is one ``ContextManager`` (one conversation), or a callable ``thread_id ->
@@ -214,8 +217,8 @@ class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     # ------------------------------------------------------------------ model calls
     def _prepare(
-        self, request: ModelRequest[Any]
-    ) -> tuple[ContextManager, _Call, list[dict[str, Any]]]:
+        self, request: ModelRequest[ContextT]
+    ) -> tuple[ContextManager, _Call[ContextT], list[dict[str, Any]]]:
         manager, mirror = self.session()
         call = _Call(request)
         mirror.sync(call.dicts, call.system_dict)
@@ -223,9 +226,9 @@ class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def wrap_model_call(
         self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
+        request: ModelRequest[ContextT],
+        handler: Callable[[ModelRequest[ContextT]], ModelResponse[ResponseT]],
+    ) -> ModelResponse[ResponseT]:
         manager, call, schemas = self._prepare(request)
         response = manager.call(lambda view: handler(call.request_for(view)), tools=schemas)
         _report(manager, response)
@@ -233,23 +236,25 @@ class ContextFoldMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     async def awrap_model_call(
         self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
+        request: ModelRequest[ContextT],
+        handler: Callable[[ModelRequest[ContextT]], Awaitable[ModelResponse[ResponseT]]],
+    ) -> ModelResponse[ResponseT]:
         manager, call, schemas = self._prepare(request)
         response = await manager.acall(lambda view: handler(call.request_for(view)), tools=schemas)
         _report(manager, response)
         return response
 
     # ------------------------------------------------------------------ end of a run
-    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def after_agent(
+        self, state: AgentState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, object] | None:
         """Log the run's final answer now (not only at the next model call)."""
         self.session()[1].sync([to_openai_dict(m) for m in state["messages"]])
         return None
 
     async def aafter_agent(
-        self, state: AgentState[Any], runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
+        self, state: AgentState[ResponseT], runtime: Runtime[ContextT]
+    ) -> dict[str, object] | None:
         return self.after_agent(state, runtime)
 
 

@@ -101,7 +101,7 @@ def _assistant(items: list[dict[str, Any]], ref: int) -> dict[str, Any]:
     return out
 
 
-def to_openai_dicts(items: Sequence[TResponseInputItem] | str) -> list[dict[str, Any]]:
+def to_openai_dicts(items: Sequence[TResponseInputItem] | str) -> list[dict[str, object]]:
     """Responses input items as OpenAI chat messages (see the module docstring)."""
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
@@ -138,7 +138,7 @@ def to_openai_dicts(items: Sequence[TResponseInputItem] | str) -> list[dict[str,
     return out
 
 
-def to_items(view: Sequence[Mapping[str, Any]]) -> list[TResponseInputItem]:
+def to_items(view: Sequence[Mapping[str, object]]) -> list[TResponseInputItem]:
     """OpenAI chat messages (contextfold's view or history) back to Responses input items: the
     original items where the message is unchanged, new items otherwise."""
     out: list[dict[str, Any]] = []
@@ -162,7 +162,8 @@ def to_items(view: Sequence[Mapping[str, Any]]) -> list[TResponseInputItem]:
         elif role == "assistant":
             if content:
                 out.append({"role": "assistant", "content": content})
-            for call in msg.get("tool_calls") or []:
+            calls = msg.get("tool_calls")
+            for call in calls if isinstance(calls, list | tuple) else []:
                 fn = call["function"]
                 out.append(
                     {
@@ -342,11 +343,11 @@ def shared_mirror(manager: ContextManager) -> HistoryMirror:
     return mirror
 
 
-def context_filter(manager: ContextManager) -> Callable[[CallModelData[Any]], ModelInputData]:
+def context_filter(manager: ContextManager) -> Callable[[CallModelData[object]], ModelInputData]:
     """A ``RunConfig(call_model_input_filter=...)`` sending contextfold's view (no retry)."""
     mirror = shared_mirror(manager)
 
-    def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
+    def call_model_input_filter(data: CallModelData[object]) -> ModelInputData:
         instructions = data.model_data.instructions
         mirror.sync(to_openai_dicts(data.model_data.input))
         tools = [t for t in data.agent.tools if isinstance(t, FunctionTool)]

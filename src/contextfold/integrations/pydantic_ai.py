@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..extras import needs_extra
 
@@ -50,7 +50,7 @@ try:
         UserPromptPart,
     )
     from pydantic_ai.models import ModelRequestContext
-    from pydantic_ai.tools import Tool
+    from pydantic_ai.tools import AgentDepsT, Tool
     from pydantic_ai.toolsets import FunctionToolset
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(
@@ -61,6 +61,9 @@ from ..core.overflow import is_context_overflow
 from ..engine.manager import ContextManager
 from ..errors import ContextOverflowError
 from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, openai_tool
+
+#: the output type of the run an ``after_run`` hook sees
+OutputT = TypeVar("OutputT")
 
 # --------------------------------------------------------------------------- conversion
 
@@ -115,7 +118,7 @@ def _response(message: ModelResponse) -> dict[str, Any]:
     return out
 
 
-def to_openai_dicts(messages: Sequence[ModelMessage]) -> list[dict[str, Any]]:
+def to_openai_dicts(messages: Sequence[ModelMessage]) -> list[dict[str, object]]:
     """pydantic-ai messages as OpenAI dicts, each tagged with its position (``"3"`` for a
     response, ``"3.1"`` for a request part)."""
     out: list[dict[str, Any]] = []
@@ -224,7 +227,7 @@ class _Natives:
 # --------------------------------------------------------------------------- capability
 
 
-class ContextFoldCapability(AbstractCapability[Any]):
+class ContextFoldCapability(AbstractCapability[AgentDepsT]):
     """contextfold for a pydantic-ai agent (see the module docstring)."""
 
     def __init__(self, manager: ContextManager, *, offer_tools: bool = True) -> None:
@@ -241,10 +244,10 @@ class ContextFoldCapability(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None  # holds a live ContextManager
 
-    def get_toolset(self) -> FunctionToolset[Any] | None:
+    def get_toolset(self) -> FunctionToolset[AgentDepsT] | None:
         if not self.offer_tools:
             return None
-        tools: list[Tool[Any]] = []
+        tools: list[Tool[AgentDepsT]] = []
         for schema in self.manager.tool_schemas():
             fn = schema["function"]
             name = str(fn["name"])
@@ -276,13 +279,13 @@ class ContextFoldCapability(AbstractCapability[Any]):
         return out
 
     async def before_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         self.mirror.sync(to_openai_dicts(request_context.messages))
         return request_context
 
     async def prepare_model_request(
-        self, ctx: RunContext[Any], request_context: ModelRequestContext
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         messages = request_context.messages
         natives = _Natives(messages, to_openai_dicts(messages))
@@ -292,7 +295,7 @@ class ContextFoldCapability(AbstractCapability[Any]):
 
     async def after_model_request(
         self,
-        ctx: RunContext[Any],
+        ctx: RunContext[AgentDepsT],
         *,
         request_context: ModelRequestContext,
         response: ModelResponse,
@@ -303,15 +306,15 @@ class ContextFoldCapability(AbstractCapability[Any]):
         return response
 
     async def after_run(
-        self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
-    ) -> AgentRunResult[Any]:
+        self, ctx: RunContext[AgentDepsT], *, result: AgentRunResult[OutputT]
+    ) -> AgentRunResult[OutputT]:
         """Log the run's final answer now (not only when the next run continues)."""
         self.mirror.sync(to_openai_dicts(result.all_messages()))
         return result
 
     async def on_model_request_error(
         self,
-        ctx: RunContext[Any],
+        ctx: RunContext[AgentDepsT],
         *,
         request_context: ModelRequestContext,
         error: Exception,
