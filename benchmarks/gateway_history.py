@@ -233,6 +233,8 @@ def run_store(
                 str(256 * 1024 * 1024),
                 "--request-timeout",  # default 30 s: a first request may take longer
                 "3600",
+                # under cProfile one process, so the profile holds the request work
+                *(["--workers", "1"] if profile else []),
             ],
             env=env,
             stdout=subprocess.DEVNULL,

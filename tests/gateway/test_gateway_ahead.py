@@ -217,3 +217,39 @@ def test_a_storage_failure_ahead_fails_open(
     assert failed and len(fake.accepted("/v1/chat/completions")) == 25
     assert all(a.tokens <= WINDOW for a in fake.accepted("/v1/chat/completions"))
     assert len(stored_history(tmp_path / "ws", session_id)) == len(agent.messages) - 1
+
+
+def _filing_gate() -> gw_ahead.AheadWork:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from contextfold.gateway.metrics import Metrics
+
+    threads = ThreadPoolExecutor(max_workers=1)
+    return gw_ahead.AheadWork(None, threads, Metrics())  # type: ignore[arg-type]
+
+
+def test_vector_filing_waits_while_a_request_is_prepared() -> None:
+    """Between two chunks the background filing of evidence vectors waits for the requests
+    being prepared (their CPU work comes first), then goes on; closing ends the wait."""
+    from tests.support.waiting import wait_until
+
+    work = _filing_gate()
+    passed: list[bool] = []
+    with work.serving():
+        filer = threading.Thread(target=lambda: passed.append(work.yield_to_requests()))
+        filer.start()
+        with work.serving():  # two requests: the filing waits for both
+            pass
+        filer.join(0.05)
+        assert filer.is_alive() and not passed
+    wait_until(lambda: passed == [False], 5, "the filing to go on once no request is prepared")
+    filer.join(5)
+    with work.serving():
+        closer = threading.Thread(target=lambda: passed.append(work.yield_to_requests()))
+        closer.start()
+        work.closing.set()
+        with work._idle:
+            work._idle.notify_all()
+        closer.join(5)
+        assert passed == [False, True]  # closing: give up, the rest stays pending
+    work.filing.shutdown(wait=True)

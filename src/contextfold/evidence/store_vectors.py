@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PENDING = "evidence-vectors-pending"
 #: texts encoded between two checks of ``stop``
-CHUNK = 64
+CHUNK = 16
 
 
 def defer_block(

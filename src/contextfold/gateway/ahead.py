@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
@@ -78,6 +78,30 @@ class AheadWork:
         #: one thread files the evidence vectors left pending (never a request's thread)
         self.filing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cf-filing")
         self.closing = threading.Event()
+        #: requests being prepared right now: the filing waits between chunks while any is
+        #: (its CPU work would otherwise share the process with theirs)
+        self._serving = 0
+        self._idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Mark a request being prepared: the vector filing pauses until none is."""
+        with self._idle:
+            self._serving += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._serving -= 1
+                if not self._serving:
+                    self._idle.notify_all()
+
+    def yield_to_requests(self) -> bool:
+        """Between two chunks of filing: wait until no request is being prepared; True (give
+        up, the rest stays pending) once the gateway is closing."""
+        with self._idle:
+            self._idle.wait_for(lambda: not self._serving or self.closing.is_set())
+        return self.closing.is_set()
 
     def hand_over(self, turn: Turn) -> None:
         """Take over the finished ``turn``'s lock: it is released when the work has ended."""
@@ -106,12 +130,14 @@ class AheadWork:
         # the evidence vectors its compactions left pending, after the lock (store_vectors)
         with contextlib.suppress(Exception):  # fails open: a search files what is left
             await loop.run_in_executor(
-                self.filing, file_deferred, sess.cm.context, self.closing.is_set
+                self.filing, file_deferred, sess.cm.context, self.yield_to_requests
             )
 
     async def aclose(self) -> None:
         """Wait for the running work (shutdown); vectors still pending stay pending."""
         self.closing.set()
+        with self._idle:
+            self._idle.notify_all()
         while self.tasks:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*list(self.tasks))

@@ -142,6 +142,18 @@ class Pipeline(RecordSteps, UpstreamSteps):
         headers: dict[str, str],
         query: str = "",
     ) -> Turn:
+        """The turn of a request: its history synced and its view prepared (the background
+        filing of evidence vectors waits meanwhile)."""
+        with self.ahead.serving():
+            return await self._begin(adapter, parsed, headers, query)
+
+    async def _begin(
+        self,
+        adapter: ProviderAdapter,
+        parsed: ParsedRequest,
+        headers: dict[str, str],
+        query: str = "",
+    ) -> Turn:
         began = time.perf_counter()
         started = REQUEST_STARTED.get(began)
         provider = adapter.name
