@@ -48,7 +48,10 @@ RUNS = 16
 #: seconds an agent run may take (an agent that never finishes is recorded as not finished)
 RUN_TIMEOUT = 300
 #: the instruction of each agent's own compaction request
-CLIENT_COMPACTION = ("Your task is to create a detailed summary",)
+CLIENT_COMPACTION = (
+    "Your task is to create a detailed summary",  # Claude Code
+    "You are performing a CONTEXT CHECKPOINT COMPACTION",  # Codex CLI
+)
 
 
 # ---------------------------------------------------------------------- request shapes
@@ -248,7 +251,14 @@ def _codex(url: str, root: Path, fake: Any) -> list[int]:
     env = base_env(root / "home")
     home = root / "home" / ".codex"
     home.mkdir(parents=True)
-    config = "check_for_update_on_startup = false\n" + codex_config(url)
+    # the scripted model's window, as Codex knows a real model's: its own compaction starts at
+    # 90% of it (Codex's default share), as it does with its own models
+    limit = LIMITS["codex"]
+    config = "check_for_update_on_startup = false\n"
+    config += (
+        f"model_context_window = {limit}\nmodel_auto_compact_token_limit = {limit * 9 // 10}\n"
+    )
+    config += codex_config(url)
     (home / "config.toml").write_text(config + "\n[analytics]\nenabled = false\n")
     env.update({"CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-contextfold-bench"})
     codex = [str(agent_program("codex")), "exec", "--skip-git-repo-check"]
