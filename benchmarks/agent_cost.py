@@ -357,7 +357,8 @@ def summary(mode: dict[str, Any]) -> dict[str, Any]:
         "refused": len(reqs) - len(ok),
         "input": sum(r["tokens"] for r in ok),
         "cost": round(cost),
-        "compacted": mode.get("compacted_turns", sum(r["client_compaction"] for r in reqs)),
+        "compacted": mode.get("compacted_turns", 0),
+        "agent_compacted": sum(r["client_compaction"] for r in reqs),
         "verbatim": round(statistics.median(r["verbatim"] for r in main)) if main else 0,
     }
 
@@ -374,11 +375,13 @@ def table(recordings: list[dict[str, Any]]) -> str:
             s = summary(rec[going])
             # a direct session that did not finish did less of the work: no ratio
             ratio = f"{s['cost'] / direct['cost']:.2f}" if direct["finished"] else "-"
-            who = "by the agent" if going == "direct" else "by the gateway"
+            who = f"{s['agent_compacted']} by the agent"
+            if going == "gateway":
+                who = f"{s['compacted']} by the gateway, {who}"
             rows.append(
                 f"| {rec['agent']} | {'direct' if going == 'direct' else 'contextfold serve'} "
                 f"| {'yes' if s['finished'] else 'no'} | {s['requests']} ({s['refused']}) "
-                f"| {s['input']:,} | {s['cost']:,} | {ratio} | {s['compacted']} {who} "
+                f"| {s['input']:,} | {s['cost']:,} | {ratio} | {who} "
                 f"| {s['verbatim']:,} |"
             )
     return "\n".join(rows)
