@@ -48,7 +48,10 @@ RUNS = 16
 #: seconds an agent run may take (an agent that never finishes is recorded as not finished)
 RUN_TIMEOUT = 300
 #: the instruction of each agent's own compaction request
-CLIENT_COMPACTION = ("Your task is to create a detailed summary",)
+CLIENT_COMPACTION = (
+    "Your task is to create a detailed summary",  # Claude Code
+    "You are performing a CONTEXT CHECKPOINT COMPACTION",  # Codex CLI
+)
 
 
 # ---------------------------------------------------------------------- request shapes
@@ -248,7 +251,14 @@ def _codex(url: str, root: Path, fake: Any) -> list[int]:
     env = base_env(root / "home")
     home = root / "home" / ".codex"
     home.mkdir(parents=True)
-    config = "check_for_update_on_startup = false\n" + codex_config(url)
+    # the scripted model's window, as Codex knows a real model's: its own compaction starts at
+    # 90% of it (Codex's default share), as it does with its own models
+    limit = LIMITS["codex"]
+    config = "check_for_update_on_startup = false\n"
+    config += (
+        f"model_context_window = {limit}\nmodel_auto_compact_token_limit = {limit * 9 // 10}\n"
+    )
+    config += codex_config(url)
     (home / "config.toml").write_text(config + "\n[analytics]\nenabled = false\n")
     env.update({"CODEX_HOME": str(home), "OPENAI_API_KEY": "sk-contextfold-bench"})
     codex = [str(agent_program("codex")), "exec", "--skip-git-repo-check"]
@@ -347,7 +357,8 @@ def summary(mode: dict[str, Any]) -> dict[str, Any]:
         "refused": len(reqs) - len(ok),
         "input": sum(r["tokens"] for r in ok),
         "cost": round(cost),
-        "compacted": mode.get("compacted_turns", sum(r["client_compaction"] for r in reqs)),
+        "compacted": mode.get("compacted_turns", 0),
+        "agent_compacted": sum(r["client_compaction"] for r in reqs),
         "verbatim": round(statistics.median(r["verbatim"] for r in main)) if main else 0,
     }
 
@@ -364,11 +375,13 @@ def table(recordings: list[dict[str, Any]]) -> str:
             s = summary(rec[going])
             # a direct session that did not finish did less of the work: no ratio
             ratio = f"{s['cost'] / direct['cost']:.2f}" if direct["finished"] else "-"
-            who = "by the agent" if going == "direct" else "by the gateway"
+            who = f"{s['agent_compacted']} by the agent"
+            if going == "gateway":
+                who = f"{s['compacted']} by the gateway, {who}"
             rows.append(
                 f"| {rec['agent']} | {'direct' if going == 'direct' else 'contextfold serve'} "
                 f"| {'yes' if s['finished'] else 'no'} | {s['requests']} ({s['refused']}) "
-                f"| {s['input']:,} | {s['cost']:,} | {ratio} | {s['compacted']} {who} "
+                f"| {s['input']:,} | {s['cost']:,} | {ratio} | {who} "
                 f"| {s['verbatim']:,} |"
             )
     return "\n".join(rows)

@@ -75,8 +75,7 @@ class ClaudeScript:
         if match is None:
             if FOLLOWUP in self._last_user(call):
                 return self._answer(call)
-            done = _DONE.search(json.dumps(call.messages[:1], ensure_ascii=False))
-            n = int(done.group(1)) + 1 if done else 0  # after its compaction: from its summary
+            n = self._next_after_compaction(call)
             if n < len(self.plan.steps):
                 return self._tool(n, self.plan.steps[n])
             return Reply(text=DONE)
@@ -86,6 +85,17 @@ class ClaudeScript:
         if n < len(self.plan.steps):
             return self._tool(n, self.plan.steps[n])
         return Reply(text=DONE)
+
+    def _next_after_compaction(self, call: Call) -> int:
+        """The next step when the request does not end with a tool result: after Claude Code's
+        compaction it keeps the last step's call and result verbatim and may append a system
+        message (its deferred-tools list), so the newest step is the newest of the summary's
+        and the kept messages' (re-issuing a kept ``tool_use`` id makes Claude Code drop the
+        call, as it drops any duplicate id)."""
+        text = json.dumps(call.messages, ensure_ascii=False)
+        done = [int(m.group(1)) for m in _DONE.finditer(text)]
+        done += [int(m.group(2)) for m in _ID.finditer(text) if m.group(1) == "task"]
+        return max(done) + 1 if done else 0
 
     def _answer(self, call: Call) -> Reply:
         text = json.dumps(call.body, ensure_ascii=False)
