@@ -81,8 +81,6 @@ class Session:
         self.recall_ready = any(recall_marker(m) for m in cm.view_messages)
         #: turns since the provider's usage was last fed to calibration (-1: never)
         self.since_usage = -1
-        #: the input tokens of the last usage fed to calibration
-        self.usage_fed = 0
         #: the gateway tools' schemas by provider (they do not change for a session)
         self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
         #: the request the upstream summarizer borrows credentials and model from
@@ -279,23 +277,12 @@ class Session:
 
     def _report_usage(self, input_tokens: int) -> None:
         # calibration settles within a few calls; each report rewrites the compactor state,
-        # so after the first ones feed it every 8th turn, after any compaction, and whenever
-        # the request grew by a quarter since the last one fed: the first requests are mostly
-        # the client's fixed prefix (estimated apart), and a large agent output (a build log)
-        # counts differently from prose, so the large requests set the scale
+        # so after the first ones feed it every 8th turn, and after any compaction
         record = self.cm.last_record
         compacted = record is not None and record.changed
-        grown = input_tokens * 4 >= self.usage_fed * 5
-        if (
-            self.since_usage < 0
-            or self.since_usage >= 7
-            or compacted
-            or grown
-            or len(self.cm.view) < 12
-        ):
+        if self.since_usage < 0 or self.since_usage >= 7 or compacted or len(self.cm.view) < 12:
             self.cm.report_usage(input_tokens)
             self.since_usage = 0
-            self.usage_fed = input_tokens
         else:
             self.since_usage += 1
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..compaction.summarizers.base import Summarizer
-from ..core.config import ContextConfig, resolve_preset
 from ..engine.manager import ContextManager
 from ..errors import ConfigError
 from ..extras import needs_extra
@@ -80,20 +78,6 @@ def open_shared_store(store: str) -> Store:
     return opened
 
 
-#: The gateway computes the tiers and the target on all of the window the client's fixed
-#: prefix (system prompt, tool schemas) leaves: an agent's prefix is often a third of its
-#: window, and a smaller working window would compact long before the window is used.
-GATEWAY_WORKING_WINDOW = 0
-
-
-def manager_config(config: GatewayConfig) -> ContextConfig:
-    """The preset the gateway's sessions use, with the gateway's working window."""
-    cfg = resolve_preset(config.preset)
-    if cfg.tiers is None or cfg.tiers.working_window == GATEWAY_WORKING_WINDOW:
-        return cfg
-    return replace(cfg, tiers=replace(cfg.tiers, working_window=GATEWAY_WORKING_WINDOW))
-
-
 def open_manager(
     config: GatewayConfig,
     store: Store,
@@ -105,19 +89,17 @@ def open_manager(
         store=store,
         session_id=session_id,
         context_window=window,
-        config=manager_config(config),
+        preset=config.preset,
         summarizer=summarizer,
         agent_id="gateway",
     )
 
 
 __all__ = [
-    "GATEWAY_WORKING_WINDOW",
     "LEARNED",
     "SerialSQLiteStore",
     "check_store",
     "is_database_url",
-    "manager_config",
     "open_manager",
     "open_shared_store",
 ]
