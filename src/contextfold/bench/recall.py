@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.shell import ShellReader, exit_code
+from ..engine.manager import ContextManager
 from ..errors import ContextFoldError
 from ..evidence import semantic
 from ..jsontypes import JSON, JSONObject, as_object  # noqa: F401  (JSON resolves JSONObject at runtime)
@@ -48,7 +49,7 @@ from .recall_summary import EXACT_KINDS, K, summarize
 from .toolstyles import DEFAULT_CWD, convert_trace
 
 if TYPE_CHECKING:
-    from ..engine.manager import ContextManager
+    from ..storage.base import Store
 
 STYLE_SETS = ("shell", "claude", "sweagent")
 
@@ -270,8 +271,6 @@ def questions(
 
 
 def _make_manager(workdir: str, window: int, preset: str) -> ContextManager:
-    from ..engine.manager import ContextManager
-
     return ContextManager(
         workspace=workdir, session_id="bench", context_window=window, preset=preset
     )
@@ -351,7 +350,7 @@ def measure(
                     "want": q.tid,
                 }
             )
-        cost = vector_cost(cm, index_before)
+        cost = vector_cost(cm.session.store, cm.session.session_id, index_before)
         close = getattr(cm, "close", None)
         if callable(close):
             close()
@@ -360,12 +359,12 @@ def measure(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def vector_cost(cm: ContextManager, before: Mapping[str, float]) -> dict[str, float]:
+def vector_cost(store: Store, session_id: str, before: Mapping[str, float]) -> dict[str, float]:
     """What the semantic vectors of the replay cost: how many, the seconds computing them,
     and the bytes of their documents in the store (all 0 without the ``semantic`` extra)."""
     n = semantic.STATS["vectors"] - before["vectors"]
     secs = semantic.STATS["seconds"] - before["seconds"]
-    docs = cm.session.store.docs(semantic.NAMESPACE, prefix=f"{cm.session.session_id}/")
+    docs = store.docs(semantic.NAMESPACE, prefix=f"{session_id}/")
     size = sum(len(json.dumps(v, separators=(",", ":"))) for v in docs.values())
     return {"vectors": n, "vector_seconds": round(secs, 4), "vector_bytes": size}
 
