@@ -15,7 +15,6 @@ import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any
 
 from ..core.tokens import count_message
 from ..engine.filing import file_deferred
@@ -28,7 +27,7 @@ from .turn import Turn, log_event
 
 
 def compact_ahead(
-    registry: SessionRegistry, sess: Session, tools: Sequence[Mapping[str, Any]]
+    registry: SessionRegistry, sess: Session, tools: Sequence[Mapping[str, object]]
 ) -> bool:
     """In a worker thread, the conversation's lock held: compact the view when the next turn
     is expected to need it; the answer not written yet is written first (it is part of the

@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import ConfigError
 from ..extras import needs_extra
 from .config import ENV_PREFIX, GatewayConfig, load_config
 from .sessions import check_store
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 HELP = "run the compaction gateway (an OpenAI / Anthropic compatible HTTP proxy)"
 EPILOG = f"""\
@@ -31,8 +34,10 @@ Every setting can also come from a TOML file (--config) or {ENV_PREFIX}<NAME> va
 (e.g. {ENV_PREFIX}AUTH_TOKEN for the gateway's own bearer token)."""
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = subparsers.add_parser(
+def add_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
         "serve",
         help=HELP,
         description=HELP,
@@ -154,7 +159,7 @@ def _setup_logging(level: str) -> None:
 WORKER_CONFIG_ENV = "CONTEXTFOLD_GATEWAY__WORKER_CONFIG"
 
 
-def worker_app() -> Any:
+def worker_app() -> Starlette:
     """The app of one worker process of ``contextfold serve --workers N`` (uvicorn's factory)."""
     from . import serving
     from .app import create_app

@@ -200,7 +200,7 @@ def load_config(
     *,
     file: str | Path | None = None,
     env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
 ) -> GatewayConfig:
     """Build the config: defaults, then ``file`` (TOML, keys at top level or under
     ``[gateway]``), then ``CONTEXTFOLD_GATEWAY_<NAME>`` variables, then ``overrides`` (flags;

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ..core.credentials import bearer, carries_token, redact, token_given
@@ -143,10 +142,10 @@ def _not_text(value: str) -> bool:
     return False
 
 
-def lone_surrogate(value: Any) -> str | None:
+def lone_surrogate(value: object) -> str | None:
     """Where a string (or key) of ``value`` holds a lone UTF-16 surrogate, which is no
     Unicode text (JSON allows the escape, UTF-8 cannot carry it): None when nowhere."""
-    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    stack: list[tuple[object, list[str | int]]] = [(value, [])]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):

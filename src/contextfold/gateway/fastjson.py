@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..jsontypes import JSON, JSONLike
+
 _orjson: Any
 try:  # optional: part of the gateway extra
     import orjson as _orjson
@@ -14,13 +16,14 @@ except ImportError:  # pragma: no cover - exercised only without orjson
     _orjson = None
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str) -> JSON:
     """Parse JSON (raises ValueError on bad input). The standard library: orjson would read
     integers beyond 64 bits as floats, and ruling those out costs more than it saves."""
-    return json.loads(data)
+    parsed: JSON = json.loads(data)
+    return parsed
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: JSONLike) -> bytes:
     """UTF-8 JSON, non-ASCII kept as is; text UTF-8 cannot carry (a lone surrogate, which
     the gateway refuses from clients but an upstream may send) is written as its ``\\u``
     escape, so this never raises UnicodeEncodeError and the JSON means what it meant."""
@@ -37,7 +40,7 @@ def dumps(value: Any) -> bytes:
         return json.dumps(value).encode("ascii")
 
 
-def dumps_sorted(value: Any) -> bytes:
+def dumps_sorted(value: object) -> bytes:
     """Canonical UTF-8 JSON (keys sorted), for keys and fingerprints."""
     if _orjson is not None:
         try:

@@ -14,7 +14,7 @@ import asyncio
 import socket
 import ssl
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import cast
 
 import httpcore
 import httpx
@@ -157,7 +157,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         self._protocol.transport = tls
         return AsyncioStream(tls, self._protocol)
 
-    def get_extra_info(self, info: str) -> Any:
+    def get_extra_info(self, info: str) -> object:
         if info == "is_readable":  # an idle connection the server closed, or sent to
             return bool(self._protocol.buffer) or self._protocol.eof
         if info == "ssl_object":

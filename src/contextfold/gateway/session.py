@@ -331,7 +331,7 @@ def _fingerprint_of(m: Message, fingerprint: Any) -> str:
     return fp if isinstance(fp, str) else str(fingerprint(m))
 
 
-def prepare_view(sess: Session, tools: Sequence[Mapping[str, Any]] | None) -> Prepared:
+def prepare_view(sess: Session, tools: Sequence[Mapping[str, object]] | None) -> Prepared:
     """Derive the view (compacting when needed) and what the gateway renders from it: each
     message with its index in the client's request when it is the client's unchanged one."""
     cm = sess.cm

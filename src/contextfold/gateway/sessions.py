@@ -19,12 +19,13 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..compaction.summarizers.base import Summarizer
 from ..core.messages import Message
+from ..core.records import CompactionRecord
 from ..errors import ContextFoldError, StorageError
 from ..storage import ConcurrentWriteError, NewEvent
 from .config import GatewayConfig
@@ -56,7 +57,11 @@ class SessionRegistry:
     """Open sessions (LRU), their locks and the learned context limits."""
 
     def __init__(
-        self, config: GatewayConfig, *, url_for: Any = None, on_compaction: Any = None
+        self,
+        config: GatewayConfig,
+        *,
+        url_for: Callable[[str], str] | None = None,
+        on_compaction: Callable[[str, CompactionRecord], None] | None = None,
     ) -> None:
         self.config = config
         #: upstream path -> URL, for the upstream summarizer

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+
+from ..jsontypes import JSON, JSONLike
 
 _SEPARATOR = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(rb"\r\n|\n|\r")
@@ -21,14 +22,15 @@ class SSEEvent:
     event: str | None
     data: str | None
 
-    def json(self) -> Any:
+    def json(self) -> JSON:
         """The data parsed as JSON; None when there is none or it is not JSON ("[DONE]")."""
         if self.data is None:
             return None
         try:
-            return json.loads(self.data)
+            parsed: JSON = json.loads(self.data)
         except ValueError:
             return None
+        return parsed
 
 
 def _parse(raw: bytes) -> SSEEvent:
@@ -78,7 +80,7 @@ class SSEParser:
         return [_parse(rest)]
 
 
-def encode(data: Any, event: str | None = None) -> bytes:
+def encode(data: JSONLike, event: str | None = None) -> bytes:
     """One event as bytes (``data`` is dumped as compact JSON unless it is a string)."""
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     head = f"event: {event}\n" if event is not None else ""

@@ -8,7 +8,7 @@ there, through the same upstream, with the credentials and model of the request 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,9 @@ class RequestContext:
 class UpstreamChatModel:
     """A :class:`~contextfold.providers.llm.ChatModel` over the gateway's upstream."""
 
-    def __init__(self, url_for: Any, context: RequestContext, timeout: float) -> None:
+    def __init__(
+        self, url_for: Callable[[str], str], context: RequestContext, timeout: float
+    ) -> None:
         self._url_for = url_for
         self.context = context
         self._client = httpx.Client(timeout=timeout, trust_env=False)
@@ -41,7 +43,7 @@ class UpstreamChatModel:
         return f"UpstreamChatModel(model={self.context.model!r})"
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         ctx = self.context
         headers = forward_headers(ctx.headers, drop_authorization=False)

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 
@@ -27,8 +27,11 @@ REQUEST_STARTED: contextvars.ContextVar[float] = contextvars.ContextVar("cf_requ
 #: when the request body had arrived whole (its transfer is the client's, not the gateway's work)
 BODY_READ: contextvars.ContextVar[float] = contextvars.ContextVar("cf_body_read")
 
+#: a future's result type
+_V = TypeVar("_V")
 
-def log_event(event: str, **fields: Any) -> None:
+
+def log_event(event: str, **fields: object) -> None:
     if log.isEnabledFor(logging.INFO):
         line = json.dumps({"event": event, **fields}, ensure_ascii=False, default=str)
         log.info(redact(line) if "@" in line or "=" in line else line)
@@ -105,7 +108,7 @@ class Turn:
 
 
 async def forward_after_commit(
-    turn: Turn, call: Coroutine[Any, Any, httpx.Response]
+    turn: Turn, call: Coroutine[object, None, httpx.Response]
 ) -> httpx.Response:
     """Run the upstream call while the turn's append is committed; its answer is returned
     only once the commit succeeded (the time the commit took beyond the upstream's answer
@@ -167,30 +170,32 @@ def moved(turn: Turn, committed: Committed) -> None:
         turn.session = session
 
 
-def settle_future(fut: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+def settle_future(fut: asyncio.Future[_V], value: _V | None, exc: BaseException | None) -> None:
+    """Set ``fut``'s exception ``exc``, or its result ``value`` when ``exc`` is None (the
+    caller passes the result then); nothing when it is done already."""
     if fut.done():
         return
     if exc is not None:
         fut.set_exception(exc)
     else:
-        fut.set_result(value)
+        fut.set_result(cast(_V, value))  # exc is None: value is the result
 
 
-def release_when_done(task: asyncio.Future[Any], lock: asyncio.Lock) -> None:
+def release_when_done(task: asyncio.Future[_V], lock: asyncio.Lock) -> None:
     """Retrieve a finished task's error (it was raised elsewhere already), release ``lock``."""
     if not task.cancelled():
         task.exception()
     lock.release()
 
 
-def tool_name(tool: Mapping[str, Any]) -> str:
+def tool_name(tool: Mapping[str, object]) -> str:
     fn = tool.get("function")
     if isinstance(fn, Mapping):
         return str(fn.get("name", ""))
     return str(tool.get("name", ""))
 
 
-def call_name(call: Mapping[str, Any]) -> str:
+def call_name(call: Mapping[str, object]) -> str:
     fn = call.get("function")
     if isinstance(fn, Mapping):
         return str(fn.get("name", ""))

@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: what JSONObject refers to)
 from . import netio
 from .convert import Provider
 from .edge import below, carries_token, confined_path
@@ -73,7 +74,9 @@ def response_headers(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _DROP_RESPONSE}
 
 
-def error_body(provider: Provider, status: int, message: str, kind: str | None = None) -> Any:
+def error_body(
+    provider: Provider, status: int, message: str, kind: str | None = None
+) -> JSONObject:
     """An error body shaped like the provider's, so SDK clients raise their usual errors."""
     if provider == "anthropic":
         default = {
