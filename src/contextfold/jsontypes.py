@@ -29,13 +29,3 @@ def as_object(value: object) -> JSONObject:
 def as_list(value: object) -> list[JSON]:
     """``value`` if it is a JSON array, else an empty one."""
     return value if isinstance(value, list) else []
-
-
-def as_str(value: object, default: str = "") -> str:
-    """``value`` if it is a string, else ``default``."""
-    return value if isinstance(value, str) else default
-
-
-def as_int(value: object, default: int = 0) -> int:
-    """``value`` if it is an integer (not a bool), else ``default``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else default

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from contextfold.core.messages import Message
-from contextfold.errors import ConfigError
+from contextfold.errors import ConfigError, InvalidMessageError
 from contextfold.gateway.config import load_config
 from contextfold.gateway.convert import (
     ViewItem,
@@ -249,3 +249,9 @@ def test_positions_of_a_conversation_nothing_was_retracted_from() -> None:
     assert list(Positions(3, pending=False)) == [0, 1, 2]
     with pytest.raises(IndexError):
         p[5]
+
+
+@pytest.mark.parametrize("system", [["not a block"], 7, {"type": "text"}])
+def test_anthropic_system_of_the_wrong_shape_is_a_clear_invalid_message(system: object) -> None:
+    with pytest.raises(InvalidMessageError, match="system"):
+        parse_anthropic([{"role": "user", "content": "hi"}], system)  # type: ignore[arg-type]

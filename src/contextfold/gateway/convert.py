@@ -178,7 +178,7 @@ def _system_prompt(system: str | list[JSON] | None) -> list[Message]:
     blocks: list[JSONObject] = []
     for j, block in enumerate(system):
         if not isinstance(block, dict):
-            raise InvalidMessageError(f"content block {j} is not an object")
+            raise InvalidMessageError(f"system: block {j} is not an object")
         blocks.append(block)
     return from_anthropic([], blocks)
 
