@@ -1,8 +1,8 @@
 """What real agent sessions cost through the gateway, against the agent's own compaction.
 
 Sessions are *recorded*: ``--record`` runs the real agent programs (Claude Code, Codex CLI,
-Gemini CLI, installed by ``make agents``) on the real-agent tests' session (a code fix, then
-16 noisy build runs whose output outgrows the scripted upstream's context limit, then a
+Gemini CLI, aider, mini-swe-agent, installed by ``make agents``) on the real-agent tests'
+session (a code fix, then 16 noisy build runs whose output outgrows the scripted upstream's context limit, then a
 follow-up question about the first failing run) twice: straight to the scripted upstream
 (the agent on its own: it meets the limit's real errors and compacts or fails as it does),
 and through ``contextfold serve`` (a recording proxy in front of it keeps what the agent sent,
@@ -41,9 +41,15 @@ for path in (ROOT, ROOT / "src"):
 from contextfold.bench.metrics import CACHED_RATE  # noqa: E402
 
 SESSIONS = ROOT / "benchmarks" / "agent_sessions"
-AGENTS = ("claude-code", "codex", "gemini-cli")
+AGENTS = ("claude-code", "codex", "gemini-cli", "aider", "mini-swe-agent")
 #: the scripted upstream's context limit per agent (as in the real-agent tests)
-LIMITS = {"claude-code": 45_000, "codex": 30_000, "gemini-cli": 30_000}
+LIMITS = {
+    "claude-code": 45_000,
+    "codex": 30_000,
+    "gemini-cli": 30_000,
+    "aider": 24_000,
+    "mini-swe-agent": 16_000,
+}
 RUNS = 16
 #: seconds an agent run may take (an agent that never finishes is recorded as not finished)
 RUN_TIMEOUT = 300
@@ -51,7 +57,13 @@ RUN_TIMEOUT = 300
 CLIENT_COMPACTION = (
     "Your task is to create a detailed summary",  # Claude Code
     "You are performing a CONTEXT CHECKPOINT COMPACTION",  # Codex CLI
+    "distilling chat history into a structured XML <state_snapshot>",  # Gemini CLI
+    "summarize this partial conversation",  # aider (its summary of old turns)
 )
+#: Gemini CLI compresses its history at this share of what it takes the model's window to be
+#: (1,048,576 tokens for every Gemini model): 0.02 is about 21K, under the 30K limit, as its
+#: default 0.5 would be for a model whose window it knew
+GEMINI_COMPRESSION = 0.02
 
 
 # ---------------------------------------------------------------------- request shapes
@@ -69,6 +81,17 @@ def _parts(path: str, body: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
 def _additional_tools(items: list[Any]) -> bool:
     """Codex sends its tools as an ``additional_tools`` input item."""
     return any(isinstance(i, dict) and i.get("type") == "additional_tools" for i in items)
+
+
+#: aider's own side call (it has no tools: its main requests are told apart by this)
+AIDER_SUMMARY = CLIENT_COMPACTION[-1]
+
+
+def _side(agent: str, text: str, tools: Any, messages: list[Any]) -> bool:
+    """A request that is not a step of the session: a title, a classifier, a summary."""
+    if agent == "aider":  # aider sends no tools, so its steps have none either
+        return AIDER_SUMMARY in text
+    return not tools and not _additional_tools(messages)
 
 
 def _stream(path: str, body: dict[str, Any]) -> str:
@@ -92,7 +115,9 @@ def _key(message: Any) -> str:
 
 
 def figures(
-    received: list[tuple[str, Any, str | None]], client: list[tuple[str, Any]] | None
+    received: list[tuple[str, Any, str | None]],
+    client: list[tuple[str, Any]] | None,
+    agent: str = "",
 ) -> list[dict[str, Any]]:
     """Per upstream request: tokens, cached prefix tokens, verbatim tokens, refused or not.
     ``client``: what the agent sent (through the gateway), None when it talked directly."""
@@ -122,7 +147,7 @@ def figures(
                 "verbatim": verbatim // 4,
                 "error": error,
                 "client_compaction": any(p in text for p in CLIENT_COMPACTION),
-                "side": not tools and not _additional_tools(messages),
+                "side": _side(agent, text, tools, messages),
             }
         )
     return out
@@ -194,7 +219,7 @@ class RecordingProxy:
         return f"http://{host}:{port}"
 
 
-def _run(command: list[str], cwd: Path, env: dict[str, str]) -> int:
+def _run(command: list[str], cwd: Path, env: dict[str, str], stdin: str | None = None) -> int:
     import subprocess
 
     try:
@@ -202,7 +227,8 @@ def _run(command: list[str], cwd: Path, env: dict[str, str]) -> int:
             command,
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            input=None if stdin is None else stdin.encode(),
+            stdin=subprocess.DEVNULL if stdin is None else None,
             capture_output=True,
             timeout=RUN_TIMEOUT,
             check=False,
@@ -281,6 +307,7 @@ def _gemini(url: str, root: Path, fake: Any) -> list[int]:
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
+        "model": {"compressionThreshold": GEMINI_COMPRESSION},
     }
     (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
     env.update({"GEMINI_API_KEY": "contextfold-bench-key", "GOOGLE_GEMINI_BASE_URL": url})
@@ -290,11 +317,64 @@ def _gemini(url: str, root: Path, fake: Any) -> list[int]:
     return [first, _run([*gemini, "--resume", "latest", "-p", FOLLOWUP], project, env)]
 
 
+def _aider(url: str, root: Path, fake: Any) -> list[int]:
+    from tests.agents.aider_script import AiderScript
+    from tests.agents.harness import agent_program, base_env, make_project
+    from tests.agents.plan import Plan
+    from tests.agents.test_aider import aider_lines
+
+    project = make_project(root / "project")
+    fake.default = AiderScript()
+    env = base_env(root / "home")
+    command = [str(agent_program("aider")), "--openai-api-base", url + "/v1"]
+    command += ["--openai-api-key", "sk-contextfold-bench", "--model", "openai/gpt-fake"]
+    command += ["--yes-always", "--no-git", "--no-check-update", "--analytics-disable"]
+    command += ["--no-show-model-warnings", "--no-pretty", "app.py"]
+    return [_run(command, project, env, stdin=aider_lines(Plan(runs=RUNS)))]
+
+
+def _mini(url: str, root: Path, fake: Any) -> list[int]:
+    from tests.agents.harness import agent_program, base_env, make_project
+    from tests.agents.mini_script import MiniScript
+    from tests.agents.plan import FOLLOWUP, Plan
+    from tests.agents.test_mini_swe_agent import MODEL
+
+    project = make_project(root / "project")
+    fake.default = MiniScript(Plan(runs=RUNS))
+    env = base_env(root / "home")
+    env.update(
+        {
+            "OPENAI_API_BASE": url + "/v1",
+            "OPENAI_API_KEY": "sk-contextfold-bench",
+            "MSWEA_CONFIGURED": "true",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+    )
+    command = [str(agent_program("mini-swe-agent")), "--yolo", "-m", MODEL]
+    command += ["-t", "Fix app.py and run the build steps."]
+    command += ["-o", str(root / "trajectory.json")]
+    # when it wants to finish it asks for a new task: the follow-up, then Enter
+    return [_run(command, project, env, stdin=f"{FOLLOWUP}\n\n")]
+
+
 RUNNERS: dict[str, Callable[[str, Path, Any], list[int]]] = {
     "claude-code": _claude,
     "codex": _codex,
     "gemini-cli": _gemini,
+    "aider": _aider,
+    "mini-swe-agent": _mini,
 }
+
+
+def _work_done(agent: str, script: Any) -> bool:
+    """Whether the scripted session's work reached the model: aider and mini-swe-agent exit 0
+    after a refused request (aider goes on to its next input line, mini-swe-agent ends), so
+    their exit code alone does not say the session finished. The others: their exit code."""
+    if agent == "aider":  # every "note the result of run K" turn answered, then the follow-up
+        return len(script.notes) == RUNS and bool(script.followups)
+    if agent == "mini-swe-agent":  # every build step run and the follow-up asked
+        return bool(script.followups)
+    return True
 
 
 def _compacted_turns(log: Path) -> int:
@@ -321,7 +401,11 @@ def record(agent: str) -> dict[str, Any]:
         try:
             exits = RUNNERS[agent](fake.url, root / "direct", fake)
             received = [(r.path, r.body, r.error) for r in fake.received]
-            out["direct"] = {"exit_codes": exits, "requests": figures(received, None)}
+            out["direct"] = {
+                "exit_codes": exits,
+                "work_done": _work_done(agent, fake.default),
+                "requests": figures(received, None, agent),
+            }
             fake.received.clear()
             log = root / "gateway.log"
             proc, url = gateway_process(fake.url, str(root / "store"), log)
@@ -335,7 +419,8 @@ def record(agent: str) -> dict[str, Any]:
             received = [(r.path, r.body, r.error) for r in fake.received]
             out["gateway"] = {
                 "exit_codes": exits,
-                "requests": figures(received, client),
+                "work_done": _work_done(agent, fake.default),
+                "requests": figures(received, client, agent),
                 "compacted_turns": _compacted_turns(log),
             }
         finally:
@@ -352,7 +437,7 @@ def summary(mode: dict[str, Any]) -> dict[str, Any]:
     main = [r for r in ok if not r["side"]]
     cost = sum(CACHED_RATE * r["cached"] + (r["tokens"] - r["cached"]) for r in ok)
     return {
-        "finished": all(code == 0 for code in mode["exit_codes"]),
+        "finished": all(code == 0 for code in mode["exit_codes"]) and mode.get("work_done", True),
         "requests": len(reqs),
         "refused": len(reqs) - len(ok),
         "input": sum(r["tokens"] for r in ok),

@@ -11,6 +11,7 @@ script, like a model, runs the step whose result it never got again."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,11 @@ def schema_value(schema: Any) -> Any:
     return "simple"
 
 
+#: the instruction of Gemini CLI's own compression request (its system instruction)
+COMPRESS_PROMPT = "distilling chat history into a structured XML <state_snapshot>"
+#: the snapshot's line naming the last step done
+_DONE = re.compile(r"Steps done: up to step (\d+)\.")
+
 #: the feedback Gemini CLI sends when its loop detection fires
 LOOP_FEEDBACK = "System: Potential loop detected."
 #: loop detection acts on a confidence of 0.9 or more
@@ -62,6 +68,7 @@ class GeminiScript:
         self.loop_checks = 0
         self.loop_fired = 0  # loop checks answered "stuck"
         self.loop_feedbacks = 0  # requests that carried the loop feedback
+        self.compressions = 0  # Gemini CLI's own compression requests answered
 
     def _call(self, step: Step) -> tuple[str, dict[str, Any]]:
         path = str(self.project / step.path)
@@ -96,7 +103,32 @@ class GeminiScript:
                 return None
         return None
 
+    def _done(self, contents: list[Any]) -> int:
+        """The newest step the contents hold: its call, or a snapshot naming it (-1: none)."""
+        steps = [self._call(s) for s in self.plan.steps]
+        done = [int(m.group(1)) for m in _DONE.finditer(json.dumps(contents))]
+        for content in contents:
+            for part in content.get("parts") or [] if content.get("role") == "model" else []:
+                fc = part.get("functionCall") if isinstance(part, dict) else None
+                if isinstance(fc, dict):
+                    call = (str(fc.get("name")), dict(fc.get("args") or {}))
+                    done += [i for i, c in enumerate(steps) if c == call]
+        return max(done, default=-1)
+
+    def snapshot(self, call: Call) -> Reply:
+        """Gemini CLI's compression request answered as a model does: the progress in a
+        ``<state_snapshot>``, no output quoted (the follow-up's evidence is not in it)."""
+        self.compressions += 1
+        n = self._done(call.messages)
+        return Reply(
+            text="<state_snapshot>\n<overall_goal>Fix app.py and run the build steps."
+            f"</overall_goal>\n<key_knowledge>Steps done: up to step {n}.</key_knowledge>\n"
+            "</state_snapshot>"
+        )
+
     def __call__(self, call: Call) -> Reply:
+        if COMPRESS_PROMPT in json.dumps(call.body.get("systemInstruction") or ""):
+            return self.snapshot(call)
         config = call.body.get("generationConfig") or {}
         if config.get("responseJsonSchema") or config.get("responseSchema"):
             self.side_calls += 1
@@ -122,7 +154,10 @@ class GeminiScript:
         else:
             last = self._last_call(contents)
             if last is None or not call.last_tool_results():
-                return self._reply(0)
+                # the start, or right after Gemini CLI compressed its history: the newest step
+                # its snapshot or its kept turns name
+                n = self._done(contents) + 1
+                return self._reply(n) if n < len(self.plan.steps) else Reply(text=DONE)
         steps = [self._call(s) for s in self.plan.steps]
         n = next((i for i, c in enumerate(steps) if c == last), -1) + 1
         if 0 < n < len(steps):

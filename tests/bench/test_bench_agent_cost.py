@@ -22,3 +22,15 @@ def test_agent_cost_codex_both_arms_finish() -> None:
     rows = [line for line in table([rec]).splitlines() if line.startswith("| codex")]
     ratio = rows[1].split("|")[7].strip()
     assert float(ratio) == pytest.approx(gateway["cost"] / direct["cost"], abs=0.01)
+
+
+def test_agent_cost_mini_swe_agent_going_direct_does_not_finish() -> None:
+    """mini-swe-agent has no compaction of its own: going direct it stops at the limit's
+    error, so the table gives it no ratio; through the gateway it finishes the session."""
+    rec = record("mini-swe-agent")
+    direct, gateway = summary(rec["direct"]), summary(rec["gateway"])
+    assert not direct["finished"] and direct["refused"] >= 1
+    assert gateway["finished"], rec["gateway"]["exit_codes"]
+    assert gateway["refused"] <= 1 and gateway["compacted"] >= 1
+    rows = [line for line in table([rec]).splitlines() if line.startswith("| mini-swe-agent")]
+    assert [row.split("|")[7].strip() for row in rows] == ["-", "-"]
