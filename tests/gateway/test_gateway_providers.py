@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from contextfold.gateway import providers
 from contextfold.gateway.convert import ViewItem, fingerprint
-from contextfold.gateway.providers.base import RouteSpec
+from contextfold.gateway.providers.base import RouteSpec, as_int
 from contextfold.gateway.providers.openai_chat import ChatCompletionsAdapter
 from contextfold.gateway.providers.responses_wire import (
     output_message,
@@ -18,6 +19,7 @@ from contextfold.gateway.providers.responses_wire import (
     render_responses,
     to_items,
 )
+from contextfold.gateway.turn import RequestError
 from tests.gateway.gateway_fakes import Reply
 from tests.gateway.gateway_helpers import running
 
@@ -136,3 +138,33 @@ def test_an_answer_and_its_resend_are_the_same_message() -> None:
     ]
     conv = parse_responses([{"role": "user", "content": "x"}, *resent], None)
     assert fingerprint(output_message(answer)) == conv.fingerprints[-1]
+
+
+def test_wire_indexes_read_as_int_reads_them() -> None:
+    assert [as_int(3), as_int(2.0), as_int("4"), as_int(True)] == [3, 2, 4, 1]
+    with pytest.raises(TypeError):
+        as_int(None)
+    with pytest.raises(ValueError):
+        as_int("x")
+
+
+def test_odd_upstream_answers_are_refused_as_502_not_a_type_error() -> None:
+    for adapter in providers.adapters():
+        for data in (None, "text", [1], {"choices": "x", "output": 1, "content": {}}):
+            if adapter.name == "gemini" and isinstance(data, dict):
+                continue  # a Gemini answer without candidates reads as an empty model turn
+            with pytest.raises(RequestError) as raised:
+                adapter.read_answer(data)
+            assert raised.value.status == 502
+
+
+def test_a_non_list_tools_field_is_a_400() -> None:
+    adapter = ChatCompletionsAdapter()
+    for tools in ("x", {"name": "t"}, [1], [{"type": "function"}, "t"]):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        request = providers.ClientRequest(
+            path="/v1/chat/completions", query="", headers={}, body=body
+        )
+        with pytest.raises(RequestError) as raised:
+            adapter.parse(request)
+        assert raised.value.status == 400

@@ -10,11 +10,12 @@ allowed is the upstream's to say, so a client's own fallback sees the upstream's
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TypeGuard
 
 from ...core.messages import Message
 from ...core.usage import extract_input_tokens
 from ...errors import InvalidMessageError
+from ...jsontypes import JSON, as_list, as_object
 from ..convert import parse_anthropic, render_anthropic, response_message_anthropic
 from ..sse import SSEEvent, encode
 from ..streaming import AnthropicAssembler
@@ -29,18 +30,19 @@ from .base import (
     ProviderAdapter,
     RouteSpec,
     StreamRound,
+    as_int,
     gateway_tools_for,
 )
 
 PATH = "/v1/messages"
 
 
-def _tools_allowed(body: Mapping[str, Any]) -> bool:
+def _tools_allowed(body: Mapping[str, JSON]) -> bool:
     choice = body.get("tool_choice")
     return choice is None or (isinstance(choice, dict) and choice.get("type") == "auto")
 
 
-def _is_tool_use(block: Any) -> bool:
+def _is_tool_use(block: JSON) -> TypeGuard[JSONDict]:
     return isinstance(block, dict) and block.get("type") == "tool_use"
 
 
@@ -65,17 +67,17 @@ class AnthropicAdapter(ProviderAdapter):
         return self.parsed(request, conv, PATH, _tools_allowed(body))
 
     def render(self, turn: Turn) -> JSONDict:
-        payload = dict(turn.body)
+        payload: JSONDict = dict(turn.body)
         payload["messages"] = render_anthropic(turn.prepared.items, turn.conv)
         ours = [t for t in gateway_tools_for(turn, self) if "input_schema" in t]
         if ours:
-            payload["tools"] = list(turn.body.get("tools") or []) + ours
+            payload["tools"] = [*as_list(turn.body.get("tools")), *ours]
         return payload
 
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:
-        out = []
+        out: list[JSONDict] = []
         for schema in openai_schemas:
-            fn = schema.get("function") or {}
+            fn = as_object(schema.get("function"))
             out.append(
                 {
                     "name": fn.get("name", ""),
@@ -86,13 +88,13 @@ class AnthropicAdapter(ProviderAdapter):
         return out
 
     # ------------------------------------------------------------------ answers
-    def read_answer(self, data: Any) -> JSONDict:
+    def read_answer(self, data: JSON) -> JSONDict:
         if isinstance(data, dict) and isinstance(data.get("content"), list):
             return data
         raise RequestError(502, "the upstream answered with an unreadable message")
 
     def calls(self, answer: JSONDict) -> list[JSONDict]:
-        return [b for b in answer.get("content") or [] if _is_tool_use(b)]
+        return [b for b in as_list(answer.get("content")) if _is_tool_use(b)]
 
     def neutral_call(self, call: JSONDict) -> JSONDict:
         return call  # the toolbox reads tool_use blocks as they are
@@ -101,7 +103,7 @@ class AnthropicAdapter(ProviderAdapter):
         self, payload: JSONDict, answer: JSONDict, mine: Calls, results: Sequence[str]
     ) -> None:
         payload["messages"] = [
-            *payload["messages"],
+            *as_list(payload.get("messages")),
             {"role": "assistant", "content": answer["content"]},
             {
                 "role": "user",
@@ -112,21 +114,22 @@ class AnthropicAdapter(ProviderAdapter):
             },
         ]
 
-    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> Any:
+    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> JSON:
         ids = _ids(mine)
-        return [b for b in answer["content"] if not _mine(b, ids)]
+        return [b for b in as_list(answer.get("content")) if not _mine(b, ids)]
 
-    def merged(self, kept: Sequence[Any], answer: JSONDict) -> JSONDict:
+    def merged(self, kept: Sequence[JSON], answer: JSONDict) -> JSONDict:
         if not kept:
             return answer
         out = dict(answer)
-        out["content"] = [*(b for part in kept for b in part), *answer["content"]]
+        earlier = (b for part in kept for b in as_list(part))
+        out["content"] = [*earlier, *as_list(answer.get("content"))]
         return out
 
     def without_calls(self, answer: JSONDict, mine: Sequence[JSONDict], others: bool) -> JSONDict:
         out = dict(answer)
         ids = _ids(mine)
-        out["content"] = [b for b in answer["content"] if not _mine(b, ids)]
+        out["content"] = [b for b in as_list(answer.get("content")) if not _mine(b, ids)]
         if not others and out.get("stop_reason") == "tool_use":
             out["stop_reason"] = "end_turn"
         return out
@@ -138,20 +141,21 @@ class AnthropicAdapter(ProviderAdapter):
         return extract_input_tokens(answer)
 
     def stream_round(
-        self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
+        self, turn: Turn, previous: StreamRound | None, kept: Sequence[JSON]
     ) -> StreamRound:
-        return _Round(offset=sum(len(k) for k in kept), continuing=previous is not None)
+        offset = sum(len(as_list(k)) for k in kept)
+        return _Round(offset=offset, continuing=previous is not None)
 
     # ------------------------------------------------------------------ errors
-    def error_body(self, status: int, message: str, kind: str | None = None) -> Any:
+    def error_body(self, status: int, message: str, kind: str | None = None) -> JSONDict:
         return error_body("anthropic", status, message, kind)
 
     def error_event(
-        self, status: int, message: str, kind: str | None = None, body: Any = None
+        self, status: int, message: str, kind: str | None = None, body: JSONDict | None = None
     ) -> bytes:
         return encode(body or self.error_body(status, message, kind), "error")
 
-    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> JSONDict:
         # exactly the Messages API's words: clients match them to run their own compaction
         message = f"prompt is too long: {need or 0} tokens > {window or 0} maximum"
         return error_body("anthropic", 400, message, "invalid_request_error")
@@ -173,10 +177,10 @@ class _Round(StreamRound):
         self.offset = offset
         self.continuing = continuing  # a continuation: its message_start is not sent again
 
-    def add(self, event: SSEEvent, obj: Any) -> None:
+    def add(self, event: SSEEvent, obj: JSON) -> None:
         self.asm.add(event.event, obj)
 
-    def holds(self, obj: Any) -> bool:
+    def holds(self, obj: JSON) -> bool:
         """A tool_use block or the message's end."""
         if not isinstance(obj, dict):
             return False
@@ -185,7 +189,7 @@ class _Round(StreamRound):
             return _is_tool_use(obj.get("content_block"))
         return kind in ("message_delta", "message_stop")
 
-    def relay(self, event: SSEEvent, obj: Any) -> bytes | None:
+    def relay(self, event: SSEEvent, obj: JSON) -> bytes | None:
         if self.continuing and isinstance(obj, dict) and obj.get("type") == "message_start":
             return None
         offset = self.offset
@@ -193,7 +197,7 @@ class _Round(StreamRound):
 
     def answer(self) -> JSONDict:
         return {
-            "content": self.asm.content(),
+            "content": [*self.asm.content()],
             "stop_reason": self.asm.stop_reason,
             "usage": self.asm.usage,
         }
@@ -217,14 +221,14 @@ class _Round(StreamRound):
 
 
 def _shifted(
-    ev: SSEEvent, obj: Any, index_map: Callable[[int], int | None] | None, stop_fix: bool
+    ev: SSEEvent, obj: JSON, index_map: Callable[[int], int | None] | None, stop_fix: bool
 ) -> bytes | None:
     """The event with its block index mapped (None: drop the event) and, with ``stop_fix``,
     ``stop_reason`` "tool_use" turned into "end_turn" (the gateway's calls were removed)."""
     if not isinstance(obj, dict):
         return ev.raw
     if "index" in obj and index_map is not None:
-        idx = int(obj["index"])
+        idx = as_int(obj["index"])
         new = index_map(idx)
         if new is None:
             return None
@@ -232,18 +236,18 @@ def _shifted(
             return ev.raw
         return encode({**obj, "index": new}, ev.event)
     if stop_fix and obj.get("type") == "message_delta":
-        delta = dict(obj.get("delta") or {})
+        delta = dict(as_object(obj.get("delta")))
         if delta.get("stop_reason") == "tool_use":
             delta["stop_reason"] = "end_turn"
             return encode({**obj, "delta": delta}, ev.event)
     return ev.raw
 
 
-def _ids(calls: Sequence[JSONDict]) -> set[Any]:
+def _ids(calls: Sequence[JSONDict]) -> set[object]:
     return {c.get("id") for c in calls}
 
 
-def _mine(block: Any, ids: set[Any]) -> bool:
+def _mine(block: JSON, ids: set[object]) -> bool:
     return _is_tool_use(block) and block.get("id") in ids
 
 

@@ -60,9 +60,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from ...core.messages import Message
+from ...jsontypes import JSON, JSONObject
 from ..sse import SSEEvent, encode
 from ..turn import RequestError
 from ..upstream import error_body
@@ -73,13 +74,12 @@ if TYPE_CHECKING:
     from ..convert import Conversation
     from ..pipeline import Pipeline
     from ..turn import Turn
-#: tool calls of an answer, in the format's shape
-Calls = Sequence[dict[str, Any]]
-
 #: a JSON object as the client or the upstream sent it
-JSONDict = dict[str, Any]
+JSONDict = JSONObject
+#: tool calls of an answer, in the format's shape
+Calls = Sequence[JSONObject]
 #: an event and its data parsed as JSON (None when it is not JSON)
-HeldEvent = tuple[SSEEvent, Any]
+HeldEvent = tuple[SSEEvent, JSON]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,15 +126,15 @@ class StreamRound(ABC):
     """One upstream stream of a turn (see the module docstring)."""
 
     @abstractmethod
-    def add(self, event: SSEEvent, obj: Any) -> None:
+    def add(self, event: SSEEvent, obj: JSON) -> None:
         """Assemble one upstream event (``obj``: its data as JSON, None when not JSON)."""
 
     @abstractmethod
-    def holds(self, obj: Any) -> bool:
+    def holds(self, obj: JSON) -> bool:
         """Whether this event starts what is held back until the round ends."""
 
     @abstractmethod
-    def relay(self, event: SSEEvent, obj: Any) -> bytes | None:
+    def relay(self, event: SSEEvent, obj: JSON) -> bytes | None:
         """The bytes passed on now for an event not held (None: dropped)."""
 
     @abstractmethod
@@ -196,9 +196,10 @@ class ProviderAdapter(ABC):
         """A :class:`ParsedRequest` for a body that holds ``model``, ``stream`` and ``tools``
         (a list of objects) at its top level, as most formats do."""
         body = request.body
-        tools = body.get("tools") or []
-        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        listed = body.get("tools") or []
+        if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
             raise RequestError(400, "tools: Input should be a valid list of tool objects")
+        tools = [t for t in listed if isinstance(t, dict)]
         model = body.get("model")
         return ParsedRequest(
             conversation=conv,
@@ -211,7 +212,7 @@ class ProviderAdapter(ABC):
             body=body,
         )
 
-    def tool_name(self, tool: Mapping[str, Any]) -> str:
+    def tool_name(self, tool: Mapping[str, object]) -> str:
         """A tool definition's name."""
         fn = tool.get("function")
         if isinstance(fn, Mapping):
@@ -236,14 +237,14 @@ class ProviderAdapter(ABC):
 
     # ------------------------------------------------------------------ answers
     @abstractmethod
-    def read_answer(self, data: Any) -> JSONDict:
+    def read_answer(self, data: JSON) -> JSONDict:
         """A whole upstream answer checked (``RequestError(502, ...)`` when unreadable)."""
 
     @abstractmethod
     def calls(self, answer: JSONDict) -> list[JSONDict]:
         """The answer's tool calls, in the format's shape, in order."""
 
-    def call_name(self, call: Mapping[str, Any]) -> str:
+    def call_name(self, call: Mapping[str, object]) -> str:
         fn = call.get("function")
         if isinstance(fn, Mapping):
             return str(fn.get("name", ""))
@@ -260,11 +261,11 @@ class ProviderAdapter(ABC):
         """Append the answer and the gateway's tool results to ``payload`` (in place)."""
 
     @abstractmethod
-    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> Any:
+    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> JSON:
         """What the client keeps of a round the gateway answered and continued."""
 
     @abstractmethod
-    def merged(self, kept: Sequence[Any], answer: JSONDict) -> JSONDict:
+    def merged(self, kept: Sequence[JSON], answer: JSONDict) -> JSONDict:
         """The final answer with the earlier rounds' kept parts before its own."""
 
     @abstractmethod
@@ -281,23 +282,23 @@ class ProviderAdapter(ABC):
 
     @abstractmethod
     def stream_round(
-        self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
+        self, turn: Turn, previous: StreamRound | None, kept: Sequence[JSON]
     ) -> StreamRound:
         """A new upstream stream of ``turn`` (``previous``: the round before, if any;
         ``kept``: what the client kept of the rounds continued so far)."""
 
     # ------------------------------------------------------------------ errors
-    def error_body(self, status: int, message: str, kind: str | None = None) -> Any:
+    def error_body(self, status: int, message: str, kind: str | None = None) -> JSONDict:
         """The gateway's own error in this format's shape (OpenAI's by default)."""
         return error_body("openai", status, message, kind)
 
     def error_event(
-        self, status: int, message: str, kind: str | None = None, body: Any = None
+        self, status: int, message: str, kind: str | None = None, body: JSONDict | None = None
     ) -> bytes:
         """An error event ending a client's stream (``body``: the upstream's own error)."""
         return encode(body or self.error_body(status, message, kind))
 
-    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> JSONDict:
         """The 400 body when even the smallest view does not fit the window (``need`` and
         ``window`` in tokens when known): worded as the provider words its own overflow, so
         a client's fallback (its own compaction) runs. OpenAI Chat Completions' by default."""
@@ -320,11 +321,19 @@ def _static_prefix(pattern: str) -> str:
     return pattern.split("{", 1)[0]
 
 
-def usage_tokens(answer: Mapping[str, Any] | None, key: str) -> int | None:
+def usage_tokens(answer: Mapping[str, object] | None, key: str) -> int | None:
     """``answer["usage"][key]`` when it is an int."""
     usage = answer.get("usage") if answer is not None else None
     value = usage.get(key) if isinstance(usage, Mapping) else None
     return value if isinstance(value, int) else None
+
+
+def as_int(value: JSON) -> int:
+    """``int(value)`` for a number or a numeric string as the wire sent it (``ValueError`` for
+    other text, ``TypeError`` for null, a list or an object, as :class:`int` raises)."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"int() argument must be a number or a string, not {type(value).__name__}")
 
 
 def gateway_tools_for(turn: Turn, adapter: ProviderAdapter) -> list[JSONDict]:
@@ -343,6 +352,7 @@ __all__ = [
     "ProviderAdapter",
     "RouteSpec",
     "StreamRound",
+    "as_int",
     "gateway_tools_for",
     "usage_tokens",
 ]

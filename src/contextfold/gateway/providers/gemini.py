@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import httpx
 from anyio import to_thread
@@ -33,6 +33,7 @@ from starlette.responses import Response
 from ...core.messages import Message
 from ...core.overflow import is_context_overflow
 from ...errors import InvalidMessageError
+from ...jsontypes import JSON, as_list, as_object
 from ...providers.limits import stated_limit
 from .. import fastjson, relay
 from ..gemini import field, parse_gemini, render_gemini, response_message
@@ -84,7 +85,7 @@ def _target(request: ClientRequest) -> tuple[str, str, str]:
     return version, model, method
 
 
-def _tools_allowed(body: Mapping[str, Any]) -> bool:
+def _tools_allowed(body: Mapping[str, JSON]) -> bool:
     config = field(body, "toolConfig")
     calling = field(config, "functionCallingConfig") if isinstance(config, Mapping) else None
     mode = field(calling, "mode") if isinstance(calling, Mapping) else None
@@ -92,19 +93,29 @@ def _tools_allowed(body: Mapping[str, Any]) -> bool:
 
 
 def _content(answer: JSONDict) -> JSONDict:
-    content: JSONDict = answer["candidates"][0]["content"]
-    return content
+    """Candidate 0's content of an answer :meth:`GeminiAdapter.read_answer` checked."""
+    return as_object(as_object(as_list(answer.get("candidates"))[0]).get("content"))
 
 
-def _with_parts(answer: JSONDict, parts: list[Any]) -> JSONDict:
+def _parts(answer: JSONDict) -> list[JSON]:
+    return as_list(_content(answer).get("parts"))
+
+
+def _with_parts(answer: JSONDict, parts: Sequence[JSON]) -> JSONDict:
     out = dict(answer)
-    cand = dict(answer["candidates"][0])
-    cand["content"] = {**_content(answer), "parts": parts}
-    out["candidates"] = [cand, *answer["candidates"][1:]]
+    candidates = as_list(answer.get("candidates"))
+    cand = dict(as_object(candidates[0]))
+    cand["content"] = {**_content(answer), "parts": [*parts]}
+    out["candidates"] = [cand, *candidates[1:]]
     return out
 
 
-def _is_call(part: Any) -> bool:
+def _call_of(part: Mapping[str, object]) -> JSONDict:
+    """A function-call part's ``functionCall`` object."""
+    return as_object(field(part, "functionCall"))
+
+
+def _is_call(part: JSON) -> TypeGuard[JSONDict]:
     return isinstance(part, Mapping) and isinstance(field(part, "functionCall"), Mapping)
 
 
@@ -177,7 +188,7 @@ class GeminiAdapter(ProviderAdapter):
         )
 
     def render(self, turn: Turn) -> JSONDict:
-        payload = dict(turn.body)
+        payload: JSONDict = dict(turn.body)
         payload["contents"] = render_gemini(turn.prepared.items, turn.conv)
         ours = gateway_tools_for(turn, self)
         if ours:
@@ -188,7 +199,7 @@ class GeminiAdapter(ProviderAdapter):
         return [declaration(s) for s in openai_schemas]
 
     # ------------------------------------------------------------------ answers
-    def read_answer(self, data: Any) -> JSONDict:
+    def read_answer(self, data: JSON) -> JSONDict:
         """The answer with candidate 0's content always present: a blocked prompt (no
         candidates, ``promptFeedback.blockReason``) or a candidate stopped for safety has none,
         and reads as an empty model turn (the client gets the upstream's bytes as they are)."""
@@ -205,13 +216,13 @@ class GeminiAdapter(ProviderAdapter):
         return {**data, "candidates": [{**first, "content": content}, *(cands or [])[1:]]}
 
     def calls(self, answer: JSONDict) -> list[JSONDict]:
-        return [p for p in _content(answer)["parts"] if _is_call(p)]
+        return [p for p in _parts(answer) if _is_call(p)]
 
-    def call_name(self, call: Mapping[str, Any]) -> str:
-        return str(field(call, "functionCall").get("name", ""))
+    def call_name(self, call: Mapping[str, object]) -> str:
+        return str(_call_of(call).get("name", ""))
 
     def neutral_call(self, call: JSONDict) -> JSONDict:
-        fc = field(call, "functionCall")
+        fc = _call_of(call)
         name = str(fc.get("name", ""))
         args = json.dumps(fc.get("args") or {}, ensure_ascii=False, sort_keys=True)
         digest = hashlib.blake2b(args.encode(), digest_size=6).hexdigest()
@@ -224,31 +235,31 @@ class GeminiAdapter(ProviderAdapter):
     def continue_payload(
         self, payload: JSONDict, answer: JSONDict, mine: Calls, results: Sequence[str]
     ) -> None:
-        answers = []
+        answers: list[JSON] = []
         for part, result in zip(mine, results):
-            fc = field(part, "functionCall")
+            fc = _call_of(part)
             fr: JSONDict = {"name": fc.get("name"), "response": {"output": result}}
             if fc.get("id"):
                 fr["id"] = fc["id"]
             answers.append({"functionResponse": fr})
         payload["contents"] = [
-            *payload["contents"],
-            {"role": "model", "parts": list(_content(answer)["parts"])},
+            *as_list(payload.get("contents")),
+            {"role": "model", "parts": [*_parts(answer)]},
             {"role": "user", "parts": answers},
         ]
 
-    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> Any:
-        return [p for p in _content(answer)["parts"] if not _is_call(p) and not p.get("thought")]
+    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> JSON:
+        return [p for p in _parts(answer) if not _is_call(p) and not as_object(p).get("thought")]
 
-    def merged(self, kept: Sequence[Any], answer: JSONDict) -> JSONDict:
+    def merged(self, kept: Sequence[JSON], answer: JSONDict) -> JSONDict:
         if not kept:
             return answer
-        earlier = [p for parts in kept for p in parts]
-        return _with_parts(answer, merge_parts([*earlier, *_content(answer)["parts"]]))
+        every = [*(p for parts in kept for p in as_list(parts)), *_parts(answer)]
+        return _with_parts(answer, merge_parts([p for p in every if isinstance(p, dict)]))
 
     def without_calls(self, answer: JSONDict, mine: Sequence[JSONDict], others: bool) -> JSONDict:
         # Gemini's finishReason is STOP with calls too: nothing else changes
-        return _with_parts(answer, [p for p in _content(answer)["parts"] if p not in mine])
+        return _with_parts(answer, [p for p in _parts(answer) if p not in mine])
 
     def recorded(self, answer: JSONDict) -> Message:
         raise InvalidMessageError("a Gemini answer is recorded with its conversation")
@@ -261,12 +272,12 @@ class GeminiAdapter(ProviderAdapter):
         return input_tokens(field(answer, "usageMetadata"))
 
     def stream_round(
-        self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
+        self, turn: Turn, previous: StreamRound | None, kept: Sequence[JSON]
     ) -> StreamRound:
         return _Round()
 
     # ------------------------------------------------------------------ errors
-    def error_body(self, status: int, message: str, kind: str | None = None) -> Any:
+    def error_body(self, status: int, message: str, kind: str | None = None) -> JSONDict:
         return error_body(status, message)
 
 
@@ -278,19 +289,20 @@ class _Round(StreamRound):
     def __init__(self) -> None:
         self.asm = GeminiAssembler()
 
-    def add(self, event: SSEEvent, obj: Any) -> None:
+    def add(self, event: SSEEvent, obj: JSON) -> None:
         self.asm.add(obj)
 
-    def holds(self, obj: Any) -> bool:
+    def holds(self, obj: JSON) -> bool:
         return has_calls(obj)
 
-    def relay(self, event: SSEEvent, obj: Any) -> bytes | None:
+    def relay(self, event: SSEEvent, obj: JSON) -> bytes | None:
         return event.raw
 
     def answer(self) -> JSONDict:
-        answer: JSONDict = {"candidates": [{"content": self.asm.content(), "index": 0}]}
+        candidate: JSONDict = {"content": self.asm.content(), "index": 0}
         if self.asm.finish_reason is not None:
-            answer["candidates"][0]["finishReason"] = self.asm.finish_reason
+            candidate["finishReason"] = self.asm.finish_reason
+        answer: JSONDict = {"candidates": [candidate]}
         if self.asm.usage is not None:
             answer["usageMetadata"] = dict(self.asm.usage)
         return answer
@@ -299,7 +311,7 @@ class _Round(StreamRound):
         return self.asm.error is None and self.asm.finish_reason is not None
 
     def tail(self, held: Sequence[HeldEvent], mine: Sequence[JSONDict], others: bool) -> bytes:
-        names = tuple(sorted({str(field(p, "functionCall").get("name")) for p in mine}))
+        names = tuple(sorted({str(_call_of(p).get("name")) for p in mine}))
         out: list[bytes] = []
         for ev, obj in held:
             if not mine or not isinstance(obj, Mapping):

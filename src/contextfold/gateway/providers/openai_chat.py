@@ -7,10 +7,10 @@ are and relayed in place.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ...core.messages import Message
 from ...errors import InvalidMessageError
+from ...jsontypes import JSON, as_list, as_object
 from ..convert import parse_openai, render_openai, response_message_openai
 from ..sse import SSEEvent, encode
 from ..streaming import OpenAIAssembler
@@ -24,6 +24,7 @@ from .base import (
     ProviderAdapter,
     RouteSpec,
     StreamRound,
+    as_int,
     gateway_tools_for,
     usage_tokens,
 )
@@ -31,17 +32,21 @@ from .base import (
 PATH = "/v1/chat/completions"
 
 
-def _tools_allowed(body: Mapping[str, Any]) -> bool:
+def _tools_allowed(body: Mapping[str, JSON]) -> bool:
     choice = body.get("tool_choice")
     return choice is None or choice == "auto"
 
 
+def _choice(answer: JSONDict) -> JSONDict:
+    """The first choice of an answer :meth:`ChatCompletionsAdapter.read_answer` checked."""
+    return as_object(as_list(answer.get("choices"))[0])
+
+
 def _message(answer: JSONDict) -> JSONDict:
-    msg: JSONDict = answer["choices"][0]["message"]
-    return msg
+    return as_object(_choice(answer).get("message"))
 
 
-def _ids(calls: Sequence[JSONDict]) -> set[Any]:
+def _ids(calls: Sequence[JSONDict]) -> set[object]:
     return {c.get("id") for c in calls}
 
 
@@ -64,28 +69,27 @@ class ChatCompletionsAdapter(ProviderAdapter):
         return self.parsed(request, conv, PATH, _tools_allowed(body))
 
     def render(self, turn: Turn) -> JSONDict:
-        payload = dict(turn.body)
+        payload: JSONDict = dict(turn.body)
         payload["messages"] = render_openai(turn.prepared.items, turn.conv)
         ours = [t for t in gateway_tools_for(turn, self) if isinstance(t.get("function"), dict)]
         if ours:
-            payload["tools"] = list(turn.body.get("tools") or []) + ours
+            payload["tools"] = [*as_list(turn.body.get("tools")), *ours]
         return payload
 
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:
         return [dict(s) for s in openai_schemas]
 
     # ------------------------------------------------------------------ answers
-    def read_answer(self, data: Any) -> JSONDict:
-        try:
-            msg = data["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            msg = None
+    def read_answer(self, data: JSON) -> JSONDict:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        msg = first.get("message") if isinstance(first, dict) else None
         if not isinstance(data, dict) or not isinstance(msg, dict):
             raise RequestError(502, "the upstream answered with an unreadable completion")
         return data
 
     def calls(self, answer: JSONDict) -> list[JSONDict]:
-        return [c for c in _message(answer).get("tool_calls") or [] if isinstance(c, dict)]
+        return [c for c in as_list(_message(answer).get("tool_calls")) if isinstance(c, dict)]
 
     def neutral_call(self, call: JSONDict) -> JSONDict:
         return call
@@ -93,10 +97,10 @@ class ChatCompletionsAdapter(ProviderAdapter):
     def continue_payload(
         self, payload: JSONDict, answer: JSONDict, mine: Calls, results: Sequence[str]
     ) -> None:
-        assistant = {k: v for k, v in _message(answer).items() if v is not None}
+        assistant: JSONDict = {k: v for k, v in _message(answer).items() if v is not None}
         assistant["role"] = "assistant"
         payload["messages"] = [
-            *payload["messages"],
+            *as_list(payload.get("messages")),
             assistant,
             *(
                 {"role": "tool", "tool_call_id": c.get("id"), "content": a}
@@ -104,14 +108,14 @@ class ChatCompletionsAdapter(ProviderAdapter):
             ),
         ]
 
-    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> Any:
-        return _message(answer).get("content") or ""
+    def kept(self, answer: JSONDict, mine: Sequence[JSONDict]) -> JSON:
+        return _text(_message(answer).get("content"))
 
-    def merged(self, kept: Sequence[Any], answer: JSONDict) -> JSONDict:
+    def merged(self, kept: Sequence[JSON], answer: JSONDict) -> JSONDict:
         if not kept:
             return answer
         msg = dict(_message(answer))
-        msg["content"] = "".join([*kept, msg.get("content") or ""]) or None
+        msg["content"] = "".join([*map(_text, kept), _text(msg.get("content"))]) or None
         if not msg.get("tool_calls"):
             msg.pop("tool_calls", None)
         return _with_message(answer, msg)
@@ -119,14 +123,14 @@ class ChatCompletionsAdapter(ProviderAdapter):
     def without_calls(self, answer: JSONDict, mine: Sequence[JSONDict], others: bool) -> JSONDict:
         ids = _ids(mine)
         msg = dict(_message(answer))
-        theirs = [c for c in msg.get("tool_calls") or [] if c.get("id") not in ids]
+        theirs = [c for c in as_list(msg.get("tool_calls")) if as_object(c).get("id") not in ids]
         if theirs:
             msg["tool_calls"] = theirs
         else:
             msg.pop("tool_calls", None)
         out = _with_message(answer, msg)
         if not others:
-            out["choices"][0]["finish_reason"] = "stop"
+            _choice(out)["finish_reason"] = "stop"
         return out
 
     def recorded(self, answer: JSONDict) -> Message:
@@ -136,17 +140,23 @@ class ChatCompletionsAdapter(ProviderAdapter):
         return usage_tokens(answer, "prompt_tokens")
 
     def stream_round(
-        self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
+        self, turn: Turn, previous: StreamRound | None, kept: Sequence[JSON]
     ) -> StreamRound:
         first_id = previous.first_id if isinstance(previous, _Round) else None
         return _Round(first_id, continuing=previous is not None)
 
 
+def _text(content: JSON) -> str:
+    """A message's text content ("" for none: null, or parts where text was expected)."""
+    return content if isinstance(content, str) else ""
+
+
 def _with_message(answer: JSONDict, msg: JSONDict) -> JSONDict:
     out = dict(answer)
-    choice = dict(answer["choices"][0])
+    choices = as_list(answer.get("choices"))
+    choice = dict(as_object(choices[0]))
     choice["message"] = msg
-    out["choices"] = [choice, *answer["choices"][1:]]
+    out["choices"] = [choice, *choices[1:]]
     return out
 
 
@@ -163,19 +173,19 @@ class _Round(StreamRound):
     def first_id(self) -> str | None:
         return self._first_id if self._first_id is not None else self.asm.id
 
-    def add(self, event: SSEEvent, obj: Any) -> None:
+    def add(self, event: SSEEvent, obj: JSON) -> None:
         self.asm.add(obj)
 
-    def holds(self, obj: Any) -> bool:
+    def holds(self, obj: JSON) -> bool:
         if not isinstance(obj, dict):
             return False
-        for choice in obj.get("choices") or []:
+        for choice in as_list(obj.get("choices")):
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict) and delta.get("tool_calls"):
                 return True
         return False
 
-    def relay(self, event: SSEEvent, obj: Any) -> bytes | None:
+    def relay(self, event: SSEEvent, obj: JSON) -> bytes | None:
         if self.continuing and isinstance(obj, dict):
             return encode(_rewrite(obj, self.first_id, None, False))
         return event.raw
@@ -212,7 +222,9 @@ class _Round(StreamRound):
         return usage_tokens({"usage": self.asm.usage}, "prompt_tokens")
 
 
-def _rewrite(obj: Any, first_id: str | None, drop: dict[int, int] | None, fix_finish: bool) -> Any:
+def _rewrite(
+    obj: JSON, first_id: str | None, drop: dict[int, int] | None, fix_finish: bool
+) -> JSON:
     """A chunk with the first round's id, the gateway's tool calls removed (``drop`` maps the
     client's call indexes to their new ones) and ``finish_reason`` fixed; None to skip it."""
     if not isinstance(obj, dict):
@@ -222,16 +234,20 @@ def _rewrite(obj: Any, first_id: str | None, drop: dict[int, int] | None, fix_fi
         obj["id"] = first_id
     if drop is None and not fix_finish:
         return obj
-    choices = []
-    for choice in obj.get("choices") or []:
-        choice = dict(choice)
-        delta = dict(choice.get("delta") or {})
+    choices: list[JSON] = []
+    for raw in as_list(obj.get("choices")):
+        if not isinstance(raw, dict):
+            choices.append(raw)
+            continue
+        choice = dict(raw)
+        delta = dict(as_object(choice.get("delta")))
         if drop is not None and "tool_calls" in delta:
-            kept = []
-            for tc in delta["tool_calls"] or []:
-                idx = int(tc.get("index", 0))
+            kept: list[JSON] = []
+            for tc in as_list(delta["tool_calls"]):
+                call = as_object(tc)
+                idx = as_int(call.get("index", 0))
                 if idx in drop:
-                    kept.append({**tc, "index": drop[idx]})
+                    kept.append({**call, "index": drop[idx]})
             if kept:
                 delta["tool_calls"] = kept
             else:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeGuard
 
 from ...core.messages import Message
 from ...errors import InvalidMessageError
-from ...jsontypes import as_list
+from ...jsontypes import JSON, as_list, as_object
 from ..sse import SSEEvent, encode
 from ..turn import RequestError, Turn
 from .base import (
@@ -31,6 +31,7 @@ from .base import (
     ProviderAdapter,
     RouteSpec,
     StreamRound,
+    as_int,
     gateway_tools_for,
     usage_tokens,
 )
@@ -44,21 +45,20 @@ REMEMBERED_ITEMS = 100_000
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def _tools_allowed(body: Mapping[str, Any]) -> bool:
+def _tools_allowed(body: Mapping[str, JSON]) -> bool:
     choice = body.get("tool_choice")
     return choice is None or choice == "auto"
 
 
-def _ids(calls: Calls) -> set[Any]:
+def _ids(calls: Calls) -> set[object]:
     return {c.get("call_id") for c in calls}
 
 
-def _output(answer: JSONDict) -> list[Any]:
-    output = answer.get("output")
-    return output if isinstance(output, list) else []
+def _output(answer: JSONDict) -> list[JSON]:
+    return as_list(answer.get("output"))
 
 
-def _is_call(item: Any) -> bool:
+def _is_call(item: JSON) -> TypeGuard[JSONDict]:
     return isinstance(item, dict) and item.get("type") in CALL_TYPES
 
 
@@ -74,7 +74,7 @@ class ResponsesAdapter(ProviderAdapter):
 
     def __init__(self) -> None:
         #: response id -> the conversation's items up to and with that response's output
-        self._history: OrderedDict[str, list[Any]] = OrderedDict()
+        self._history: OrderedDict[str, list[JSON]] = OrderedDict()
         self._items = 0
         self._lock = threading.Lock()
 
@@ -87,7 +87,9 @@ class ResponsesAdapter(ProviderAdapter):
             with self._lock:
                 known = self._history.get(previous)
             if known is not None:  # the whole conversation goes upstream as one view
-                new = [{"role": "user", "content": items}] if isinstance(items, str) else items
+                new: JSON = (
+                    [{"role": "user", "content": items}] if isinstance(items, str) else items
+                )
                 items = [*known, *(new if isinstance(new, list) else [])]
                 body = {k: v for k, v in body.items() if k != "previous_response_id"}
                 body["input"] = items
@@ -100,17 +102,17 @@ class ResponsesAdapter(ProviderAdapter):
         return dataclasses.replace(parsed, body=body)
 
     def render(self, turn: Turn) -> JSONDict:
-        payload = dict(turn.body)
+        payload: JSONDict = dict(turn.body)
         payload["input"] = render_responses(turn.prepared.items, turn.conv)
         ours = [t for t in gateway_tools_for(turn, self) if t.get("type") == "function"]
         if ours:
-            payload["tools"] = list(turn.body.get("tools") or []) + ours
+            payload["tools"] = [*as_list(turn.body.get("tools")), *ours]
         return payload
 
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:
-        out = []
+        out: list[JSONDict] = []
         for schema in openai_schemas:
-            fn = schema.get("function") or {}
+            fn = as_object(schema.get("function"))
             out.append(
                 {
                     "type": "function",
@@ -140,7 +142,7 @@ class ResponsesAdapter(ProviderAdapter):
                 self._items -= len(gone)
 
     # ------------------------------------------------------------------ answers
-    def read_answer(self, data: Any) -> JSONDict:
+    def read_answer(self, data: JSON) -> JSONDict:
         if isinstance(data, dict) and isinstance(data.get("output"), list):
             return data
         raise RequestError(502, "the upstream answered with an unreadable response")
@@ -148,7 +150,7 @@ class ResponsesAdapter(ProviderAdapter):
     def calls(self, answer: JSONDict) -> list[JSONDict]:
         return [item for item in _output(answer) if _is_call(item)]
 
-    def call_name(self, call: Mapping[str, Any]) -> str:
+    def call_name(self, call: Mapping[str, object]) -> str:
         if call.get("type") == "function_call":
             return str(call.get("name", ""))
         return ""  # custom and shell calls are never the gateway's
@@ -165,28 +167,26 @@ class ResponsesAdapter(ProviderAdapter):
     ) -> None:
         stored = payload.get("store") is not False
         items = [item if stored else _without_id(item) for item in _output(answer)]
-        outputs = [
+        outputs: list[JSON] = [
             {"type": "function_call_output", "call_id": c.get("call_id"), "output": r}
             for c, r in zip(mine, results)
         ]
-        payload["input"] = [*payload["input"], *items, *outputs]
+        payload["input"] = [*as_list(payload.get("input")), *items, *outputs]
 
-    def kept(self, answer: JSONDict, mine: Calls) -> Any:
-        ids = _ids(mine)
-        items = [i for i in _output(answer) if not (_is_call(i) and i.get("call_id") in ids)]
-        return {"id": answer.get("id"), "items": items}
+    def kept(self, answer: JSONDict, mine: Calls) -> JSON:
+        return {"id": answer.get("id"), "items": _kept_items(answer, mine)}
 
-    def merged(self, kept: Sequence[Any], answer: JSONDict) -> JSONDict:
+    def merged(self, kept: Sequence[JSON], answer: JSONDict) -> JSONDict:
         if not kept:
             return answer
         out = dict(answer)
-        out["id"] = kept[0]["id"] or answer.get("id")
-        out["output"] = [*(i for k in kept for i in k["items"]), *_output(answer)]
+        out["id"] = as_object(kept[0]).get("id") or answer.get("id")
+        out["output"] = [*_items_of(kept), *_output(answer)]
         return out
 
     def without_calls(self, answer: JSONDict, mine: Calls, others: bool) -> JSONDict:
         out = dict(answer)
-        out["output"] = self.kept(answer, mine)["items"]
+        out["output"] = _kept_items(answer, mine)
         return out
 
     def recorded(self, answer: JSONDict) -> Message:
@@ -196,14 +196,14 @@ class ResponsesAdapter(ProviderAdapter):
         return usage_tokens(answer, "input_tokens")
 
     def stream_round(
-        self, turn: Turn, previous: StreamRound | None, kept: Sequence[Any]
+        self, turn: Turn, previous: StreamRound | None, kept: Sequence[JSON]
     ) -> StreamRound:
-        prior = [i for k in kept for i in k["items"]]
+        prior = _items_of(kept)
         if isinstance(previous, _Round):
             return _Round(prior, previous.first_id, previous.next_seq)
         return _Round(prior, None, None)
 
-    def overflow_body(self, need: int | None, window: int | None, detail: str) -> Any:
+    def overflow_body(self, need: int | None, window: int | None, detail: str) -> JSONDict:
         message = (
             "Your input exceeds the context window of this model. Please adjust your input "
             f"and try again. (contextfold: {detail})"
@@ -218,7 +218,18 @@ class ResponsesAdapter(ProviderAdapter):
         }
 
 
-def _without_id(item: Any) -> Any:
+def _kept_items(answer: JSONDict, mine: Calls) -> list[JSON]:
+    """The answer's output items without the gateway's calls ``mine``."""
+    ids = _ids(mine)
+    return [i for i in _output(answer) if not (_is_call(i) and i.get("call_id") in ids)]
+
+
+def _items_of(kept: Sequence[JSON]) -> list[JSON]:
+    """The output items of the rounds kept (each ``{"id": ..., "items": [...]}``), in order."""
+    return [i for k in kept for i in as_list(as_object(k).get("items"))]
+
+
+def _without_id(item: JSON) -> JSON:
     if isinstance(item, dict) and "id" in item:
         return {k: v for k, v in item.items() if k != "id"}
     return item
@@ -234,7 +245,7 @@ class _Round(StreamRound):
     ``output_index`` and every ``sequence_number`` continue the first stream's, and the final
     event carries the first response's id and the whole output."""
 
-    def __init__(self, prior: list[Any], first_id: str | None, next_seq: int | None) -> None:
+    def __init__(self, prior: list[JSON], first_id: str | None, next_seq: int | None) -> None:
         self.prior = prior
         self.offset = len(prior)
         self._first_id = first_id
@@ -250,7 +261,7 @@ class _Round(StreamRound):
     def first_id(self) -> str | None:
         return self._first_id if self._first_id is not None else self.id
 
-    def add(self, event: SSEEvent, obj: Any) -> None:
+    def add(self, event: SSEEvent, obj: JSON) -> None:
         if not isinstance(obj, dict):
             return
         kind = obj.get("type", event.event)
@@ -259,20 +270,21 @@ class _Round(StreamRound):
             self.next_seq = max(self.next_seq, seq + 1)
         response = obj.get("response")
         if kind == "response.created" and isinstance(response, dict):
-            self.id = response.get("id") if isinstance(response.get("id"), str) else None
+            rid = response.get("id")
+            self.id = rid if isinstance(rid, str) else None
         elif kind in ("response.output_item.added", "response.output_item.done"):
             item = obj.get("item")
             if isinstance(item, dict):
-                self.items[int(obj.get("output_index", len(self.items)))] = dict(item)
+                self.items[as_int(obj.get("output_index", len(self.items)))] = dict(item)
         elif kind in ("response.function_call_arguments.delta", _CUSTOM_DELTA):
-            idx = int(obj.get("output_index", 0))
+            idx = as_int(obj.get("output_index", 0))
             self.args.setdefault(idx, []).append(str(obj.get("delta", "")))
         elif kind in ("response.completed", "response.incomplete") and isinstance(response, dict):
             self.final = response
         elif kind in ("response.failed", "error"):
             self.failed = True
 
-    def holds(self, obj: Any) -> bool:
+    def holds(self, obj: JSON) -> bool:
         if not isinstance(obj, dict):
             return False
         kind = obj.get("type")
@@ -280,17 +292,17 @@ class _Round(StreamRound):
             return _is_call(obj.get("item"))
         return kind in _TERMINAL
 
-    def relay(self, event: SSEEvent, obj: Any) -> bytes | None:
+    def relay(self, event: SSEEvent, obj: JSON) -> bytes | None:
         if not self.continuing or not isinstance(obj, dict):
             return event.raw
         if obj.get("type") in ("response.created", "response.in_progress"):
             return None
         return self._encode(event, self._shift(obj, lambda i: i + self.offset))
 
-    def _shift(self, obj: JSONDict, mapper: Any) -> JSONDict | None:
+    def _shift(self, obj: JSONDict, mapper: Callable[[int], int | None]) -> JSONDict | None:
         if "output_index" not in obj:
             return obj
-        new = mapper(int(obj["output_index"]))
+        new = mapper(as_int(obj["output_index"]))
         return None if new is None else {**obj, "output_index": new}
 
     def _encode(self, event: SSEEvent, obj: JSONDict | None) -> bytes | None:
@@ -299,10 +311,11 @@ class _Round(StreamRound):
         if "sequence_number" in obj:
             obj = {**obj, "sequence_number": self.next_seq}
             self.next_seq += 1
-        return encode(obj, event.event or obj.get("type"))
+        kind = event.event or obj.get("type")
+        return encode(obj, None if kind is None else str(kind))
 
-    def _assembled(self) -> list[Any]:
-        out = []
+    def _assembled(self) -> list[JSON]:
+        out: list[JSON] = []
         for idx in sorted(self.items):
             item = dict(self.items[idx])
             if item.get("type") == "function_call" and not item.get("arguments"):
@@ -314,7 +327,8 @@ class _Round(StreamRound):
 
     def answer(self) -> JSONDict:
         final = dict(self.final or {})
-        if not isinstance(final.get("output"), list) or not final["output"]:
+        output = final.get("output")
+        if not isinstance(output, list) or not output:
             final["output"] = self._assembled()
         final.setdefault("id", self.id)
         return final
@@ -336,8 +350,9 @@ class _Round(StreamRound):
             if not isinstance(obj, dict):
                 out.append(ev.raw)
                 continue
-            if obj.get("type") in _TERMINAL and isinstance(obj.get("response"), dict):
-                obj = {**obj, "response": self._final(obj["response"], drop)}
+            response = obj.get("response")
+            if obj.get("type") in _TERMINAL and isinstance(response, dict):
+                obj = {**obj, "response": self._final(response, drop)}
             data = self._encode(ev, self._shift(obj, index_map.get))
             if data:
                 out.append(data)
@@ -349,7 +364,7 @@ class _Round(StreamRound):
             items = self._assembled()
         ids = {self.items[i].get("call_id") for i in drop}
         own = [i for i in items if not (_is_call(i) and i.get("call_id") in ids)]
-        out = {**response, "output": [*self.prior, *own]}
+        out: JSONDict = {**response, "output": [*self.prior, *own]}
         if self.first_id is not None:
             out["id"] = self.first_id
         return out

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...core.messages import Message, ToolCall, check_message
 from ...errors import InvalidMessageError
-from ...jsontypes import JSON, as_list
+from ...jsontypes import JSON, JSONObject, as_list
 from ..convert import (
     Conversation,
     ViewItem,
@@ -207,7 +207,7 @@ def _convert(unit: Sequence[Any], index: int) -> list[Message]:
     raise InvalidMessageError(f"input item of type {kind!r} is not supported", index=index)
 
 
-def parse_responses(input_value: Any, instructions: Any) -> Conversation:
+def parse_responses(input_value: JSON, instructions: JSON) -> Conversation:
     """A Responses request's ``input`` (a string or a list of items) and ``instructions``."""
     if isinstance(input_value, str):
         input_value = [{"role": "user", "content": input_value}]
@@ -268,7 +268,7 @@ def _parts_out(content: Any, part: str) -> Any:
     return out
 
 
-def _call_item(call: ToolCall) -> dict[str, Any]:
+def _call_item(call: ToolCall) -> JSONObject:
     extra = dict(call.extra)
     kind = extra.get("type", "function_call")
     if kind == "custom_tool_call":
@@ -281,14 +281,16 @@ def _call_item(call: ToolCall) -> dict[str, Any]:
     return item
 
 
-def _assistant_items(msg: Message) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _assistant_items(msg: Message) -> list[JSONObject]:
+    out: list[JSONObject] = []
     text: list[Mapping[str, Any]] = []
 
     def flush() -> None:
         if text:
             rest = text[0].get("_message") or {}
-            parts = [{"type": b.get("_part") or "output_text", "text": b["text"]} for b in text]
+            parts: list[JSON] = [
+                {"type": b.get("_part") or "output_text", "text": b["text"]} for b in text
+            ]
             out.append({"type": "message", "role": "assistant", **rest, "content": parts})
             text.clear()
 
@@ -314,7 +316,7 @@ def _assistant_items(msg: Message) -> list[dict[str, Any]]:
     return out
 
 
-def to_items(msg: Message, call_types: Mapping[str, str]) -> list[dict[str, Any]]:
+def to_items(msg: Message, call_types: Mapping[str, str]) -> list[JSONObject]:
     """One neutral message as Responses input items (``call_types``: call id -> item type,
     so an output answers its call in the call's own kind)."""
     if msg.role == "assistant":
@@ -347,10 +349,10 @@ def _call_types(items: Sequence[ViewItem]) -> dict[str, str]:
     return out
 
 
-def render_responses(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
+def render_responses(items: Sequence[ViewItem], conv: Conversation) -> list[JSON]:
     """The ``input`` items of a view: the client's own items wherever a whole unit is
     unchanged, the rest rendered anew (the ``instructions`` system message stays apart)."""
-    out: list[Any] = []
+    out: list[JSON] = []
     call_types = _call_types(items)
     i = 0
     while i < len(items):
@@ -368,7 +370,7 @@ def render_responses(items: Sequence[ViewItem], conv: Conversation) -> list[Any]
     return out
 
 
-def output_message(output: Any) -> Message:
+def output_message(output: JSON) -> Message:
     """The assistant message of a response's ``output`` items, neutral."""
     if not isinstance(output, list):
         raise InvalidMessageError("the upstream response has no output list")

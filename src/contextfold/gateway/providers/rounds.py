@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 from starlette.responses import Response
 
+from ...core.messages import Message
 from ...errors import InvalidMessageError
+from ...jsontypes import JSON
 from .. import relay
 from ..pipeline import Pipeline, RequestError, Turn
 from ..upstream import response_headers
@@ -54,7 +56,7 @@ async def _answer(
     return await pipe.answer_tools(turn, [adapter.neutral_call(c) for c in mine])
 
 
-def _recorded(adapter: ProviderAdapter, turn: Turn, answer: JSONDict) -> Any:
+def _recorded(adapter: ProviderAdapter, turn: Turn, answer: JSONDict) -> Message:
     try:
         return adapter.recorded_in(turn, answer)
     except InvalidMessageError as exc:
@@ -82,7 +84,7 @@ async def _complete(
     first = resp
     answer = _read(adapter, resp)
     input_tokens = adapter.input_tokens(answer)
-    kept: list[Any] = []
+    kept: list[JSON] = []
     changed = False
     while True:
         mine, theirs = _split(adapter, turn, answer)
@@ -159,7 +161,7 @@ async def _events(
     payload: JSONDict,
     state: dict[str, Any],
 ) -> AsyncIterator[bytes]:
-    kept: list[Any] = []
+    kept: list[JSON] = []
     previous: StreamRound | None = None
     input_tokens: int | None = None
     while True:
