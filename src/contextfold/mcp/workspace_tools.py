@@ -31,6 +31,7 @@ from ..evidence.store import EvidenceStore
 from ..evidence.tools import DESCRIPTION as RECALL_DESCRIPTION
 from ..evidence.tools import PARAMETERS as RECALL_PARAMETERS
 from ..evidence.tools import recall_tool
+from ..jsontypes import JSON
 from ..recovery.memory import MemoryStore, memory_tools
 from ..recovery.offload_tool import (
     READ_OFFLOADED_DESCRIPTION,
@@ -133,7 +134,7 @@ class WorkspaceTools:
     def tools(self) -> list[Tool]:
         return [t for name in self.toolbox.names() if (t := self.toolbox.get(name)) is not None]
 
-    def call(self, name: str, arguments: str | Mapping[str, Any]) -> tuple[str, bool]:
+    def call(self, name: str, arguments: str | Mapping[str, JSON]) -> tuple[str, bool]:
         """Run one tool; returns (text, is_error). Never raises for bad input. Calls are
         serialized: the per-session search indexes are not thread-safe."""
         with self._lock:

@@ -32,7 +32,7 @@ _HELP = (
 )
 
 
-def as_plain(obj: Any) -> Any:
+def as_plain(obj: object) -> object:
     """An SDK (pydantic) object as plain JSON data, None fields left out; dicts unchanged."""
     if isinstance(obj, Mapping):
         return dict(obj)
@@ -160,7 +160,7 @@ def _from_anthropic_message(data: Mapping[str, Any]) -> Message:
     return check_message(replace(msg, metadata=meta))
 
 
-def response_message(response: Any, *, choice: int = 0) -> Message:
+def response_message(response: object, *, choice: int = 0) -> Message:
     """The assistant turn of a provider response as one neutral message (see the module doc)."""
     data = as_plain(response)
     if not isinstance(data, Mapping):
@@ -187,13 +187,13 @@ def response_message(response: Any, *, choice: int = 0) -> Message:
 # --------------------------------------------------------------------------- add() input
 
 
-def _block_types(content: Any) -> set[str]:
+def _block_types(content: object) -> set[str]:
     if not isinstance(content, list | tuple):
         return set()
     return {str(b.get("type")) for b in content if isinstance(b, Mapping)} & _ANTHROPIC_BLOCKS
 
 
-def _anthropic_in_openai(item: Mapping[str, Any], index: int) -> list[Message] | None:
+def _anthropic_in_openai(item: Mapping[str, object], index: int) -> list[Message] | None:
     """The messages an Anthropic-shaped dict stands for; None for an ordinary OpenAI dict."""
     kinds = _block_types(item.get("content"))
     if not kinds:
@@ -218,7 +218,7 @@ def _anthropic_in_openai(item: Mapping[str, Any], index: int) -> list[Message] |
 
 
 def parse_inputs(
-    items: Iterable[Mapping[str, Any] | Message], start: int, uuid_for: Callable[[int], str]
+    items: Iterable[Mapping[str, object] | Message], start: int, uuid_for: Callable[[int], str]
 ) -> list[Message]:
     """``add_many``'s input as messages at history positions ``start``, ``start + 1`` ...
 

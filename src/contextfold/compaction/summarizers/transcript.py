@@ -4,7 +4,7 @@ transcript of the conversation."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import Any
@@ -100,7 +100,7 @@ def truncate_tool_arguments(
     return out
 
 
-def _block_text(block: Mapping[str, Any]) -> str:
+def _block_text(block: Mapping[str, object]) -> str:
     text = block.get("text")
     if isinstance(text, str):
         return text
@@ -120,7 +120,7 @@ def _block_text(block: Mapping[str, Any]) -> str:
     return f"[{kind}]"
 
 
-def render_content(content: Any) -> str:
+def render_content(content: str | Iterable[object] | None) -> str:
     """Text of a message content; non-text blocks become "[image]", "[audio]" and so on."""
     if content is None:
         return ""
