@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from ..core.messages import Message, check_message
 from ..core.wire import from_anthropic, from_openai
@@ -48,7 +47,7 @@ def as_plain(obj: object) -> object:
     )
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """Drop None values recursively (SDK dicts carry many; providers reject some of them)."""
     if isinstance(value, Mapping):
         return {k: _clean(v) for k, v in value.items() if v is not None}
@@ -57,14 +56,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _meta(data: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+def _meta(data: Mapping[str, object], *keys: str) -> dict[str, object]:
     return {k: data[k] for k in keys if data.get(k) is not None}
 
 
 # --------------------------------------------------------------------------- responses
 
 
-def _from_chat_completion(data: Mapping[str, Any], choice: int) -> Message:
+def _from_chat_completion(data: Mapping[str, object], choice: int) -> Message:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise InvalidMessageError("add_response: the ChatCompletion has no choices")
@@ -76,7 +75,7 @@ def _from_chat_completion(data: Mapping[str, Any], choice: int) -> Message:
     raw = picked.get("message") if isinstance(picked, Mapping) else None
     if not isinstance(raw, Mapping):
         raise InvalidMessageError(f"add_response: choice {choice} has no message")
-    msg: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+    msg: dict[str, object] = {"role": "assistant", "content": raw.get("content")}
     if raw.get("tool_calls"):
         msg["tool_calls"] = _clean(raw["tool_calls"])
     for key in ("refusal", "function_call", "name"):
@@ -95,12 +94,12 @@ def _from_chat_completion(data: Mapping[str, Any], choice: int) -> Message:
     return from_openai(msg, metadata=meta)
 
 
-def _from_responses(data: Mapping[str, Any]) -> Message:
+def _from_responses(data: Mapping[str, object]) -> Message:
     output = data.get("output")
     if not isinstance(output, list):
         raise InvalidMessageError("add_response: the Response has no output list")
     texts: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[dict[str, object]] = []
     refusals: list[str] = []
     for item in output:
         if not isinstance(item, Mapping):
@@ -125,7 +124,7 @@ def _from_responses(data: Mapping[str, Any]) -> Message:
                     },
                 }
             )
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    msg: dict[str, object] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         msg["tool_calls"] = calls
     if refusals:
@@ -136,11 +135,11 @@ def _from_responses(data: Mapping[str, Any]) -> Message:
     return from_openai(msg, metadata=meta)
 
 
-def _plain_text_only(blocks: Sequence[Mapping[str, Any]]) -> bool:
+def _plain_text_only(blocks: Sequence[Mapping[str, object]]) -> bool:
     return all(b.get("type") == "text" and set(b) <= {"type", "text"} for b in blocks)
 
 
-def _from_anthropic_message(data: Mapping[str, Any]) -> Message:
+def _from_anthropic_message(data: Mapping[str, object]) -> Message:
     content = data.get("content")
     if not isinstance(content, list):
         raise InvalidMessageError("add_response: the Anthropic Message has no content list")
