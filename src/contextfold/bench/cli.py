@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from ..errors import ContextFoldError
 from .replay import ReplayConfig, counter, resolve_traces, run_replay
 from .report_html import write_report
+from .results import ReplayResults, StrategyTotals, Target
 from .strategies import ALL_STRATEGIES, CONTEXTFOLD, PEERS, SummarizerSpec
 
 TABLE_COLUMNS: list[tuple[str, str]] = [
@@ -147,12 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
 COST_TARGETS = {32_000: 0.60, 128_000: 0.80}
 
 
-def evaluate_targets(aggregates: Mapping[str, Any], window: int = 32_000) -> list[dict[str, Any]]:
+def evaluate_targets(
+    aggregates: Mapping[str, Mapping[str, StrategyTotals]], window: int = 32_000
+) -> list[Target]:
     """The targets every contextfold strategy is held to at ``window``: no overflow, the task
     and the newest request kept, every removed output recoverable, files written still named,
     a cache-aware cost limit and a lower cost than every peer replayed alongside."""
     per = aggregates.get(str(window), {})
-    out: list[dict[str, Any]] = []
+    out: list[Target] = []
     peers = {
         s: a.get("cost_vs_raw")
         for s, a in per.items()
@@ -164,7 +167,7 @@ def evaluate_targets(aggregates: Mapping[str, Any], window: int = 32_000) -> lis
         if not a.get("available"):
             continue
 
-        def add(text: str, met: bool, value: Any, s: str = s) -> None:
+        def add(text: str, met: bool, value: float | None, s: str = s) -> None:
             out.append(
                 {
                     "strategy": s,
@@ -176,11 +179,10 @@ def evaluate_targets(aggregates: Mapping[str, Any], window: int = 32_000) -> lis
             )
 
         add(f"0 overflows (got {a['overflows']})", a["overflows"] == 0, a["overflows"])
-        for key, label in (
-            ("retention_first_pct", "first user"),
-            ("retention_newest_pct", "newest user"),
+        for v, label in (
+            (a.get("retention_first_pct"), "first user"),
+            (a.get("retention_newest_pct"), "newest user"),
         ):
-            v = a.get(key)
             add(f"{label} message retained in 100% of views (got {v}%)", v == 100.0, v)
         rec = a.get("recoverability_pct")
         add(
@@ -218,7 +220,7 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
-def _cell(v: Any) -> str:
+def _cell(v: object) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
@@ -229,7 +231,7 @@ def _cell(v: Any) -> str:
 
 
 def table_rows(
-    per: Mapping[str, Mapping[str, Any]],
+    per: Mapping[str, StrategyTotals],
     strategies: Sequence[str],
     columns: Sequence[tuple[str, str]] = TABLE_COLUMNS,
 ) -> list[list[str]]:
@@ -244,7 +246,7 @@ def table_rows(
 
 
 def print_tables(
-    results: Mapping[str, Any],
+    results: ReplayResults,
     stream: TextIO,
     plain: bool = False,
     columns: Sequence[tuple[str, str]] = USER_COLUMNS,
@@ -406,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         progress.close()
     check = args.targets if args.targets is not None else args.traces is None
-    targets: list[dict[str, Any]] = []
+    targets: list[Target] = []
     for w in windows if check else ():
         targets += evaluate_targets(results["aggregates"], w)
     presets = [s for s in strategies if s in CONTEXTFOLD]

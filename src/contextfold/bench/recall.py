@@ -37,7 +37,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.shell import ShellReader, exit_code
 from ..engine.manager import ContextManager
@@ -46,6 +46,14 @@ from ..evidence import semantic
 from ..jsontypes import JSON, JSONObject, as_object  # noqa: F401  (JSON resolves JSONObject at runtime)
 from .metrics import MsgDict, content_text, function_of, tool_calls
 from .recall_summary import EXACT_KINDS, K, summarize
+from .results import (
+    RecallMeasure,
+    RecallQuestion,
+    RecallResults,
+    RecallRun,
+    RecallSummary,
+    VectorCost,
+)
 from .toolstyles import DEFAULT_CWD, convert_trace
 
 if TYPE_CHECKING:
@@ -92,7 +100,7 @@ def _shell_display(command: str) -> str:
     return first if len(first) <= 200 else first[:200]
 
 
-def _file_display(name: str, args: Mapping[str, Any]) -> str:
+def _file_display(name: str, args: Mapping[str, object]) -> str:
     path = str(args.get("file_path") or args.get("path") or "")
     if name == "Read":
         offset, limit = args.get("offset"), args.get("limit")
@@ -282,7 +290,7 @@ def measure(
     window: int = 32_000,
     preset: str = "progressive",
     styles: Sequence[str] = ("shell", "file"),
-) -> dict[str, Any]:
+) -> RecallMeasure:
     """Replay one trajectory and ask for every output that left the view."""
     workdir = tempfile.mkdtemp(prefix="cf-bench-recall-")
     try:
@@ -322,7 +330,7 @@ def measure(
         asked = questions(calls, outputs, list(left), styles)
         asked += natural_questions(calls, outputs, list(left), styles)
         asked += paraphrase_questions(calls, outputs, list(left), styles)
-        results: list[dict[str, Any]] = []
+        results: list[RecallQuestion] = []
         for q in asked:
             sem0 = semantic.STATS["query_seconds"]
             t0 = time.perf_counter()
@@ -359,7 +367,7 @@ def measure(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def vector_cost(store: Store, session_id: str, before: Mapping[str, float]) -> dict[str, float]:
+def vector_cost(store: Store, session_id: str, before: Mapping[str, float]) -> VectorCost:
     """What the semantic vectors of the replay cost: how many, the seconds computing them,
     and the bytes of their documents in the store (all 0 without the ``semantic`` extra)."""
     n = semantic.STATS["vectors"] - before["vectors"]
@@ -369,9 +377,9 @@ def vector_cost(store: Store, session_id: str, before: Mapping[str, float]) -> d
     return {"vectors": n, "vector_seconds": round(secs, 4), "vector_bytes": size}
 
 
-def _task(args: tuple[str, str, int, str]) -> dict[str, Any]:
+def _task(args: tuple[str, str, int, str]) -> RecallRun:
     path, style_set, window, preset = args
-    base = {"trace": Path(path).name, "set": style_set}
+    base: RecallRun = {"trace": Path(path).name, "set": style_set}
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if style_set == "shell":
@@ -392,14 +400,14 @@ def run_recall(
     style_sets: Sequence[str] = STYLE_SETS,
     jobs: int = 1,
     progress: Callable[[int, int, str], None] | None = None,
-) -> dict[str, Any]:
+) -> RecallResults:
     """Measure recall over ``traces`` (each as is, and rewritten into each file-tool style)."""
     unknown = [s for s in style_sets if s not in STYLE_SETS]
     if unknown:
         raise ContextFoldError(f"unknown tool styles {unknown}; choose from {STYLE_SETS}")
     order = sorted(traces, key=lambda p: -p.stat().st_size)
     tasks = [(str(p), s, window, preset) for p in order for s in style_sets]
-    runs: list[dict[str, Any]] = []
+    runs: list[RecallRun] = []
     t0 = time.perf_counter()
     if jobs <= 1:
         for task in tasks:
@@ -414,16 +422,14 @@ def run_recall(
                 if progress is not None:
                     progress(len(runs), len(tasks), f"recall {run['set']} {run['trace'][:48]}")
     runs.sort(key=lambda r: (r["set"], r["trace"]))
-    summary = summarize(runs)
-    summary.update(
-        {
-            "window": window,
-            "preset": preset,
-            "style_sets": list(style_sets),
-            "k": K,
-            "seconds": round(time.perf_counter() - t0, 2),
-        }
-    )
+    summary: RecallSummary = {
+        **summarize(runs),
+        "window": window,
+        "preset": preset,
+        "style_sets": list(style_sets),
+        "k": K,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
     return {"summary": summary, "runs": runs}
 
 

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import Any
+
+from .results import RecallSummary, Target
 
 TARGET_TOP1 = 0.95
 TARGET_TOP5 = 0.99
 TARGET_P50_MS = 20.0
 
 
-def recall_targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+def recall_targets(summary: RecallSummary) -> list[Target]:
     """Issue 11 targets: top-1 >= 0.95 and top-5 >= 0.99 per tool style, restore p50 <= 20 ms."""
-    out: list[dict[str, Any]] = []
+    out: list[Target] = []
     window = summary.get("window", 32_000)
     for style, got in summary.get("by_style", {}).items():
         if not got.get("questions"):
             continue
-        for key, goal in (("top1", TARGET_TOP1), ("top5", TARGET_TOP5)):
-            v = got.get(key)
+        for key, v, goal in (
+            ("top1", got.get("top1"), TARGET_TOP1),
+            ("top5", got.get("top5"), TARGET_TOP5),
+        ):
             out.append(
                 {
                     "strategy": f"recall/{style}",
@@ -31,8 +33,10 @@ def recall_targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     for kind, got in summary.get("natural", {}).items():
-        for key, goal in (("top1", TARGET_TOP1), ("top5", TARGET_TOP5)):
-            v = got.get(key)
+        for key, v, goal in (
+            ("top1", got.get("top1"), TARGET_TOP1),
+            ("top5", got.get("top5"), TARGET_TOP5),
+        ):
             out.append(
                 {
                     "strategy": f"recall/natural/{kind}",
@@ -56,7 +60,7 @@ def recall_targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def recall_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def recall_rows(summary: RecallSummary) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the recall table (per tool style, then per question kind)."""
     headers = ["tool style / question", "questions", "top-1", "top-5"]
     rows: list[list[str]] = []
@@ -77,7 +81,7 @@ def recall_rows(summary: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]
     return headers, rows
 
 
-def recall_title(summary: Mapping[str, Any]) -> str:
+def recall_title(summary: RecallSummary) -> str:
     return (
         f"recall of outputs that left the view ({summary.get('preset')} preset, window "
         f"{int(summary.get('window', 0)):,}; {summary.get('outputs_left', 0)} outputs, "
@@ -85,7 +89,7 @@ def recall_title(summary: Mapping[str, Any]) -> str:
     )
 
 
-def recall_html(summary: Mapping[str, Any]) -> str:
+def recall_html(summary: RecallSummary) -> str:
     """The recall section of the HTML report."""
     headers, rows = recall_rows(summary)
     out = [f"<h2>{html.escape(recall_title(summary))}</h2>", "<table><tr>"]

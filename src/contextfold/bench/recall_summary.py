@@ -4,11 +4,18 @@ and the first misses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ..evidence import semantic
 from .metrics import percentile
+from .results import (
+    RecallFigures,
+    RecallMiss,
+    RecallQuestion,
+    RecallRates,
+    RecallRun,
+    VectorTotals,
+)
 
 K = 5
 #: Questions that name the call (its command, tool and arguments, file, error type).
@@ -16,11 +23,11 @@ EXACT_KINDS = ("call", "path", "error", "ordinal")
 MAX_SHOWN_MISSES = 40
 
 
-def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def summarize(runs: Sequence[RecallRun]) -> RecallFigures:
     """top-1 / top-5 per tool style and per question kind, restore latency, the misses."""
     qs = [(r, q) for r in runs if "questions" in r for q in r["questions"]]
 
-    def rates(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def rates(items: Sequence[RecallQuestion]) -> RecallRates:
         n = len(items)
         top1 = sum(1 for q in items if q["rank"] == 1)
         top5 = sum(1 for q in items if q["rank"] is not None and q["rank"] <= K)
@@ -48,9 +55,7 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ms = [q["ms"] for _, q in qs]
     sem = [q.get("sem_ms", 0.0) for _, q in qs]
     bare = [q["ms"] - q.get("sem_ms", 0.0) for _, q in qs]
-    misses = [{"trace": r["trace"], "set": r["set"], **q} for r, q in qs if q["rank"] != 1][
-        :MAX_SHOWN_MISSES
-    ]
+    misses = [_miss(r, q) for r, q in qs if q["rank"] != 1][:MAX_SHOWN_MISSES]
     return {
         "by_style": by_style,
         "by_kind": {k: v for k, v in by_kind.items() if v["questions"]},
@@ -71,11 +76,15 @@ def summarize(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _miss(run: RecallRun, question: RecallQuestion) -> RecallMiss:
+    return {"trace": run["trace"], "set": run["set"], **question}
+
+
 def _zh(text: str) -> bool:
     return any("\u4e00" <= ch <= "\u9fff" for ch in text)
 
 
-def _vector_totals(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _vector_totals(runs: Sequence[RecallRun]) -> VectorTotals:
     """Index time and disk per output vector over the runs (None: no vector computed)."""
     n = sum(int(r.get("vectors", 0)) for r in runs)
     secs = sum(float(r.get("vector_seconds", 0.0)) for r in runs)

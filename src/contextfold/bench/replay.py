@@ -14,10 +14,9 @@ import json
 import multiprocessing
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import ContextFoldError
 from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
@@ -33,6 +32,7 @@ from .metrics import (
     tool_call_edits,
     view_text,
 )
+from .results import Aggregates, ReplayResults, ReplayRun, StrategyTotals
 from .strategies import (
     ALL_STRATEGIES,
     Strategy,
@@ -112,7 +112,7 @@ def replay_one(
     summarizer: SummarizerSpec | None = None,
     *,
     factory: Callable[[int], Strategy] | None = None,
-) -> dict[str, Any]:
+) -> ReplayRun:
     """Replay one trajectory with one strategy at one window; returns the run's dict.
     ``factory(window)`` builds the strategy instead of its name (e.g. a custom config)."""
     tc = counter()
@@ -123,7 +123,7 @@ def replay_one(
     view_tokens: list[int] = []
     cached: list[int] = []
     costs: list[float] = []
-    events: list[list[Any]] = []
+    events: list[list[int | str]] = []
     prepare_ms: list[float] = []
     compaction_ms: list[float] = []
     tiers: dict[str, int] = {}
@@ -258,9 +258,9 @@ def _present(text: str, contents: Sequence[str]) -> bool:
     return any(text == c for c in contents) or any(text in c for c in contents)
 
 
-def _task(args: tuple[str, str, int, SummarizerSpec]) -> dict[str, Any]:
+def _task(args: tuple[str, str, int, SummarizerSpec]) -> ReplayRun:
     path, strategy, window, summ = args
-    base = {"trace": Path(path).name, "strategy": strategy, "window": window}
+    base: ReplayRun = {"trace": Path(path).name, "strategy": strategy, "window": window}
     try:
         run = replay_one(load_trace(Path(path)), strategy, window, summ)
     except StrategyUnavailable as exc:
@@ -274,7 +274,7 @@ def _task(args: tuple[str, str, int, SummarizerSpec]) -> dict[str, Any]:
 def run_replay(
     config: ReplayConfig,
     progress: Callable[[int, int, str], None] | None = None,
-) -> dict[str, Any]:
+) -> ReplayResults:
     """Run every (trace, window, strategy) and return ``{"meta", "runs", "aggregates"}``."""
     traces = list(config.traces) or resolve_traces(None)
     # Biggest traces first so the pool is not left waiting on one long tail.
@@ -285,10 +285,10 @@ def run_replay(
         for w in config.windows
         for s in config.strategies
     ]
-    runs: list[dict[str, Any]] = []
+    runs: list[ReplayRun] = []
     done = 0
 
-    def tick(run: Mapping[str, Any]) -> None:
+    def tick(run: ReplayRun) -> None:
         nonlocal done
         done += 1
         if progress is not None:
@@ -331,15 +331,15 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def aggregate(
-    runs: Iterable[Mapping[str, Any]], windows: Sequence[int], strategies: Sequence[str]
-) -> dict[str, dict[str, Any]]:
+    runs: Iterable[ReplayRun], windows: Sequence[int], strategies: Sequence[str]
+) -> Aggregates:
     """Totals per window and strategy; ratios against ``raw``/``mask`` over the traces both
     completed."""
     runs = list(runs)
-    out: dict[str, dict[str, Any]] = {}
+    out: Aggregates = {}
     for w in windows:
-        per: dict[str, Any] = {}
-        ok_by: dict[str, dict[str, Mapping[str, Any]]] = {}
+        per: dict[str, StrategyTotals] = {}
+        ok_by: dict[str, dict[str, ReplayRun]] = {}
         for s in strategies:
             mine = [r for r in runs if r["window"] == w and r["strategy"] == s]
             ok = [r for r in mine if "calls" in r]
@@ -406,10 +406,12 @@ def aggregate(
                 common = set(ok_by[s]) & set(ok_by[ref])
                 mine_c = sum(ok_by[s][t]["cache_cost"] for t in common)
                 ref_c = sum(ok_by[ref][t]["cache_cost"] for t in common)
-                per[s][f"cost_vs_{ref}"] = _ratio(mine_c, ref_c)
-                if ref == "raw":
-                    mine_i = sum(ok_by[s][t]["cumulative_input_tokens"] for t in common)
-                    ref_i = sum(ok_by[ref][t]["cumulative_input_tokens"] for t in common)
-                    per[s]["input_vs_raw"] = _ratio(mine_i, ref_i)
+                if ref == "mask":
+                    per[s]["cost_vs_mask"] = _ratio(mine_c, ref_c)
+                    continue
+                per[s]["cost_vs_raw"] = _ratio(mine_c, ref_c)
+                mine_i = sum(ok_by[s][t]["cumulative_input_tokens"] for t in common)
+                ref_i = sum(ok_by[ref][t]["cumulative_input_tokens"] for t in common)
+                per[s]["input_vs_raw"] = _ratio(mine_i, ref_i)
         out[str(w)] = per
     return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+
+from .results import ReplayResults, ReplayRun, StrategyTotals, Target
 
 STRATEGY_COLORS = {
     "raw": "#7f7f7f",
@@ -50,7 +51,7 @@ def _color(strategy: str, k: int) -> str:
     return STRATEGY_COLORS.get(strategy, _EXTRA[k % len(_EXTRA)])
 
 
-def _fmt(v: Any, digits: int = 1) -> str:
+def _fmt(v: object, digits: int = 1) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
@@ -76,7 +77,7 @@ def _legend(strategies: Sequence[str], tiers: bool) -> str:
 
 def timeline_svg(
     series: Mapping[str, Sequence[int]],
-    events: Mapping[str, Sequence[Sequence[Any]]],
+    events: Mapping[str, Sequence[Sequence[int | str]]],
     window: int,
     strategies: Sequence[str],
     width: int = 560,
@@ -194,9 +195,7 @@ def billed_svg(
     return "".join(out)
 
 
-def per_strategy_section(
-    runs: Sequence[Mapping[str, Any]], window: int, strategies: Sequence[str]
-) -> str:
+def per_strategy_section(runs: Sequence[ReplayRun], window: int, strategies: Sequence[str]) -> str:
     """Small multiples on the longest trajectory: one timeline per strategy."""
     mine = [r for r in runs if r["window"] == window and "calls" in r]
     if not mine:
@@ -287,7 +286,7 @@ _COLUMNS: list[tuple[str, str, int]] = [
 ]
 
 
-def summary_table(per: Mapping[str, Mapping[str, Any]], strategies: Sequence[str]) -> str:
+def summary_table(per: Mapping[str, StrategyTotals], strategies: Sequence[str]) -> str:
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in _COLUMNS)
     rows = [f'<table><tr><th class="l">strategy</th>{head}<th class="l">tiers</th></tr>']
     for s in strategies:
@@ -309,10 +308,10 @@ def summary_table(per: Mapping[str, Mapping[str, Any]], strategies: Sequence[str
     return "".join(rows)
 
 
-def render(results: Mapping[str, Any], targets: Sequence[Mapping[str, Any]] = ()) -> str:
+def render(results: ReplayResults, targets: Sequence[Target] = ()) -> str:
     meta = results.get("meta", {})
     strategies: list[str] = list(meta.get("strategies", []))
-    runs: list[Mapping[str, Any]] = list(results.get("runs", []))
+    runs: list[ReplayRun] = list(results.get("runs", []))
     parts = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         "<title>contextfold replay benchmark</title>",
@@ -380,9 +379,7 @@ def render(results: Mapping[str, Any], targets: Sequence[Mapping[str, Any]] = ()
     return "\n".join(parts)
 
 
-def write_report(
-    results: Mapping[str, Any], path: Path, targets: Sequence[Mapping[str, Any]] = ()
-) -> Path:
+def write_report(results: ReplayResults, path: Path, targets: Sequence[Target] = ()) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(results, targets), encoding="utf-8")
     return path

@@ -21,49 +21,12 @@ from .common import (
     shown,
     store_spec,
 )
+from .transcript import anthropic_system, load_transcript
 
 DEMO_ATTRIBUTION = (
     "Trace: deepseek-chat on SWE-bench Lite pydicom__pydicom-1413 via mini-swe-agent "
     "(MIT; see NOTICE)."
 )
-
-
-def load_transcript(path: Path) -> tuple[str, list[dict[str, Any]], Any]:
-    """Read a transcript file: JSON list, JSONL, or an object with "messages" (and "system").
-
-    Returns (format, messages, system). Anthropic format is recognised by its content blocks
-    (tool_use / tool_result) or by a top-level "system" beside "messages".
-    """
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ContextFoldError(f"cannot read {path}: {exc}") from exc
-    system: Any = None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = []
-        for lineno, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                data.append(json.loads(line))
-            except ValueError as exc:
-                raise ContextFoldError(f"{path}:{lineno}: not JSON ({exc})") from None
-    if isinstance(data, dict):
-        system = data.get("system")
-        data = data.get("messages")
-    if not isinstance(data, list):
-        raise ContextFoldError(f"{path}: expected a list of messages or {{'messages': [...]}}")
-    fmt = "anthropic" if system is not None else "openai"
-    for m in data:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result") for b in content
-        ):
-            fmt = "anthropic"
-            break
-    return fmt, data, system
 
 
 def _make_summarizer(args: argparse.Namespace) -> Any:
@@ -159,7 +122,7 @@ def cmd_compact(args: argparse.Namespace, out: TextIO) -> int:
     if not messages:
         raise ConfigError(f"{path}: no messages to compact")
     if fmt == "anthropic":
-        messages = [to_openai(m) for m in from_anthropic(messages, system)]
+        messages = [to_openai(m) for m in from_anthropic(messages, anthropic_system(system))]
     from ..core.wire import messages_from_openai
 
     messages_from_openai(messages)  # every message checked before anything is written

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..engine.export import export_session
 from ..errors import ConfigError
@@ -44,7 +44,7 @@ def cmd_migrate(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``export`` and ``migrate`` subcommands to the CLI's subparsers."""
     p = sub.add_parser("export", help="write a session's log, records, blocks and memory files")
     p.add_argument("session", help="session id")

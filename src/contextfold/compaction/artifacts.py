@@ -10,10 +10,10 @@ files found, are kept with the compactor state, so a reopened session goes on fr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ..core.messages import Message
 from ..core.shell import files_written
+from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
 
 
 def message_writes(msg: Message) -> list[str]:
@@ -35,14 +35,14 @@ class WrittenFiles:
         self.upto = 0
         self._owner: object | None = None
 
-    def snapshot(self, owner: object) -> dict[str, Any] | None:
+    def snapshot(self, owner: object) -> JSONObject | None:
         """What was scanned (kept with the compactor state: a reopened session does not scan
         its whole history again); None when the scan belongs to another view."""
         if owner is not self._owner or not self.upto:
             return None
         return {"files": list(self.files), "upto": self.upto}
 
-    def restore(self, owner: object, data: Mapping[str, Any]) -> None:
+    def restore(self, owner: object, data: Mapping[str, object]) -> None:
         files, upto = data.get("files"), data.get("upto")
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
             return

@@ -33,7 +33,15 @@ from typing import Any, cast
 from ..extras import needs_extra
 
 try:
-    from agents import FunctionTool, Handoff, Model, ModelResponse, ModelSettings, RunContextWrapper
+    from agents import (
+        Agent,
+        FunctionTool,
+        Handoff,
+        Model,
+        ModelResponse,
+        ModelSettings,
+        RunContextWrapper,
+    )
     from agents.agent_output import AgentOutputSchemaBase
     from agents.items import TResponseInputItem, TResponseStreamEvent
     from agents.memory import SessionABC
@@ -178,8 +186,12 @@ def to_items(view: Sequence[Mapping[str, object]]) -> list[TResponseInputItem]:
     return cast(list[TResponseInputItem], out)
 
 
+#: a handoff as the model sees it (the run's context and agent types do not matter here)
+AgentHandoff = Handoff[object, Agent[object]]
+
+
 def _schemas(
-    tools: Sequence[Tool], handoffs: Sequence[Handoff[Any, Any]], instructions: str | None
+    tools: Sequence[object], handoffs: Sequence[AgentHandoff], instructions: str | None
 ) -> list[dict[str, Any]]:
     """What the request carries besides the items, for contextfold's token budget: the tool
     schemas and the instructions (sent separately by the SDK, possibly different every call,
@@ -225,9 +237,9 @@ class ContextFoldModel(Model):
         system_instructions: str | None,
         input: str | list[TResponseInputItem],
         model_settings: ModelSettings,
-        tools: list[Tool],
+        tools: Sequence[object],
         output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff[Any, Any]],
+        handoffs: list[AgentHandoff],
         tracing: ModelTracing,
         *,
         previous_response_id: str | None,
@@ -239,7 +251,7 @@ class ContextFoldModel(Model):
                 system_instructions,
                 items,
                 model_settings,
-                tools,
+                cast("list[Tool]", tools),  # the runner's list, passed on as it came
                 output_schema,
                 handoffs,
                 tracing,
@@ -268,9 +280,9 @@ class ContextFoldModel(Model):
         system_instructions: str | None,
         input: str | list[TResponseInputItem],
         model_settings: ModelSettings,
-        tools: list[Tool],
+        tools: Sequence[object],
         output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff[Any, Any]],
+        handoffs: list[AgentHandoff],
         tracing: ModelTracing,
         *,
         previous_response_id: str | None,
@@ -282,7 +294,7 @@ class ContextFoldModel(Model):
                 system_instructions,
                 items,
                 model_settings,
-                tools,
+                cast("list[Tool]", tools),  # the runner's list, passed on as it came
                 output_schema,
                 handoffs,
                 tracing,

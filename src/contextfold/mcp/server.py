@@ -17,7 +17,7 @@ import socket
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
@@ -61,7 +61,7 @@ def _require_mcp() -> None:
         raise ConfigError(needs_extra("contextfold mcp (the MCP SDK)", "mcp")) from None
 
 
-def build_server(tools: WorkspaceTools) -> Server[Any]:
+def build_server(tools: WorkspaceTools) -> Server[object]:
     """An MCP server (low-level SDK ``Server``) exposing ``tools`` with their JSON schemas."""
     _require_mcp()
     import anyio.to_thread
@@ -80,12 +80,12 @@ def build_server(tools: WorkspaceTools) -> Server[Any]:
     schemas = {t.name: dict(t.parameters) for t in tools.tools()}
 
     async def list_tools(
-        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[object], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(
-        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+        ctx: ServerRequestContext[object], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         # the handlers read files and SQLite: keep them off the event loop
         text, is_error = await anyio.to_thread.run_sync(
@@ -111,7 +111,7 @@ def build_server(tools: WorkspaceTools) -> Server[Any]:
     )
 
 
-async def serve_stdio(server: Server[Any]) -> None:
+async def serve_stdio(server: Server[object]) -> None:
     from mcp.server.stdio import stdio_server
 
     async with stdio_server() as (read_stream, write_stream):
@@ -119,7 +119,7 @@ async def serve_stdio(server: Server[Any]) -> None:
 
 
 async def serve_http(
-    server: Server[Any], *, port: int, announce: Callable[[str], None] | None = None
+    server: Server[object], *, port: int, announce: Callable[[str], None] | None = None
 ) -> None:
     """Streamable HTTP on 127.0.0.1:``port`` (0: any free port); ``announce`` gets the URL
     once the server accepts connections."""

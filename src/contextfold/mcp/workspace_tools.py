@@ -20,7 +20,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
 
 from ..compaction.offload import OffloadStore
 from ..core.paths import Workspace, check_session_id
@@ -31,6 +30,7 @@ from ..evidence.store import EvidenceStore
 from ..evidence.tools import DESCRIPTION as RECALL_DESCRIPTION
 from ..evidence.tools import PARAMETERS as RECALL_PARAMETERS
 from ..evidence.tools import recall_tool
+from ..jsontypes import JSON, JSONObject
 from ..recovery.memory import MemoryStore, memory_tools
 from ..recovery.offload_tool import (
     READ_OFFLOADED_DESCRIPTION,
@@ -46,7 +46,7 @@ from ..storage.session import SessionStore
 #: sessions whose evidence index stays in memory between calls (a long-running server)
 MAX_OPEN_SESSIONS = 16
 
-SESSION_ID_PROP: Mapping[str, Any] = {
+SESSION_ID_PROP: JSONObject = {
     "type": "string",
     "description": "The session to read (an id from session_list or session_search).",
 }
@@ -133,7 +133,7 @@ class WorkspaceTools:
     def tools(self) -> list[Tool]:
         return [t for name in self.toolbox.names() if (t := self.toolbox.get(name)) is not None]
 
-    def call(self, name: str, arguments: str | Mapping[str, Any]) -> tuple[str, bool]:
+    def call(self, name: str, arguments: str | Mapping[str, JSON]) -> tuple[str, bool]:
         """Run one tool; returns (text, is_error). Never raises for bad input. Calls are
         serialized: the per-session search indexes are not thread-safe."""
         with self._lock:
@@ -144,7 +144,7 @@ class WorkspaceTools:
             self.store.close()
 
     # ------------------------------------------------------------------ scoping
-    def _owned_session(self, args: Mapping[str, Any], tool: str) -> str:
+    def _owned_session(self, args: Mapping[str, object], tool: str) -> str:
         """The ``sessionId`` argument, checked: it exists and this agent may read it."""
         try:
             sid = check_session_id(args.get("sessionId"))  # type: ignore[arg-type]
@@ -190,7 +190,7 @@ class WorkspaceTools:
         return None
 
     def _recall(self) -> Tool:
-        def handler(args: Mapping[str, Any]) -> str:
+        def handler(args: Mapping[str, object]) -> str:
             sid = self._owned_session(args, "recall")
             store, search = self._evidence_of(sid)
             rest = {k: v for k, v in args.items() if k != "sessionId"}
@@ -209,7 +209,7 @@ class WorkspaceTools:
 
     # ------------------------------------------------------------------ read_offloaded
     def _read_offloaded(self) -> Tool:
-        def handler(args: Mapping[str, Any]) -> str:
+        def handler(args: Mapping[str, object]) -> str:
             sid = self._owned_session(args, "read_offloaded")
             rest = {k: v for k, v in args.items() if k != "sessionId"}
             session = SessionStore(self.store, sid, "workspace-tools")

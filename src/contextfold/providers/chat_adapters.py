@@ -10,13 +10,21 @@ Anything else is a :class:`~contextfold.errors.ConfigError` that says what is ac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Protocol, TypeGuard
 
 from ..errors import ConfigError
 from .llm import ChatModel, ChatResult
 
 
-def _is_langchain_chat_model(obj: Any) -> bool:
+class _Runnable(Protocol):
+    """What :class:`LangChainChatModel` calls on a LangChain chat model."""
+
+    def invoke(self, input: list[object], /) -> object: ...
+
+    async def ainvoke(self, input: list[object], /) -> object: ...
+
+
+def _is_langchain_chat_model(obj: object) -> TypeGuard[_Runnable]:
     """True for a LangChain chat model, decided without importing LangChain when it is absent."""
     modules = {cls.__module__.split(".", 1)[0] for cls in type(obj).__mro__}
     if not modules & {"langchain_core", "langchain"}:
@@ -28,7 +36,7 @@ def _is_langchain_chat_model(obj: Any) -> bool:
     return isinstance(obj, BaseChatModel)
 
 
-def _text_of(reply: Any) -> str:
+def _text_of(reply: object) -> str:
     text = getattr(reply, "text", None)
     if isinstance(text, str):  # langchain-core 1.x: a str subclass; 0.3: a method
         return str(text)
@@ -54,22 +62,22 @@ class LangChainChatModel:
     ``usage_metadata`` and the stop reason from ``response_metadata`` when the model reports them.
     """
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: object) -> None:
         if not _is_langchain_chat_model(model):
             raise ConfigError(f"LangChainChatModel: {model!r} is not a LangChain chat model")
-        self.model = model
+        self.model: _Runnable = model
 
     def __repr__(self) -> str:
         return f"LangChainChatModel({type(self.model).__name__})"
 
     @staticmethod
-    def _convert(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    def _convert(messages: Sequence[Mapping[str, object]]) -> list[object]:
         from langchain_core.messages import convert_to_messages
 
         return list(convert_to_messages([dict(m) for m in messages]))
 
     @staticmethod
-    def _result(reply: Any) -> ChatResult:
+    def _result(reply: object) -> ChatResult:
         usage = getattr(reply, "usage_metadata", None) or {}
         meta = getattr(reply, "response_metadata", None) or {}
         stop = meta.get("finish_reason") or meta.get("stop_reason")
@@ -83,20 +91,24 @@ class LangChainChatModel:
         )
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         return self._result(self.model.invoke(self._convert(messages)))
 
     async def acomplete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         return self._result(await self.model.ainvoke(self._convert(messages)))
 
 
-def as_chat_model(model: Any, owner: str) -> ChatModel:
+def _has_complete(model: object) -> TypeGuard[ChatModel]:
+    return callable(getattr(model, "complete", None))
+
+
+def as_chat_model(model: object, owner: str) -> ChatModel:
     """``model`` as a :class:`~contextfold.providers.llm.ChatModel`, or a ConfigError naming ``owner``."""
-    if callable(getattr(model, "complete", None)):
-        return model  # type: ignore[no-any-return]
+    if _has_complete(model):
+        return model
     if _is_langchain_chat_model(model):
         return LangChainChatModel(model)
     raise ConfigError(

@@ -16,11 +16,12 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..core.config import ContextConfig
 from ..core.overflow import _chain, _text, overflow_kind
 from ..core.tokens import Calibration
+from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
 
 _NUM = r"(\d[\d,_]*)"
 
@@ -171,11 +172,11 @@ class LearnedWindow:
     source: str
     kind: str = "generic"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"window": self.window, "source": self.source, "kind": self.kind}
 
     @classmethod
-    def from_dict(cls, data: Any) -> LearnedWindow | None:
+    def from_dict(cls, data: object) -> LearnedWindow | None:
         """None for a missing or malformed entry (the state file is derived data)."""
         if not isinstance(data, Mapping):
             return None

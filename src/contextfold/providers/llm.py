@@ -28,6 +28,7 @@ from ..core.messages import Message
 from ..core.wire import messages_from_openai, to_anthropic
 from ..errors import ConfigError, InvalidMessageError
 from ..extras import needs_extra
+from ..jsontypes import JSONLike
 
 #: The key sent to OpenAI-compatible local servers that do not check one.
 LOCAL_API_KEY = "not-needed"
@@ -50,7 +51,7 @@ class ChatModel(Protocol):
     """Anything that turns OpenAI-format messages into a reply."""
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult: ...
 
 
@@ -59,7 +60,7 @@ class AsyncChatModel(Protocol):
     """The optional async twin of :class:`ChatModel`."""
 
     async def acomplete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult: ...
 
 
@@ -85,12 +86,12 @@ def _check_common(owner: str, model: str, timeout: float, max_retries: int) -> N
         raise ConfigError(f"{owner}: max_retries must be an int >= 0, got {max_retries!r}")
 
 
-def _message_dicts(owner: str, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _message_dicts(owner: str, messages: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise InvalidMessageError(f"{owner}: messages must be a list of message dicts")
     if not messages:
         raise InvalidMessageError(f"{owner}: messages is empty")
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or "role" not in m:
             raise InvalidMessageError(f"{owner}: not a message dict with a role", index=i)
@@ -185,7 +186,7 @@ class OpenAIChatModel(_ClientOwner):
         temperature: float | None = 0.0,
         max_tokens: int | None = None,
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
-        extra_body: Mapping[str, Any] | None = None,
+        extra_body: Mapping[str, JSONLike] | None = None,
     ) -> None:
         _check_common("OpenAIChatModel", model, timeout, max_retries)
         self._sdk = _import_sdk("openai", "OpenAIChatModel")
@@ -224,7 +225,7 @@ class OpenAIChatModel(_ClientOwner):
         }
 
     def _request(
-        self, messages: Sequence[Mapping[str, Any]], max_tokens: int | None
+        self, messages: Sequence[Mapping[str, object]], max_tokens: int | None
     ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -259,7 +260,7 @@ class OpenAIChatModel(_ClientOwner):
         )
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         kwargs = self._request(messages, max_tokens)
         if self._client is None:
@@ -267,7 +268,7 @@ class OpenAIChatModel(_ClientOwner):
         return self._result(self._client.chat.completions.create(**kwargs))
 
     async def acomplete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         kwargs = self._request(messages, max_tokens)
         client = self._async_for_loop(lambda: self._sdk.AsyncOpenAI(**self._client_kwargs()))
@@ -333,7 +334,7 @@ class AnthropicChatModel(_ClientOwner):
         return kwargs
 
     def _request(
-        self, messages: Sequence[Mapping[str, Any]], max_tokens: int | None
+        self, messages: Sequence[Mapping[str, object]], max_tokens: int | None
     ) -> dict[str, Any]:
         dicts = _message_dicts("AnthropicChatModel", messages)
         system, converted = to_anthropic(_without_openai_call_type(messages_from_openai(dicts)))
@@ -384,7 +385,7 @@ class AnthropicChatModel(_ClientOwner):
         )
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         kwargs = self._request(messages, max_tokens)
         if self._client is None:
@@ -392,7 +393,7 @@ class AnthropicChatModel(_ClientOwner):
         return self._result(self._client.messages.create(**kwargs))
 
     async def acomplete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, object]], *, max_tokens: int | None = None
     ) -> ChatResult:
         kwargs = self._request(messages, max_tokens)
         client = self._async_for_loop(lambda: self._sdk.AsyncAnthropic(**self._client_kwargs()))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from ..core.messages import Message, check_message
 from ..core.wire import from_anthropic, from_openai
@@ -32,7 +31,7 @@ _HELP = (
 )
 
 
-def as_plain(obj: Any) -> Any:
+def as_plain(obj: object) -> object:
     """An SDK (pydantic) object as plain JSON data, None fields left out; dicts unchanged."""
     if isinstance(obj, Mapping):
         return dict(obj)
@@ -48,7 +47,7 @@ def as_plain(obj: Any) -> Any:
     )
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """Drop None values recursively (SDK dicts carry many; providers reject some of them)."""
     if isinstance(value, Mapping):
         return {k: _clean(v) for k, v in value.items() if v is not None}
@@ -57,14 +56,14 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _meta(data: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+def _meta(data: Mapping[str, object], *keys: str) -> dict[str, object]:
     return {k: data[k] for k in keys if data.get(k) is not None}
 
 
 # --------------------------------------------------------------------------- responses
 
 
-def _from_chat_completion(data: Mapping[str, Any], choice: int) -> Message:
+def _from_chat_completion(data: Mapping[str, object], choice: int) -> Message:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise InvalidMessageError("add_response: the ChatCompletion has no choices")
@@ -76,7 +75,7 @@ def _from_chat_completion(data: Mapping[str, Any], choice: int) -> Message:
     raw = picked.get("message") if isinstance(picked, Mapping) else None
     if not isinstance(raw, Mapping):
         raise InvalidMessageError(f"add_response: choice {choice} has no message")
-    msg: dict[str, Any] = {"role": "assistant", "content": raw.get("content")}
+    msg: dict[str, object] = {"role": "assistant", "content": raw.get("content")}
     if raw.get("tool_calls"):
         msg["tool_calls"] = _clean(raw["tool_calls"])
     for key in ("refusal", "function_call", "name"):
@@ -95,12 +94,12 @@ def _from_chat_completion(data: Mapping[str, Any], choice: int) -> Message:
     return from_openai(msg, metadata=meta)
 
 
-def _from_responses(data: Mapping[str, Any]) -> Message:
+def _from_responses(data: Mapping[str, object]) -> Message:
     output = data.get("output")
     if not isinstance(output, list):
         raise InvalidMessageError("add_response: the Response has no output list")
     texts: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[dict[str, object]] = []
     refusals: list[str] = []
     for item in output:
         if not isinstance(item, Mapping):
@@ -125,7 +124,7 @@ def _from_responses(data: Mapping[str, Any]) -> Message:
                     },
                 }
             )
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    msg: dict[str, object] = {"role": "assistant", "content": "".join(texts) or None}
     if calls:
         msg["tool_calls"] = calls
     if refusals:
@@ -136,11 +135,11 @@ def _from_responses(data: Mapping[str, Any]) -> Message:
     return from_openai(msg, metadata=meta)
 
 
-def _plain_text_only(blocks: Sequence[Mapping[str, Any]]) -> bool:
+def _plain_text_only(blocks: Sequence[Mapping[str, object]]) -> bool:
     return all(b.get("type") == "text" and set(b) <= {"type", "text"} for b in blocks)
 
 
-def _from_anthropic_message(data: Mapping[str, Any]) -> Message:
+def _from_anthropic_message(data: Mapping[str, object]) -> Message:
     content = data.get("content")
     if not isinstance(content, list):
         raise InvalidMessageError("add_response: the Anthropic Message has no content list")
@@ -160,7 +159,7 @@ def _from_anthropic_message(data: Mapping[str, Any]) -> Message:
     return check_message(replace(msg, metadata=meta))
 
 
-def response_message(response: Any, *, choice: int = 0) -> Message:
+def response_message(response: object, *, choice: int = 0) -> Message:
     """The assistant turn of a provider response as one neutral message (see the module doc)."""
     data = as_plain(response)
     if not isinstance(data, Mapping):
@@ -187,13 +186,13 @@ def response_message(response: Any, *, choice: int = 0) -> Message:
 # --------------------------------------------------------------------------- add() input
 
 
-def _block_types(content: Any) -> set[str]:
+def _block_types(content: object) -> set[str]:
     if not isinstance(content, list | tuple):
         return set()
     return {str(b.get("type")) for b in content if isinstance(b, Mapping)} & _ANTHROPIC_BLOCKS
 
 
-def _anthropic_in_openai(item: Mapping[str, Any], index: int) -> list[Message] | None:
+def _anthropic_in_openai(item: Mapping[str, object], index: int) -> list[Message] | None:
     """The messages an Anthropic-shaped dict stands for; None for an ordinary OpenAI dict."""
     kinds = _block_types(item.get("content"))
     if not kinds:
@@ -218,7 +217,7 @@ def _anthropic_in_openai(item: Mapping[str, Any], index: int) -> list[Message] |
 
 
 def parse_inputs(
-    items: Iterable[Mapping[str, Any] | Message], start: int, uuid_for: Callable[[int], str]
+    items: Iterable[Mapping[str, object] | Message], start: int, uuid_for: Callable[[int], str]
 ) -> list[Message]:
     """``add_many``'s input as messages at history positions ``start``, ``start + 1`` ...
 

@@ -26,7 +26,6 @@ import re
 import warnings
 from collections.abc import Generator, Sequence
 from dataclasses import replace
-from typing import Any
 
 from ...core.aio import call_model
 from ...core.anchors import build_prompt
@@ -75,7 +74,7 @@ class LLMSummarizer:
 
     def __init__(
         self,
-        model: ChatModel | Any,
+        model: ChatModel | object,
         *,
         context_window: int = 32_000,
         max_summary_tokens: int = 2_000,
@@ -223,8 +222,8 @@ class LLMSummarizer:
 
     # ------------------------------------------------------------------ calling the model
 
-    def _chat(self, prompt: str) -> list[dict[str, Any]]:
-        chat: list[dict[str, Any]] = []
+    def _chat(self, prompt: str) -> list[dict[str, object]]:
+        chat: list[dict[str, object]] = []
         if self.system_prompt:
             chat.append({"role": "system", "content": self.system_prompt})
         chat.append({"role": "user", "content": prompt})

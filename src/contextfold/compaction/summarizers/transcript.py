@@ -4,12 +4,12 @@ transcript of the conversation."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
-from typing import Any
 
 from ...core.messages import Message, ToolCall
+from ...jsontypes import JSON, JSONObject
 
 DEFAULT_TRUNCATE_TOOLS: tuple[str, ...] = ("write_file", "edit_file")
 TRUNCATION_TEXT = "... [truncated] ..."
@@ -32,14 +32,14 @@ def _matches(name: str, patterns: Collection[str]) -> bool:
     return any(fnmatchcase(name, p) for p in patterns)
 
 
-def _walk(value: Any, max_length: int, text: str) -> tuple[Any, bool]:
+def _walk(value: JSON, max_length: int, text: str) -> tuple[JSON, bool]:
     if isinstance(value, str):
         if len(value) > max_length:
             return shorten_middle(value, max_length, text), True
         return value, False
     if isinstance(value, list):
         changed = False
-        out_list: list[Any] = []
+        out_list: list[JSON] = []
         for item in value:
             new, ch = _walk(item, max_length, text)
             out_list.append(new)
@@ -47,7 +47,7 @@ def _walk(value: Any, max_length: int, text: str) -> tuple[Any, bool]:
         return out_list, changed
     if isinstance(value, dict):
         changed = False
-        out_dict: dict[str, Any] = {}
+        out_dict: JSONObject = {}
         for key, item in value.items():
             new, ch = _walk(item, max_length, text)
             out_dict[key] = new
@@ -100,7 +100,7 @@ def truncate_tool_arguments(
     return out
 
 
-def _block_text(block: Mapping[str, Any]) -> str:
+def _block_text(block: Mapping[str, object]) -> str:
     text = block.get("text")
     if isinstance(text, str):
         return text
@@ -120,7 +120,7 @@ def _block_text(block: Mapping[str, Any]) -> str:
     return f"[{kind}]"
 
 
-def render_content(content: Any) -> str:
+def render_content(content: str | Iterable[object] | None) -> str:
     """Text of a message content; non-text blocks become "[image]", "[audio]" and so on."""
     if content is None:
         return ""
