@@ -23,6 +23,7 @@ of each document is also a small document of its own (``evidence/<session>/ev/<i
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import cast
 
@@ -251,8 +252,6 @@ def search_docs(
     ``ords`` (from :meth:`Ords.place`) says which pointers get one; by default every pointer
     of the block, as if it were the session's first. ``block_seq``: the seq of the block's
     event (where a hit's whole pointer is read); ``positions``: see :func:`meta_of`."""
-    from .store import command_key  # store imports this module
-
     if ords is None:
         ords = Ords().place(block)
     docs = []
@@ -280,6 +279,14 @@ def search_docs(
             )
         )
     return docs
+
+
+def command_key(command: str | None) -> str:
+    """One index token standing for a normalized command (finds every run of it)."""
+    norm = normalize_command(command or "")
+    if not norm:
+        return ""
+    return "cmdx" + hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def block_terms(block: CompactBlock) -> list[str]:
@@ -314,6 +321,7 @@ __all__ = [
     "block_keys",
     "block_terms",
     "cmd_key",
+    "command_key",
     "command_norms",
     "doc_id",
     "doc_keys",
