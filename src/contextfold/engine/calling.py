@@ -35,8 +35,9 @@ def call(
     tools: ToolSchemas | None = None,
     format: Format = "openai",
 ) -> T:
-    """prepare -> fn(view rendered in ``format``) -> calibrate; on a context-overflow error compact hard and retry
-    once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
+    """prepare -> fn(view rendered in ``format``) -> calibrate; on a context-overflow error
+    compact hard and retry once (overflow recovery). A second overflow raises
+    ContextOverflowError with the record."""
     with agent_summarizer(ctx, fn):
         prepared = prepare()
     failure: Exception | None = None
