@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar, overload
+from typing import Literal, TypeVar, overload
 
 from ..core.aio import run_off_loop
+from ..jsontypes import JSON  # noqa: F401 (for get_type_hints of OpenAIView)
 from . import calling
 from .context import SessionContext
 from .prepare import PreparedView, ToolSchemas
@@ -84,9 +85,27 @@ class AsyncCalls:
             lock = self._alocks[loop] = asyncio.Lock()
         return lock
 
+    @overload
     async def acall(
         self,
-        fn: Callable[[Any], Awaitable[T]],
+        fn: Callable[[OpenAIView], Awaitable[T]],
+        *,
+        tools: ToolSchemas | None = None,
+        format: Literal["openai"] = "openai",
+    ) -> T: ...
+
+    @overload
+    async def acall(
+        self,
+        fn: Callable[[AnthropicView], Awaitable[T]],
+        *,
+        tools: ToolSchemas | None = None,
+        format: Literal["anthropic"],
+    ) -> T: ...
+
+    async def acall(
+        self,
+        fn: Callable[..., Awaitable[T]],
         *,
         tools: ToolSchemas | None = None,
         format: Format = "openai",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from ..compaction.summarizers.llm import LLMSummarizer
 from ..core.usage import extract_input_tokens
+from ..jsontypes import JSON
 from ..providers.llm import ChatResult
 from ..providers.responses import response_message
 from .context import SessionContext
@@ -27,15 +28,16 @@ def rendered(view: PreparedView, format: Format) -> OpenAIView | AnthropicView:
 
 def call(
     ctx: SessionContext,
-    fn: Callable[[Any], T],
+    fn: Callable[..., T],
     *,
     prepare: Callable[[], PreparedView],
     report: Callable[[object], object],
     tools: ToolSchemas | None = None,
     format: Format = "openai",
 ) -> T:
-    """prepare -> fn(view) -> calibrate; on a context-overflow error compact hard and retry
-    once (overflow recovery). A second overflow raises ContextOverflowError with the record."""
+    """prepare -> fn(view rendered in ``format``) -> calibrate; on a context-overflow error
+    compact hard and retry once (overflow recovery). A second overflow raises
+    ContextOverflowError with the record."""
     with agent_summarizer(ctx, fn):
         prepared = prepare()
     failure: Exception | None = None
@@ -58,7 +60,7 @@ def call(
 
 async def acall(
     ctx: SessionContext,
-    fn: Callable[[Any], Awaitable[T]],
+    fn: Callable[..., Awaitable[T]],
     *,
     prepare: Callable[[], Awaitable[PreparedView]],
     off_loop: OffLoop,
@@ -89,11 +91,11 @@ async def acall(
 class _AgentModel:
     """The agent's own model ``fn`` as the summarizer's chat model."""
 
-    def __init__(self, fn: Callable[[Any], object]) -> None:
+    def __init__(self, fn: Callable[[OpenAIView], object]) -> None:
         self.fn = fn
 
     def complete(
-        self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+        self, messages: Sequence[Mapping[str, JSON]], *, max_tokens: int | None = None
     ) -> ChatResult:
         reply = self.fn([dict(m) for m in messages])
         if (
@@ -106,7 +108,7 @@ class _AgentModel:
 
 
 @contextlib.contextmanager
-def agent_summarizer(ctx: SessionContext, fn: Callable[[Any], object]) -> Iterator[None]:
+def agent_summarizer(ctx: SessionContext, fn: Callable[[OpenAIView], object]) -> Iterator[None]:
     """With ``summary_model="agent"`` and no summarizer of its own, the compactions of this
     call are summarized by the agent's model ``fn`` (the extractive summary stays the
     fallback)."""

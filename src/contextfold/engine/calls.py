@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from ..core import telemetry
 from ..core.records import CompactionRecord, OffloadEntry, Tier
@@ -14,6 +14,7 @@ from ..core.tools import ToolBox
 from ..core.usage import extract_input_tokens
 from ..errors import ConfigError, ContextFoldError
 from ..evidence.model import EvidencePointer
+from ..jsontypes import JSON, JSONObject
 from ..recovery.hooks import RestoreHit
 from . import ahead
 from . import overflow as overflow_handling
@@ -142,16 +143,15 @@ class SessionCalls:
     def toolbox(self) -> ToolBox:
         return self._ctx.recovery.toolbox
 
-    def tool_schemas(
-        self, format: Literal["openai", "anthropic"] = "openai"
-    ) -> list[dict[str, Any]]:
+    def tool_schemas(self, format: Literal["openai", "anthropic"] = "openai") -> list[JSONObject]:
         return self.toolbox.schemas(format)
 
-    def handle_tool_call(self, call: Mapping[str, Any]) -> dict[str, Any]:
+    def handle_tool_call(self, call: Mapping[str, JSON]) -> JSONObject:
         """Run one of contextfold's agent tools; returns the tool message (errors included)."""
         name = call.get("name") if isinstance(call, Mapping) else None
-        if name is None and isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
-            name = call["function"].get("name")
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if name is None and isinstance(function, Mapping):
+            name = function.get("name")
         attrs = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name if isinstance(name, str) else None,
@@ -174,7 +174,7 @@ class SessionCalls:
     def add_subagent_output(
         self,
         run_id: str,
-        messages_or_text: str | Sequence[Mapping[str, Any]],
+        messages_or_text: str | Sequence[Mapping[str, JSON]],
         parent_message_uuid: str | None = None,
     ) -> list[EvidencePointer]:
         with self._ctx.units.unit():

@@ -9,10 +9,11 @@ applies the events in order (see :mod:`contextfold.engine.reopen`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from ..core.messages import Message
 from ..errors import ConfigError
+from ..jsontypes import JSON
+from ..storage.base import Event
 from . import ingest
 from .context import SessionContext
 
@@ -23,8 +24,8 @@ REWRITE = "rewrite"
 def rewrite(
     ctx: SessionContext,
     retract: Sequence[int],
-    messages: Iterable[Mapping[str, Any] | Message],
-    note: Mapping[str, Any],
+    messages: Iterable[ingest.MessageInput],
+    note: Mapping[str, JSON],
 ) -> list[Message]:
     """Retract the history messages at ``retract`` from every view and append ``messages``,
     all or nothing, in one unit of work with a ``rewrite`` event saying which and why."""
@@ -55,7 +56,7 @@ def rewrite(
         return parsed
 
 
-def stored_retracts(events: Iterable[Any]) -> dict[int, list[int]]:
+def stored_retracts(events: Iterable[Event]) -> dict[int, list[int]]:
     """The stored rewrite events as message count -> retracted positions (in order)."""
     out: dict[int, list[int]] = {}
     for event in events:

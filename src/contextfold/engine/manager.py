@@ -12,7 +12,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar, overload
 
 from ..compaction.stages import Stage
 from ..compaction.summarizers.base import Summarizer
@@ -22,6 +22,7 @@ from ..core.paths import Workspace, check_session_id
 from ..core.records import CompactionRecord
 from ..core.tokens import TokenCounter, get_counter
 from ..errors import ContextFoldError, StorageError
+from ..jsontypes import JSON  # noqa: F401 (for get_type_hints of OpenAIView)
 from ..recovery.memory_admin import MemoryCalls
 from ..storage import Store
 from . import calling, ingest, opening
@@ -33,6 +34,7 @@ from .ingest import MessageInput
 from .ingest_calls import IngestCalls
 from .parts import SessionParts
 from .prepare import PreparedView, ToolSchemas
+from .surface import AnthropicView, OpenAIView
 from .view_calls import ViewCalls
 
 T = TypeVar("T")
@@ -277,9 +279,27 @@ class ContextManager(SessionParts, MemoryCalls, SessionCalls, IngestCalls, ViewC
             return preparing.prepare_view(self._ctx, tools, self._announce)
 
     # ------------------------------------------------------------------ overflow recovery
+    @overload
     def call(
         self,
-        fn: Callable[[Any], T],
+        fn: Callable[[OpenAIView], T],
+        *,
+        tools: ToolSchemas | None = None,
+        format: Literal["openai"] = "openai",
+    ) -> T: ...
+
+    @overload
+    def call(
+        self,
+        fn: Callable[[AnthropicView], T],
+        *,
+        tools: ToolSchemas | None = None,
+        format: Literal["anthropic"],
+    ) -> T: ...
+
+    def call(
+        self,
+        fn: Callable[..., T],
         *,
         tools: ToolSchemas | None = None,
         format: Format = "openai",

@@ -28,6 +28,7 @@ from ..errors import ContextFoldError, StorageError, UnsafeIdError
 from ..evidence.keys import Ords, pointer_key
 from ..evidence.model import CompactBlock, EvidenceFormatError
 from ..evidence.store import search_docs
+from ..jsontypes import JSONObject
 from ..recovery.memory import NAMESPACE as MEMORY_NS
 from ..recovery.memory import fact_doc, fact_key, parse_topic_file
 from ..recovery.memory_extract import fact_hash
@@ -222,7 +223,7 @@ def _migrate_memory(store: Store, root: Path, owners: dict[str, str]) -> int:
                         break
                 scope = owners.get(src, "default")
                 h = fact_hash(fact)
-                value = {
+                value: JSONObject = {
                     "kind": kind,
                     "text": fact,
                     "title": title,

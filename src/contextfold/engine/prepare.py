@@ -21,6 +21,7 @@ from ..core.view import HistoryView
 from ..core.view_layout import VIEW_EVENT, layout
 from ..core.wire import to_anthropic
 from ..errors import ContextOverflowError
+from ..jsontypes import JSON  # noqa: F401 (for get_type_hints of OpenAIView)
 from ..storage import ConcurrentWriteError
 from .context import SessionContext
 from .reopen import save_state

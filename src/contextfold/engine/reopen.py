@@ -24,9 +24,11 @@ from ..compaction.progressive import CompactorState
 from ..core.anchors import Anchor, AnchorType
 from ..core.messages import Message
 from ..core.tokens import Calibration
-from ..errors import InvalidMessageError, StorageError
+from ..errors import ConfigError, InvalidMessageError, StorageError
+from ..jsontypes import JSON, JSONObject
 from ..providers.limits import LearnedWindow
 from ..recovery.sessions.log import LogEntry, entry_of
+from ..storage.base import Event
 from .client_rewrite import REWRITE, stored_retracts
 from .context import SessionContext
 from .state import load_state as load_session_state
@@ -38,14 +40,14 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 Head = tuple[str, str, str | None, tuple[str, ...], int]
 
 
-def _parse_heads(rows: Sequence[Any]) -> tuple[list[Head], list[int], dict[int, Any]] | None:
+def _parse_heads(rows: Sequence[Any]) -> tuple[list[Head], list[int], dict[int, JSON]] | None:
     """(heads, event seq of each position, calls stored in heads of the older form by
     position); None when any head is missing or not in an expected form (then every message
     is read). A head is ``[pos, uuid, role, tokens, tool_call_id, call ids]``, or an object
     with those fields and the calls' details (written before the details had their column)."""
     heads: list[Head] = []
     seqs: list[int] = []
-    calls: dict[int, Any] = {}
+    calls: dict[int, JSON] = {}
     append, add_seq, roles = heads.append, seqs.append, _ROLES
     try:
         for pos, (seq, _kind, h, _detail) in enumerate(rows):
@@ -94,13 +96,13 @@ def _check_head(session_id: str, heads: Sequence[Head], entry: LogEntry) -> None
         )
 
 
-def stored_calls_of(ctx: SessionContext, calls: dict[int, Any]) -> Callable[[], dict[int, Any]]:
+def stored_calls_of(ctx: SessionContext, calls: dict[int, JSON]) -> Callable[[], dict[int, JSON]]:
     """What each call was about, by history position, read when first needed (an ordinal
     recall question): from the heads' detail column, or the older heads that held them."""
 
     known = len(ctx.view)
 
-    def read() -> dict[int, Any]:
+    def read() -> dict[int, JSON]:
         out = dict(calls)
         rows = ctx.session.read_heads(["message"], details=True)
         for pos, row in enumerate(rows[:known]):  # later messages: derived as they come
@@ -111,7 +113,7 @@ def stored_calls_of(ctx: SessionContext, calls: dict[int, Any]) -> Callable[[], 
     return read
 
 
-def _boundary(heads: Sequence[Head], state: Mapping[str, Any] | None) -> int:
+def _boundary(heads: Sequence[Head], state: Mapping[str, JSON] | None) -> int:
     """Where the stored view's boundary is (0: none, or not a usable cut)."""
     if not state:
         return 0
@@ -145,7 +147,7 @@ def _needed(heads: Sequence[Head], boundary: int, gone: set[int]) -> set[int]:
     return {j for j in out if j < boundary and j not in gone}
 
 
-def load_lazily(ctx: SessionContext) -> list[Any] | None:
+def load_lazily(ctx: SessionContext) -> list[Event] | None:
     """Build ``ctx.view`` from the message heads; returns the offload events (for the caller
     to load), or None when the session must be read entirely."""
     session = ctx.session
@@ -233,11 +235,11 @@ def load(ctx: SessionContext) -> None:
         load_view_state(ctx)
 
 
-def load_all(ctx: SessionContext) -> list[Any]:
+def load_all(ctx: SessionContext) -> list[Event]:
     offloads = []
     entries: list[LogEntry] = []
     stored_calls = ctx.recovery.stored_calls
-    rewrites: list[Any] = []
+    rewrites: list[Event] = []
     for event in ctx.session.read(kinds=["message", "offload", REWRITE]):
         if event.kind == "offload":
             offloads.append(event)
@@ -288,35 +290,63 @@ def load_view_state(ctx: SessionContext) -> None:
             ctx.compactor.scale = ctx.calibration.apply
 
 
-def apply_state(ctx: SessionContext, data: Mapping[str, Any]) -> None:
+def apply_state(ctx: SessionContext, data: Mapping[str, JSON]) -> None:
+    """Restore the compactor's state from a ``state`` event (ValueError, TypeError or
+    KeyError when it is not in that form)."""
     st = ctx.compactor.state
     st.last_summary = str(data.get("last_summary", ""))
-    st.last_anchors = tuple(
-        Anchor(type=AnchorType(a["type"]), content=str(a["content"]))
-        for a in data.get("last_anchors", [])
-    )
+    st.last_anchors = tuple(_anchor(a) for a in _listed(data.get("last_anchors", []), "anchors"))
     st.compaction_text = str(data.get("compaction_text", ""))
-    st.boundary_uuid = data.get("boundary_uuid")
-    st.compactions = int(data.get("compactions", 0))
-    st.last_artifacts = tuple(data.get("last_artifacts", ()))
+    boundary_uuid = data.get("boundary_uuid")
+    st.boundary_uuid = boundary_uuid if isinstance(boundary_uuid, str) else None
+    st.compactions = _int(data.get("compactions", 0), "compactions")
+    st.last_artifacts = tuple(str(a) for a in _listed(data.get("last_artifacts", []), "artifacts"))
     written = data.get("written")
     if isinstance(written, Mapping):
         ctx.compactor.written.restore(ctx.view, written)
-    ctx.calibration = Calibration.from_dict(data.get("calibration", {}))
+    ctx.calibration = Calibration.from_dict(_object(data.get("calibration", {}), "calibration"))
     ctx.compactor.scale = ctx.calibration.apply
     ctx.set_window(LearnedWindow.from_dict(data.get("learned_window")))
-    reapply_offloads(ctx, data.get("offload_policies", {}))
-    boundary = int(data.get("boundary", ctx.view.prefix_len))
+    policies = _object(data.get("offload_policies", {}), "offload_policies")
+    if not all(isinstance(p, str) for p in policies.values()):
+        raise ConfigError("offload_policies must map keys to policy names")
+    reapply_offloads(ctx, {k: str(p) for k, p in policies.items()})
+    boundary = _int(data.get("boundary", ctx.view.prefix_len), "boundary")
     if st.boundary_uuid is not None and st.boundary_uuid in ctx.view.uuids:
         boundary = ctx.view.uuids[st.boundary_uuid]
     if boundary > ctx.view.prefix_len and st.compaction_text:
+        uuid = data.get("compaction_uuid")
         msg = Message(
             role="user",
             content=st.compaction_text,
-            uuid=data.get("compaction_uuid") or f"cf-compaction-{st.compactions}",
+            uuid=uuid if isinstance(uuid, str) and uuid else f"cf-compaction-{st.compactions}",
             metadata={"cf_kind": "compaction"},
         )
         ctx.view.set_boundary(min(boundary, len(ctx.view)), msg)
+
+
+def _listed(value: JSON, what: str) -> list[JSON]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _object(value: JSON, what: str) -> JSONObject:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what} must be an object, not {type(value).__name__}")
+    return value
+
+
+def _int(value: JSON, what: str) -> int:
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
+    return int(value)
+
+
+def _anchor(value: JSON) -> Anchor:
+    if not isinstance(value, dict):
+        raise TypeError(f"an anchor must be an object, not {type(value).__name__}")
+    return Anchor(type=AnchorType(value["type"]), content=str(value["content"]))
 
 
 def reapply_offloads(ctx: SessionContext, policies: Mapping[str, str]) -> None:
@@ -345,7 +375,7 @@ def reapply_deferred(ctx: SessionContext) -> None:
             ctx.compactor.reapply(idx, entry, policy)
 
 
-def state_data(ctx: SessionContext) -> dict[str, Any]:
+def state_data(ctx: SessionContext) -> JSONObject:
     st: CompactorState = ctx.compactor.state
     comp = ctx.view.compaction
     return {
@@ -358,7 +388,7 @@ def state_data(ctx: SessionContext) -> dict[str, Any]:
         "compactions": st.compactions,
         "last_artifacts": list(st.last_artifacts),
         "written": ctx.compactor.written.snapshot(ctx.view),
-        "offload_policies": changed_policies(ctx),
+        "offload_policies": dict(changed_policies(ctx)),
         "calibration": ctx.calibration.to_dict(),
         "learned_window": ctx.learned_window.to_dict() if ctx.learned_window else None,
     }

@@ -10,23 +10,24 @@ with a DeprecationWarning.
 from __future__ import annotations
 
 import warnings
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ..core.messages import Message
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for get_type_hints)
 
 
 class _AnthropicViewBase(TypedDict):
-    messages: list[dict[str, Any]]
+    messages: list[JSONObject]
 
 
 class AnthropicView(_AnthropicViewBase, total=False):
     """``prepare(format="anthropic")``: keyword arguments for ``client.messages.create``."""
 
-    system: str | list[dict[str, Any]]
+    system: str | list[JSONObject]
 
 
 #: ``prepare(format="openai")``: Chat Completions message dicts.
-OpenAIView = list[dict[str, Any]]
+OpenAIView = list[JSONObject]
 
 
 class ViewMessages(list[Message]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Literal, overload
 
 from ..errors import ConfigError
+from ..jsontypes import JSON  # noqa: F401 (for get_type_hints of OpenAIView)
 from ..providers.limits import LearnedWindow
 from .context import SessionContext
 from .prepare import PreparedView, ToolSchemas

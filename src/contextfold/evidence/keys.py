@@ -23,10 +23,12 @@ of each document is also a small document of its own (``evidence/<session>/ev/<i
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import cast
 
-from ..storage.base import JSON, MAX_KEY_BYTES, SearchDoc
+from ..jsontypes import JSON
+from ..storage.base import MAX_KEY_BYTES, SearchDoc
 from .classify import normalize_command
 from .fields import command_head, is_own_tool, path_suffixes, pattern_key
 from .model import CompactBlock, EvidencePointer
@@ -168,7 +170,7 @@ def meta_of(
     return meta
 
 
-def rank_pointer(rank: Mapping[str, Any]) -> EvidencePointer | None:
+def rank_pointer(rank: Mapping[str, JSON]) -> EvidencePointer | None:
     """The part of a pointer ranking reads, from :func:`meta_of`'s ``rank`` (None when it is
     not in that form). Its primary exception is its only anchor."""
     get = rank.get
@@ -184,20 +186,20 @@ def rank_pointer(rank: Mapping[str, Any]) -> EvidencePointer | None:
         or type(role) is not str
         or type(created) is not int
         or type(patterns) not in (list, tuple)
-        or any(type(x) is not str for x in patterns)
+        or any(type(x) is not str for x in cast("list[JSON]", patterns))
         or scope not in ("main_agent", "sub_agent")
     ):
         return None
     return EvidencePointer(
         id=pid,
-        tool_use_id=use,
-        command=command,
-        tool_name=tool,
+        tool_use_id=cast("str | None", use),
+        command=cast("str | None", command),
+        tool_name=cast("str | None", tool),
         role=role,
         created_at=created,
-        patterns=tuple(patterns),
-        lines=lines,
-        action=action,
+        patterns=tuple(cast("list[str]", patterns)),
+        lines=cast("str | None", lines),
+        action=cast("str | None", action),
         shell=get("shell") is True,
         source_scope="sub_agent" if scope == "sub_agent" else "main_agent",
         anchors=(f"exception:{primary}",) if primary else (),
@@ -250,8 +252,6 @@ def search_docs(
     ``ords`` (from :meth:`Ords.place`) says which pointers get one; by default every pointer
     of the block, as if it were the session's first. ``block_seq``: the seq of the block's
     event (where a hit's whole pointer is read); ``positions``: see :func:`meta_of`."""
-    from .store import command_key  # store imports this module
-
     if ords is None:
         ords = Ords().place(block)
     docs = []
@@ -279,6 +279,14 @@ def search_docs(
             )
         )
     return docs
+
+
+def command_key(command: str | None) -> str:
+    """One index token standing for a normalized command (finds every run of it)."""
+    norm = normalize_command(command or "")
+    if not norm:
+        return ""
+    return "cmdx" + hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def block_terms(block: CompactBlock) -> list[str]:
@@ -313,6 +321,7 @@ __all__ = [
     "block_keys",
     "block_terms",
     "cmd_key",
+    "command_key",
     "command_norms",
     "doc_id",
     "doc_keys",

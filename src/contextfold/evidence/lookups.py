@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from ..storage.base import JSON
+from ..jsontypes import JSON, as_list
+from ..storage.base import Store
 from ..storage.keys import KeyTable
 from .keys import (
     NAMESPACE,
@@ -49,9 +50,9 @@ class IndexState:
     newest: int = 0
     keyed: bool = False
 
-    def fold(self, seq: int, block: Mapping[str, Any]) -> None:
+    def fold(self, seq: int, block: Mapping[str, JSON]) -> None:
         """Count one more block (its event's data, as stored)."""
-        evidence = block.get("evidence") or []
+        evidence = as_list(block.get("evidence"))
         self.seq = max(self.seq, seq)
         self.blocks += 1
         self.pointers += len(evidence)
@@ -87,7 +88,7 @@ class IndexState:
         }
 
     @classmethod
-    def from_doc(cls, doc: Mapping[str, Any] | None) -> IndexState | None:
+    def from_doc(cls, doc: Mapping[str, JSON] | None) -> IndexState | None:
         if doc is None or doc.get("version") != STATE_VERSION:
             return None
         names = ("seq", "blocks", "pointers", "calls", "max_created", "newest")
@@ -116,13 +117,13 @@ class KeySource(Protocol):
         self, keys: Sequence[str] = (), prefixes: Sequence[str] = ()
     ) -> list[tuple[str, str]]: ...
 
-    def metas(self, doc_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]: ...
+    def metas(self, doc_ids: Sequence[str]) -> Mapping[str, Mapping[str, JSON]]: ...
 
-    def hit_meta(self, doc_id: str, meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def hit_meta(self, doc_id: str, meta: Mapping[str, JSON]) -> Mapping[str, JSON] | None:
         """The metadata to trust for a BM25 hit (None: not a document of this search)."""
         ...
 
-    def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
+    def full(self, metas: Mapping[str, Mapping[str, JSON]]) -> dict[str, EvidencePointer]:
         """The whole pointers of some documents (by their metadata), for the hits."""
         ...
 
@@ -130,7 +131,7 @@ class KeySource(Protocol):
 class StoreKeys:
     """The store's keys of one session (the normal case)."""
 
-    def __init__(self, store: Any, session_id: str) -> None:
+    def __init__(self, store: Store, session_id: str) -> None:
         self.store = store
         self.session_id = session_id
 
@@ -144,16 +145,16 @@ class StoreKeys:
         )
         return found
 
-    def metas(self, doc_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    def metas(self, doc_ids: Sequence[str]) -> Mapping[str, Mapping[str, JSON]]:
         if not doc_ids:
             return {}
-        found: dict[str, Mapping[str, Any]] = self.store.metas(NAMESPACE, doc_ids)
+        found: Mapping[str, Mapping[str, JSON]] = self.store.metas(NAMESPACE, doc_ids)
         return found
 
-    def hit_meta(self, doc_id: str, meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def hit_meta(self, doc_id: str, meta: Mapping[str, JSON]) -> Mapping[str, JSON] | None:
         return meta
 
-    def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
+    def full(self, metas: Mapping[str, Mapping[str, JSON]]) -> dict[str, EvidencePointer]:
         """Read from their documents (:func:`.keys.pointer_key`), else from the evidence
         event of their block."""
         out: dict[str, EvidencePointer] = {}
@@ -221,18 +222,18 @@ class MemoryKeys:
     ) -> list[tuple[str, str]]:
         return self.table.lookup(keys, prefixes)
 
-    def metas(self, doc_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    def metas(self, doc_ids: Sequence[str]) -> Mapping[str, Mapping[str, JSON]]:
         return {d: self._metas[d] for d in doc_ids if d in self._metas}
 
-    def hit_meta(self, doc_id: str, meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def hit_meta(self, doc_id: str, meta: Mapping[str, JSON]) -> Mapping[str, JSON] | None:
         return self._metas.get(doc_id)
 
-    def full(self, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, EvidencePointer]:
+    def full(self, metas: Mapping[str, Mapping[str, JSON]]) -> dict[str, EvidencePointer]:
         return {d: self._full[d] for d in metas if d in self._full}
 
 
 def backfill(
-    store: Any,
+    store: Store,
     session_id: str,
     blocks: Sequence[tuple[int, CompactBlock]],
     state: IndexState,
@@ -263,7 +264,7 @@ def backfill(
     return len(metas)
 
 
-def seed(ords: Ords, store: Any, session_id: str, block: CompactBlock) -> None:
+def seed(ords: Ords, store: Store, session_id: str, block: CompactBlock) -> None:
     """Tell ``ords`` which of the block's pointers and calls are stored already (a writer
     going on with a session it did not read)."""
     ids = [doc_id(session_id, p.id) for p in block.evidence if indexed(p) and p.id not in ords.seen]

@@ -13,9 +13,10 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ..errors import ContextFoldError
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for get_type_hints)
 
 #: 2 added what a tool call was about (paths, patterns, urls, action, lines, shell); records
 #: of version 1 get them derived from their command when read.
@@ -35,7 +36,7 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-def _as_str(value: Any, key: str, default: str) -> str:
+def _as_str(value: object, key: str, default: str) -> str:
     if value is None:
         return default
     if not isinstance(value, str):
@@ -43,13 +44,13 @@ def _as_str(value: Any, key: str, default: str) -> str:
     return value
 
 
-def _as_opt_str(value: Any, key: str) -> str | None:
+def _as_opt_str(value: object, key: str) -> str | None:
     if value is None:
         return None
     return _as_str(value, key, "")
 
 
-def _as_int(value: Any, key: str, default: int) -> int:
+def _as_int(value: object, key: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -57,7 +58,7 @@ def _as_int(value: Any, key: str, default: int) -> int:
     return int(value)
 
 
-def _as_float(value: Any, key: str, default: float) -> float:
+def _as_float(value: object, key: str, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -65,7 +66,7 @@ def _as_float(value: Any, key: str, default: float) -> float:
     return float(value)
 
 
-def _as_strs(value: Any, key: str) -> tuple[str, ...]:
+def _as_strs(value: object, key: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list | tuple):
@@ -73,7 +74,7 @@ def _as_strs(value: Any, key: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _mapping(data: Any, what: str) -> Mapping[str, Any]:
+def _mapping(data: object, what: str) -> Mapping[str, object]:
     if not isinstance(data, Mapping):
         raise EvidenceFormatError(f"{what} must be a JSON object, got {type(data).__name__}")
     return data
@@ -122,15 +123,15 @@ class EvidencePointer:
     def is_tool_result(self) -> bool:
         return self.role == "tool"
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {"schema_version": SCHEMA_VERSION}
         for name, key in _pointer_keys():
             value = getattr(self, name)
             out[key] = list(value) if isinstance(value, tuple) else value
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> EvidencePointer:
+    def from_dict(cls, data: object) -> EvidencePointer:
         d = _mapping(data, "evidence pointer")
         scope = _as_str(d.get("sourceScope"), "sourceScope", "main_agent")
         if scope not in SOURCE_SCOPES:
@@ -211,7 +212,7 @@ class CompactSummaryItem:
     evidence_ids: tuple[str, ...] = ()
     query_hints: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": self.kind,
@@ -222,7 +223,7 @@ class CompactSummaryItem:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> CompactSummaryItem:
+    def from_dict(cls, data: object) -> CompactSummaryItem:
         d = _mapping(data, "summary item")
         return cls(
             kind=_as_str(d.get("kind"), "kind", ""),
@@ -248,7 +249,7 @@ class CompactBlock:
     strategy: str = ""
     created_at: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "schema_version": SCHEMA_VERSION,
             "id": self.id,
@@ -264,7 +265,7 @@ class CompactBlock:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> CompactBlock:
+    def from_dict(cls, data: object) -> CompactBlock:
         d = _mapping(data, "compact block")
         items = d.get("summaryItems") or []
         evidence = d.get("evidence") or []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..jsontypes import JSON
 from .keys import rank_pointer
 from .model import EvidencePointer
 from .rank import QuerySpec
@@ -23,8 +23,8 @@ class Doc:
         self,
         ord: int,
         *,
-        meta: Mapping[str, Any] | None = None,
-        rank: Mapping[str, Any] | None = None,
+        meta: Mapping[str, JSON] | None = None,
+        rank: Mapping[str, JSON] | None = None,
         failed: bool = False,
         pointer: EvidencePointer | None = None,
     ) -> None:
@@ -64,7 +64,7 @@ class Doc:
         return command if isinstance(command, str) else ""
 
 
-def doc_of(meta: Mapping[str, Any] | None) -> Doc | None:
+def doc_of(meta: Mapping[str, JSON] | None) -> Doc | None:
     rank = meta.get("rank") if meta is not None else None
     if meta is None or not isinstance(rank, Mapping) or not isinstance(rank.get("id"), str):
         return None
@@ -74,7 +74,7 @@ def doc_of(meta: Mapping[str, Any] | None) -> Doc | None:
     return Doc(ord_, meta=meta, rank=rank, failed=fail)
 
 
-def ord_of(meta: Mapping[str, Any]) -> int:
+def ord_of(meta: Mapping[str, JSON]) -> int:
     ord_ = meta.get("ord")
     return ord_ if type(ord_) is int else -1
 

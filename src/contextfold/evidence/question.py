@@ -8,8 +8,9 @@ import heapq
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..jsontypes import JSON
 from . import semantic
 from .classify import normalize_command
 from .explain import explain
@@ -31,6 +32,8 @@ from .text import FILLER, GENERIC, STOPWORDS, snippet, tokenize
 from .understand import KIND_WORDS, command_kinds, kind_matches, kind_programs, subject_matches
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .search import EvidenceSearch
 
 #: Documents taken from BM25 alone into re-ranking.
@@ -71,7 +74,7 @@ class Question:
         clean = strip_ordinals(query)
         self.clean = " ".join(clean.split())
         #: the question's semantic vector, when it was asked of the model
-        self.qvec: Any = None
+        self.qvec: np.ndarray[tuple[int], np.dtype[np.float32]] | None = None
         self.terms = [t for t in dict.fromkeys(tokenize(clean)) if t not in STOPWORDS]
         quoted = [
             normalize_command(next(g for g in m.groups() if g)) for m in _QUOTED.finditer(query)
@@ -81,7 +84,7 @@ class Question:
         self.flat_pattern = f" {pattern_key(query)} "
         #: the first BM25 query (its words and hits)
         self.first_terms: list[str] = []
-        self.first: dict[str, tuple[float, Mapping[str, Any]]] = {}
+        self.first: dict[str, tuple[float, Mapping[str, JSON]]] = {}
         #: the first query found every document with any of its words
         self.complete = False
 
@@ -485,7 +488,7 @@ class Question:
         body = self.search.store.restore(hit.pointer).text
         return dataclasses.replace(hit, text_preview=snippet(body, self.terms))
 
-    def _meta(self, d: str) -> Mapping[str, Any] | None:
+    def _meta(self, d: str) -> Mapping[str, JSON] | None:
         doc = self.docs.get(d)
         return doc.meta if doc is not None else None
 

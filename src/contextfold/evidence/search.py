@@ -18,9 +18,9 @@ contextfold's own tool results (recall, read_offloaded, session_*, memory_*) are
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from typing import Any
 
 from ..errors import StorageError
+from ..jsontypes import JSON
 from . import semantic, store_vectors
 from .fields import CallFields
 from .keys import fits, indexed
@@ -175,13 +175,13 @@ class EvidenceSearch:
 
     def bm25(
         self, src: KeySource, terms: Iterable[str], limit: int = BM25_FETCH
-    ) -> dict[str, tuple[float, Mapping[str, Any]]]:
+    ) -> dict[str, tuple[float, Mapping[str, JSON]]]:
         """BM25 scores (and metadata) from the store's index, this session's evidence only."""
         return self.bm25_all(src, terms, limit)[0]
 
     def bm25_all(
         self, src: KeySource, terms: Iterable[str], limit: int = BM25_FETCH
-    ) -> tuple[dict[str, tuple[float, Mapping[str, object]]], bool]:
+    ) -> tuple[dict[str, tuple[float, Mapping[str, JSON]]], bool]:
         """:meth:`bm25`, and whether those are all the documents with any of ``terms`` (the
         store found fewer than ``limit``)."""
         words = list(terms)
@@ -191,7 +191,7 @@ class EvidenceSearch:
         hits = session.store.search(
             NAMESPACE, " ".join(words), session_id=session.session_id, limit=limit
         )
-        out: dict[str, tuple[float, Mapping[str, object]]] = {}
+        out: dict[str, tuple[float, Mapping[str, JSON]]] = {}
         for h in hits:
             meta = src.hit_meta(h.doc_id, h.meta)
             if meta is not None:

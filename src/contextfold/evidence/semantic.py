@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from .qdocs import Found
     from .rank import QuerySpec
 
+    #: one vector (as :meth:`.embed.Encoder.encode` gives them)
+    Vector = np.ndarray[tuple[int], np.dtype[np.float32]]
+
 log = logging.getLogger(__name__)
 
 NAMESPACE = "evidence-vectors"
@@ -130,7 +133,7 @@ class Meanings:
     _matrix: ClassVar[list[NDArray[np.float32]]] = []
 
     @classmethod
-    def kind_of(cls, q: NDArray[np.float32]) -> str | None:
+    def kind_of(cls, q: Vector) -> str | None:
         """The kind whose meaning the question vector ``q`` is nearest (None: no kind, or
         not clearly one)."""
         enc = embed.encoder()
@@ -300,7 +303,7 @@ class SessionVectors:
         self._matrix = np.concatenate(parts) if parts else None
         self._blocks = blocks
 
-    def similarities(self, q: NDArray[np.float32]) -> dict[str, float]:
+    def similarities(self, q: Vector) -> dict[str, float]:
         """Cosine of the question vector ``q`` with every output that has a vector (pointer
         id -> cos)."""
         if self._matrix is None:
@@ -318,14 +321,14 @@ def frame(text: str) -> str:
     return " ".join(_NAMES.sub("it", text).split())
 
 
-def question_vector(text: str) -> NDArray[np.float32] | None:
+def question_vector(text: str) -> Vector | None:
     """The vector of a question (None: without the extra, or not in English)."""
     enc = embed.encoder() if english(text) else None
     if enc is None:
         return None
     t0 = time.perf_counter()
     try:
-        vector: NDArray[np.float32] = enc.encode([text])[0]
+        vector: Vector = enc.encode([text])[0]
     finally:
         STATS["query_seconds"] += time.perf_counter() - t0
     return vector

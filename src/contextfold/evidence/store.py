@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..core.messages import Message
 from ..core.scaffolding import strip_scaffolding
 from ..errors import UnsafeIdError
 from ..storage.session import SessionStore
 from . import semantic, store_vectors
+from .block_fields import CompactionFields
 from .classify import (
     classify,
     extract_anchors,
     link_summary_item,
     link_summary_items,
-    normalize_command,
     summary_hints,
 )
 from .fields import CallFields, call_fields, is_own_tool, lines_text
@@ -35,6 +35,7 @@ from .keys import (
     STATE_NAMESPACE,
     Ords,
     block_terms,
+    command_key,
     fits,
     pointer_key,
     search_docs,
@@ -54,6 +55,9 @@ from .store_restore import (
     _preview,
     sha256_hex,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: Assistant messages shorter than this (stripped) carry no evidence worth indexing.
 MIN_ASSISTANT_CHARS = 40
@@ -76,14 +80,6 @@ def _anchors(text: str, call: CallFields | None) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------- the store
-
-
-def command_key(command: str | None) -> str:
-    """One index token standing for a normalized command (finds every run of it)."""
-    norm = normalize_command(command or "")
-    if not norm:
-        return ""
-    return "cmdx" + hashlib.sha256(_encode(norm)).hexdigest()[:16]
 
 
 class EvidenceStore(RestoreBodies):
@@ -299,7 +295,7 @@ class EvidenceStore(RestoreBodies):
         )
         return block
 
-    def index_compaction(self, **fields: Any) -> CompactBlock:
+    def index_compaction(self, **fields: Unpack[CompactionFields]) -> CompactBlock:
         """Index the range of messages that just left the view and append its CompactBlock
         (the arguments of :meth:`build_compaction_block`)."""
         block = self.build_compaction_block(**fields)

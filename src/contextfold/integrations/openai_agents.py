@@ -61,6 +61,7 @@ from ..core.overflow import is_context_overflow
 from ..core.wire import to_openai
 from ..engine.manager import ContextManager
 from ..errors import ContextFoldError, ContextOverflowError
+from ..jsontypes import as_object
 from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, logged_messages, openai_tool
 
 #: wire extra of a logged assistant message: the Responses items it came from
@@ -403,7 +404,7 @@ def contextfold_tools(manager: ContextManager) -> list[FunctionTool]:
     """contextfold's agent tools as Agents SDK function tools."""
     tools = []
     for schema in manager.tool_schemas():
-        fn = schema["function"]
+        fn = as_object(schema["function"])
         name = str(fn["name"])
 
         async def invoke(_ctx: RunContextWrapper[Any], args: str, _name: str = name) -> str:
@@ -417,7 +418,7 @@ def contextfold_tools(manager: ContextManager) -> list[FunctionTool]:
             FunctionTool(
                 name=name,
                 description=str(fn.get("description", "")),
-                params_json_schema=dict(fn.get("parameters") or {"type": "object"}),
+                params_json_schema=dict(as_object(fn.get("parameters")) or {"type": "object"}),
                 on_invoke_tool=invoke,
                 strict_json_schema=False,
             )

@@ -60,6 +60,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
 from ..core.overflow import is_context_overflow
 from ..engine.manager import ContextManager
 from ..errors import ContextOverflowError
+from ..jsontypes import as_object
 from ._common import REF, HistoryMirror, fingerprint, input_tokens_of, openai_tool
 
 #: the output type of the run an ``after_run`` hook sees
@@ -249,7 +250,7 @@ class ContextFoldCapability(AbstractCapability[AgentDepsT]):
             return None
         tools: list[Tool[AgentDepsT]] = []
         for schema in self.manager.tool_schemas():
-            fn = schema["function"]
+            fn = as_object(schema["function"])
             name = str(fn["name"])
 
             def run(_name: str = name, **kwargs: Any) -> str:
@@ -260,7 +261,7 @@ class ContextFoldCapability(AbstractCapability[AgentDepsT]):
                     run,
                     name=name,
                     description=str(fn.get("description", "")),
-                    json_schema=dict(fn.get("parameters") or {"type": "object"}),
+                    json_schema=dict(as_object(fn.get("parameters")) or {"type": "object"}),
                 )
             )
         return FunctionToolset(tools)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from ..core import telemetry
 from ..core.anchors import Anchor
@@ -20,15 +20,17 @@ from ..errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsE
 from ..evidence.calls import load_calls
 from ..evidence.fields import call_fields, describe
 from ..evidence.inject import build_injection
-from ..evidence.intents import detect_intent
+from ..evidence.intents import Intent, detect_intent
 from ..evidence.model import CompactBlock, EvidencePointer
 from ..evidence.rank import CallLog
 from ..evidence.search import EvidenceSearch, Hit
 from ..evidence.store import EvidenceStore
 from ..evidence.tools import recall_tool
+from ..jsontypes import JSON
 from .context import RecoveryContext
 from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
 from .memory_admin import memory_admin_tools
+from .memory_extract import ChatModelLike, FactExtractor
 from .offload_tool import read_offloaded_tool
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
@@ -53,7 +55,7 @@ class Recovery:
         self,
         ctx: RecoveryContext,
         *,
-        fact_extractor: Any = None,
+        fact_extractor: object = None,
         view_tokens: Callable[[], int],
         compactions: Callable[[], int],
     ) -> None:
@@ -70,13 +72,13 @@ class Recovery:
         self.fact_extractor = self._fact_extractor(fact_extractor)
         self._injection_key: tuple[str, int] | None = None
         self._injection: str | None = None
-        self._intent_cache: tuple[str, Any] | None = None
+        self._intent_cache: tuple[str, Intent | None] | None = None
         self._calls = CallLog()
         self._calls_seen = 0
         #: history index -> its calls' fields as stored with the message (a reopened log)
-        self.stored_calls: dict[int, Any] = {}
+        self.stored_calls: dict[int, JSON] = {}
         #: reads ``stored_calls`` the first time the call log is wanted (a lazy reopen)
-        self.read_stored_calls: Callable[[], dict[int, Any]] | None = None
+        self.read_stored_calls: Callable[[], dict[int, JSON]] | None = None
         #: positions below this without stored calls make no calls (known from the heads)
         self.calls_known = 0
         #: the block of a range summarized by the running compaction, appended when it is done
@@ -113,28 +115,26 @@ class Recovery:
         self._calls_seen = len(history)
         return self._calls
 
-    def _fact_extractor(self, choice: Any) -> Any:
+    def _fact_extractor(self, choice: object) -> FactExtractor | None:
         """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
         call to the summarizer's model per compaction); "off"; or any object with
         ``extract(messages)``."""
         model = getattr(self.ctx.summarizer, "model", None)
         has_llm = model is not None and callable(getattr(model, "complete", None))
-        if choice in (None, "auto"):
-            choice = "extractive"
         if choice == "off":
             return None
-        if choice == "extractive":
+        if choice in (None, "auto", "extractive"):
             return ExtractiveFactExtractor()
         if choice == "llm":
             if not has_llm:
                 raise ConfigError("fact_extractor='llm' needs an LLM-backed summarizer")
-            return LLMFactExtractor(cast(Any, model))
+            return LLMFactExtractor(cast(ChatModelLike, model))
         if not callable(getattr(choice, "extract", None)):
             raise ConfigError(
                 f"fact_extractor must be 'auto', 'extractive', 'llm', 'off' or "
                 f"an object with extract(messages), got {choice!r}"
             )
-        return choice
+        return cast(FactExtractor, choice)
 
     def note_problem(self, problem: str) -> None:
         self.problems.append(problem)
@@ -367,7 +367,7 @@ class Recovery:
         return [Hit(pointer=p, score=0.0, text_preview=p.preview) for p in failing]
 
     def add_subagent_output(
-        self, run_id: str, messages_or_text: Any, parent_message_uuid: str | None
+        self, run_id: str, messages_or_text: object, parent_message_uuid: str | None
     ) -> list[EvidencePointer]:
         from ..core.wire import from_openai
 
@@ -402,7 +402,7 @@ class Recovery:
             return 0
         return int(rc.injection_budget_ratio * self.ctx.window)
 
-    def _intent(self, msg: Message) -> Any:
+    def _intent(self, msg: Message) -> Intent | None:
         """detect_intent, once per newest user message (prepare() is called every turn)."""
         if self._intent_cache is None or self._intent_cache[0] != msg.uuid:
             question = question_text(msg)

@@ -22,6 +22,7 @@ from typing import Any
 from ..core.paths import safe_name
 from ..core.tools import Tool
 from ..errors import ToolArgumentsError, UnsafeIdError
+from ..jsontypes import JSON, JSONObject
 from ..storage.base import SearchDoc
 from ..storage.session import SessionStore
 from ..storage.util import utc_now
@@ -96,7 +97,7 @@ def fact_key(scope: str, h: str) -> str:
     return f"agent:{scope}/{h}"
 
 
-def fact_doc(scope: str, h: str, value: Mapping[str, Any]) -> SearchDoc:
+def fact_doc(scope: str, h: str, value: Mapping[str, JSON]) -> SearchDoc:
     return SearchDoc(
         namespace=NAMESPACE,
         doc_id=fact_key(scope, h),
@@ -165,7 +166,7 @@ class MemoryStore:
                 self._seen.add(key)
                 kind = fact.kind if fact.kind in KINDS else "conclusion"
                 title = fact.topic or TOPIC_OF_KIND[kind]
-                value = {
+                value: JSONObject = {
                     "kind": kind,
                     "text": text,
                     "title": title,
@@ -222,7 +223,7 @@ class MemoryStore:
             if self.store.get_doc(NAMESPACE, new_key) is not None:
                 raise ToolArgumentsError(f"fact {new_id!r} already says that")
             self.delete(fact_id)
-        value = {
+        value: JSONObject = {
             "kind": kind,
             "text": cleaned,
             "title": title,
@@ -327,7 +328,7 @@ class MemoryStore:
 def memory_tools(store: MemoryStore) -> list[Tool]:
     """``memory_search`` {query, limit?} and ``memory_get`` {topic?}."""
 
-    def memory_search(args: Mapping[str, Any]) -> str:
+    def memory_search(args: Mapping[str, object]) -> str:
         query = args.get("query")
         if not isinstance(query, str) or not query.strip():
             raise ToolArgumentsError("memory_search: 'query' must be a non-empty string")
@@ -342,7 +343,7 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
         lines.append('Read a whole topic with memory_get {"topic": ...}.')
         return "\n".join(lines)
 
-    def memory_get(args: Mapping[str, Any]) -> str:
+    def memory_get(args: Mapping[str, object]) -> str:
         topic = args.get("topic")
         if topic is not None and not isinstance(topic, str):
             raise ToolArgumentsError("memory_get: 'topic' must be a string")

@@ -40,7 +40,7 @@ class MemorySession(Protocol):
     def recovery(self) -> MemoryOwner: ...
 
 
-def _messages(items: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
+def _messages(items: Iterable[Mapping[str, object] | Message]) -> list[Message]:
     out: list[Message] = []
     for i, item in enumerate(items):
         if isinstance(item, Message):
@@ -63,7 +63,7 @@ def extractor_of(owner: MemoryOwner) -> FactExtractor:
 def extract_facts(
     owner: MemoryOwner,
     units: Units,
-    messages: Iterable[Mapping[str, Any] | Message],
+    messages: Iterable[Mapping[str, object] | Message],
     *,
     store: bool = True,
 ) -> list[Fact]:
@@ -101,26 +101,26 @@ def memory_admin_tools(
         with units.unit():
             return fn()
 
-    def text_arg(args: Mapping[str, Any], name: str, key: str) -> str:
+    def text_arg(args: Mapping[str, object], name: str, key: str) -> str:
         value = args.get(key)
         if not isinstance(value, str) or not value.strip():
             raise ToolArgumentsError(f"{name}: {key!r} must be a non-empty string")
         return value
 
-    def opt(args: Mapping[str, Any], name: str, key: str) -> str | None:
+    def opt(args: Mapping[str, object], name: str, key: str) -> str | None:
         value = args.get(key)
         if value is not None and not isinstance(value, str):
             raise ToolArgumentsError(f"{name}: {key!r} must be a string")
         return value or None
 
-    def memory_add(args: Mapping[str, Any]) -> str:
+    def memory_add(args: Mapping[str, object]) -> str:
         text = text_arg(args, "memory_add", "text")
         kind = opt(args, "memory_add", "kind") or "conclusion"
         topic = opt(args, "memory_add", "topic")
         fid = unit(lambda: owner.memory.add(text, kind=kind, topic=topic))
         return f"Stored fact {fid}."
 
-    def memory_edit(args: Mapping[str, Any]) -> str:
+    def memory_edit(args: Mapping[str, object]) -> str:
         fid = text_arg(args, "memory_edit", "id")
         text = text_arg(args, "memory_edit", "text")
         kind = opt(args, "memory_edit", "kind")
@@ -128,13 +128,13 @@ def memory_admin_tools(
         new = unit(lambda: owner.memory.edit(fid, text, kind=kind, topic=topic))
         return f"Fact {fid} now reads as given (id {new})."
 
-    def memory_delete(args: Mapping[str, Any]) -> str:
+    def memory_delete(args: Mapping[str, object]) -> str:
         fid = text_arg(args, "memory_delete", "id")
         with units.unit():
             owner.memory.delete(fid)
         return f"Deleted fact {fid}."
 
-    def memory_flush(args: Mapping[str, Any]) -> str:
+    def memory_flush(args: Mapping[str, object]) -> str:
         return f"{flush_memory(owner, units, history)} new fact(s) stored from this session."
 
     kinds = list(KINDS)
@@ -182,7 +182,7 @@ class MemoryCalls:
     _ctx: MemorySession
 
     def extract_facts(
-        self, messages: Iterable[Mapping[str, Any] | Message], *, store: bool = True
+        self, messages: Iterable[Mapping[str, object] | Message], *, store: bool = True
     ) -> list[Fact]:
         """The facts (requirements, configuration, file changes, conclusions, constraints) of
         ``messages`` (OpenAI dicts or Messages), stored in this agent's memory unless

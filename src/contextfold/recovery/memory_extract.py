@@ -22,6 +22,7 @@ from ..core.messages import Message
 from ..core.shell import FileOp, ShellReader, is_write_tool, parse_arguments
 from ..core.textmemo import by_text
 from ..errors import ConfigError
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for get_type_hints)
 
 log = logging.getLogger(__name__)
 
@@ -319,7 +320,7 @@ class _HasText(Protocol):
 class ChatModelLike(Protocol):
     """Structural shape of :class:`contextfold.providers.llm.ChatModel` used here."""
 
-    def complete(self, messages: list[dict[str, Any]], max_tokens: int = ...) -> _HasText: ...
+    def complete(self, messages: list[JSONObject], max_tokens: int = ...) -> _HasText: ...
 
 
 FACT_PROMPT = """Extract durable facts from the conversation below, for an agent's long-term memory.
@@ -419,7 +420,9 @@ class LLMFactExtractor:
         if not messages:
             return []
         body = _render_for_prompt(messages, self.max_input_chars)
-        request = [{"role": "user", "content": self.prompt.replace("{messages}", body)}]
+        request: list[JSONObject] = [
+            {"role": "user", "content": self.prompt.replace("{messages}", body)}
+        ]
         model = self.model
         acomplete = getattr(model, "acomplete", None)
         try:

@@ -15,13 +15,13 @@ session's owner). ``contextfold export`` writes the log as JSONL (``log.jsonl``)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ...core.messages import Message
 from ...core.wire import loads_message, to_openai
 from ...errors import ContextFoldError, StorageError
+from ...jsontypes import JSON, JSONObject, as_list, as_object
 from ...storage.base import Event, SearchDoc, SessionInfo, Store
 from ...storage.session import SessionStore
 from ...storage.util import utc_now
@@ -75,8 +75,8 @@ def make_title(text: str) -> str:
     return flat[: TITLE_CHARS - 1].rstrip() + "…"
 
 
-def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
-    data: dict[str, Any] = {
+def message_event(msg: Message, pos: int, tokens: int | None) -> JSONObject:
+    data: JSONObject = {
         "pos": pos,
         "uuid": msg.uuid,
         "message": to_openai(msg),
@@ -87,7 +87,8 @@ def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
         # what each call was about (recall ordinals count these): read on reopen, not re-parsed
         from ...evidence.calls import stored_calls
 
-        data["calls"] = stored_calls(msg.tool_calls)
+        calls: list[JSON] = list(stored_calls(msg.tool_calls))
+        data["calls"] = calls
     return data
 
 
@@ -97,22 +98,22 @@ def message_event(msg: Message, pos: int, tokens: int | None) -> dict[str, Any]:
 HEAD_KEY = "cf_fingerprint"
 
 
-def message_head(data: dict[str, Any]) -> list[Any]:
+def message_head(data: Mapping[str, JSON]) -> list[JSON]:
     """The head stored beside a message event: what reopening needs without the content,
     as a compact array ``[pos, uuid, role, tokens, tool_call_id, call ids]`` (the last two
     None when the message answers no call / makes none), plus the metadata's
     :data:`HEAD_KEY` value as a seventh item when it has one."""
-    msg = data["message"]
+    msg = as_object(data["message"])
     calls = data.get("calls")
-    head = [
+    head: list[JSON] = [
         data["pos"],
         data["uuid"],
         msg.get("role"),
         data.get("tokens"),
         msg.get("tool_call_id"),
-        [c["id"] for c in calls] if calls else None,
+        [as_object(c).get("id") for c in as_list(calls)] if calls else None,
     ]
-    key = data.get("metadata", {}).get(HEAD_KEY)
+    key = as_object(data.get("metadata")).get(HEAD_KEY)
     if isinstance(key, str):
         head.append(key)
     return head

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from ...core.messages import Message
 from ...core.paths import check_session_id
@@ -42,7 +41,7 @@ class _Scope:
     def check_quiet(self, target: str) -> bool:
         return target == self.agent_id or "*" in self.allowed or target in self.allowed
 
-    def target(self, args: Mapping[str, Any]) -> str | None:
+    def target(self, args: Mapping[str, object]) -> str | None:
         """The agent to act on: own by default; ``None`` means every allowed agent ("*")."""
         raw = args.get("agentId")
         if raw is None or raw == "":
@@ -56,7 +55,7 @@ class _Scope:
         return self.check(str(raw))
 
 
-def _session_id(args: Mapping[str, Any]) -> str:
+def _session_id(args: Mapping[str, object]) -> str:
     raw = args.get("sessionId")
     try:
         return check_session_id(raw)  # type: ignore[arg-type]
@@ -64,7 +63,7 @@ def _session_id(args: Mapping[str, Any]) -> str:
         raise ToolArgumentsError(f"session_history: {exc}") from None
 
 
-def _int_arg(args: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> int:
+def _int_arg(args: Mapping[str, object], key: str, default: int, lo: int, hi: int) -> int:
     value = args.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < lo:
         raise ToolArgumentsError(f"argument {key!r} must be an integer >= {lo}")
@@ -124,7 +123,7 @@ def render_message(
 
 
 def _session_history(
-    index: SessionIndex, scope: _Scope, args: Mapping[str, Any], max_result_chars: int
+    index: SessionIndex, scope: _Scope, args: Mapping[str, object], max_result_chars: int
 ) -> str:
     """``session_history``: a page of a session's raw messages, newest last."""
     sid = _session_id(args)
@@ -178,7 +177,7 @@ def _session_history(
     return "\n\n".join([header, *body, *more])
 
 
-def _session_search(index: SessionIndex, scope: _Scope, args: Mapping[str, Any]) -> str:
+def _session_search(index: SessionIndex, scope: _Scope, args: Mapping[str, object]) -> str:
     """``session_search``: full-text hits over the sessions the agent may read."""
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
@@ -222,7 +221,7 @@ def session_tools(
     """The three session tools for one agent."""
     scope = _Scope(agent_id, allow_agents)
 
-    def session_list(args: Mapping[str, Any]) -> str:
+    def session_list(args: Mapping[str, object]) -> str:
         target = scope.target(args)
         metas = index.list_sessions(target)
         who = "all allowed agents" if target is None else f"agent {target!r}"
@@ -236,10 +235,10 @@ def session_tools(
             )
         return "\n".join(lines)
 
-    def session_history(args: Mapping[str, Any]) -> str:
+    def session_history(args: Mapping[str, object]) -> str:
         return _session_history(index, scope, args, max_result_chars)
 
-    def session_search(args: Mapping[str, Any]) -> str:
+    def session_search(args: Mapping[str, object]) -> str:
         return _session_search(index, scope, args)
 
     agent_prop = {
