@@ -66,7 +66,7 @@ def _without(obj: Mapping[str, _V], *camel: str) -> dict[str, _V]:
     return {k: v for k, v in obj.items() if k not in names}
 
 
-def _objects(items: Sequence[object]) -> TypeGuard[list[JSONObject]]:
+def _objects(items: object) -> TypeGuard[list[JSONObject]]:
     """Whether every item is a JSON object (the list itself is passed on, not copied)."""
     return isinstance(items, list) and all(isinstance(item, Mapping) for item in items)
 
