@@ -124,7 +124,7 @@ def _block(part: Mapping[str, JSON]) -> JSONObject:
     return {"type": "gemini_part", "part": dict(part)}
 
 
-def _content(blocks: list[JSONObject]) -> Content:
+def _content(blocks: list[JSONObject]) -> str | tuple[JSONObject, ...] | None:
     if not blocks:
         return None
     if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
@@ -242,7 +242,7 @@ def _user_messages(
 # ----------------------------------------------------------------------------- requests
 
 
-def system_text(system: JSON) -> Content:
+def system_text(system: JSON) -> str | tuple[JSONObject, ...] | None:
     """``systemInstruction`` (a Content, or a bare string some clients send) as content."""
     if isinstance(system, str):
         return system

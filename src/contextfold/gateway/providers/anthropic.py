@@ -15,6 +15,7 @@ from typing import Any
 from ...core.messages import Message
 from ...core.usage import extract_input_tokens
 from ...errors import InvalidMessageError
+from ...jsontypes import as_list
 from ..convert import parse_anthropic, render_anthropic, response_message_anthropic
 from ..sse import SSEEvent, encode
 from ..streaming import AnthropicAssembler
@@ -69,7 +70,7 @@ class AnthropicAdapter(ProviderAdapter):
         payload["messages"] = render_anthropic(turn.prepared.items, turn.conv)
         ours = [t for t in gateway_tools_for(turn, self) if "input_schema" in t]
         if ours:
-            payload["tools"] = list(turn.body.get("tools") or []) + ours
+            payload["tools"] = [*as_list(turn.body.get("tools")), *ours]  # (parse: a list)
         return payload
 
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:

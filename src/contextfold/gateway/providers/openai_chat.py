@@ -11,6 +11,7 @@ from typing import Any
 
 from ...core.messages import Message
 from ...errors import InvalidMessageError
+from ...jsontypes import as_list
 from ..convert import parse_openai, render_openai, response_message_openai
 from ..sse import SSEEvent, encode
 from ..streaming import OpenAIAssembler
@@ -68,7 +69,7 @@ class ChatCompletionsAdapter(ProviderAdapter):
         payload["messages"] = render_openai(turn.prepared.items, turn.conv)
         ours = [t for t in gateway_tools_for(turn, self) if isinstance(t.get("function"), dict)]
         if ours:
-            payload["tools"] = list(turn.body.get("tools") or []) + ours
+            payload["tools"] = [*as_list(turn.body.get("tools")), *ours]  # (parse: a list)
         return payload
 
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:

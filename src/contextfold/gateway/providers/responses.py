@@ -104,7 +104,7 @@ class ResponsesAdapter(ProviderAdapter):
         payload["input"] = render_responses(turn.prepared.items, turn.conv)
         ours = [t for t in gateway_tools_for(turn, self) if t.get("type") == "function"]
         if ours:
-            payload["tools"] = list(turn.body.get("tools") or []) + ours
+            payload["tools"] = [*as_list(turn.body.get("tools")), *ours]  # (parse: a list)
         return payload
 
     def tool_schemas(self, openai_schemas: Sequence[JSONDict]) -> list[JSONDict]:
