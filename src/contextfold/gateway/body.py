@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..jsontypes import JSON
 from . import edge, fastjson
 
 _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
@@ -230,7 +231,7 @@ class BodyReader:
 
     def read(
         self, raw: bytes, depth: int, arrival: Arrival | None = None
-    ) -> tuple[Any, str | None]:
+    ) -> tuple[JSON, str | None]:
         """The parsed body and where it holds a lone surrogate (None: nowhere). Raises
         :class:`TooDeep`, ``ValueError`` (not JSON) or ``RecursionError``. ``arrival``: the
         comparer the body's chunks were fed to (its bytes compared already are not again)."""
@@ -248,7 +249,7 @@ class BodyReader:
         return self._whole(raw, depth)
 
     # ------------------------------------------------------------------ reading
-    def _whole(self, raw: bytes, depth: int) -> tuple[Any, str | None]:
+    def _whole(self, raw: bytes, depth: int) -> tuple[JSON, str | None]:
         if edge.too_deep(raw, depth):
             raise TooDeep
         scan: _Scan | None = None
@@ -277,7 +278,7 @@ class BodyReader:
 
     def _resume(
         self, raw: bytes, known: _Known, k: int, depth: int
-    ) -> tuple[Any, str | None] | None:
+    ) -> tuple[JSON, str | None] | None:
         """The body, its first ``k`` messages those of ``known`` (the same bytes)."""
         cut = known.ends[k - 1]
         rest = raw[cut:]

@@ -26,10 +26,11 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypeGuard, TypeVar
 
 from ..core.messages import Content, Message, ToolCall
 from ..errors import InvalidMessageError
+from ..jsontypes import JSON, JSONLike, JSONObject, as_list, as_object
 from .convert import (
     Conversation,
     Provider,
@@ -47,28 +48,37 @@ PAIRING_MESSAGE = (
     "function call parts of the function call turn."
 )
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+#: a field's value: JSON read from JSON, ``object`` from any other mapping (None included:
+#: a missing field reads as None)
+_V = TypeVar("_V", JSON, object)
 
 
-def field(obj: Mapping[str, Any], camel: str) -> Any:
-    """``obj[camel]``, or its snake_case spelling (``functionCall`` / ``function_call``)."""
+def field(obj: Mapping[str, _V], camel: str) -> _V:
+    """``obj[camel]``, or its snake_case spelling (``functionCall`` / ``function_call``);
+    None when neither is there."""
     if camel in obj:
         return obj[camel]
     return obj.get(_SNAKE.sub("_", camel).lower())
 
 
-def _without(obj: Mapping[str, Any], *camel: str) -> dict[str, Any]:
+def _without(obj: Mapping[str, _V], *camel: str) -> dict[str, _V]:
     names = set(camel) | {_SNAKE.sub("_", c).lower() for c in camel}
     return {k: v for k, v in obj.items() if k not in names}
 
 
-def _canonical(value: Any) -> str:
+def _objects(items: object) -> TypeGuard[list[JSONObject]]:
+    """Whether every item is a JSON object (the list itself is passed on, not copied)."""
+    return isinstance(items, list) and all(isinstance(item, Mapping) for item in items)
+
+
+def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 # ----------------------------------------------------------------------------- call ids
 
 
-def _call_base(name: str, args: Any) -> str:
+def _call_base(name: str, args: JSONLike) -> str:
     digest = hashlib.blake2b(f"{name}\0{_canonical(args)}".encode(), digest_size=6).hexdigest()
     return f"gc-{digest}"
 
@@ -91,7 +101,7 @@ class CallIds:
                     ids._seen[base] = max(ids._seen.get(base, 0), int(n) + 1)
         return ids
 
-    def next(self, name: str, args: Any) -> str:
+    def next(self, name: str, args: JSONLike) -> str:
         base = _call_base(name, args)
         n = self._seen.get(base, 0)
         self._seen[base] = n + 1
@@ -101,7 +111,7 @@ class CallIds:
 # ----------------------------------------------------------------------------- parts
 
 
-def _block(part: Mapping[str, Any]) -> dict[str, Any]:
+def _block(part: Mapping[str, JSON]) -> JSONObject:
     """A non-call, non-response part as a neutral content block (its other fields kept)."""
     text = part.get("text")
     rest = _without(part, "text")
@@ -114,7 +124,7 @@ def _block(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "gemini_part", "part": dict(part)}
 
 
-def _content(blocks: list[dict[str, Any]]) -> Content:
+def _content(blocks: list[JSONObject]) -> str | tuple[JSONObject, ...] | None:
     if not blocks:
         return None
     if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
@@ -122,27 +132,28 @@ def _content(blocks: list[dict[str, Any]]) -> Content:
     return tuple(blocks)
 
 
-def _parts(content: Any, where: str) -> list[Mapping[str, Any]]:
+def _parts(content: JSON, where: str) -> list[JSONObject]:
     if not isinstance(content, Mapping):
         raise InvalidMessageError(f"{where} must be an object with role and parts")
     parts = content.get("parts")
     if not isinstance(parts, list):
         raise InvalidMessageError(f"{where}.parts must be a list")
-    for j, part in enumerate(parts):
-        if not isinstance(part, Mapping):
-            raise InvalidMessageError(f"{where}.parts[{j}] must be an object")
+    if not _objects(parts):
+        j = next(j for j, part in enumerate(parts) if not isinstance(part, Mapping))
+        raise InvalidMessageError(f"{where}.parts[{j}] must be an object")
     return parts
 
 
-def _model_message(parts: Sequence[Mapping[str, Any]], ids: CallIds, where: str) -> Message:
-    blocks: list[dict[str, Any]] = []
+def _model_message(parts: Sequence[Mapping[str, JSON]], ids: CallIds, where: str) -> Message:
+    blocks: list[JSONObject] = []
     calls: list[ToolCall] = []
     for j, part in enumerate(parts):
         fc = field(part, "functionCall")
         if fc is None:
             blocks.append(_block(part))
             continue
-        if not isinstance(fc, Mapping) or not isinstance(fc.get("name"), str) or not fc["name"]:
+        name = fc.get("name") if isinstance(fc, Mapping) else None
+        if not isinstance(fc, Mapping) or not isinstance(name, str) or not name:
             raise InvalidMessageError(f"{where}.parts[{j}].functionCall needs a name")
         args = fc.get("args")
         args = {} if args is None else args
@@ -151,8 +162,8 @@ def _model_message(parts: Sequence[Mapping[str, Any]], ids: CallIds, where: str)
         extra = {"part": _without(part, "functionCall"), "call": _without(fc, "name", "args")}
         calls.append(
             ToolCall(
-                id=ids.next(fc["name"], args),
-                name=fc["name"],
+                id=ids.next(name, args),
+                name=name,
                 arguments=json.dumps(args, ensure_ascii=False),
                 extra=extra,
             )
@@ -160,7 +171,7 @@ def _model_message(parts: Sequence[Mapping[str, Any]], ids: CallIds, where: str)
     return Message(role="assistant", content=_content(blocks), tool_calls=tuple(calls))
 
 
-def response_text(response: Any) -> str:
+def response_text(response: object) -> str:
     """The text a model reads of a ``functionResponse.response``: its ``output`` when that is
     all it holds (Gemini CLI's shape), else the JSON."""
     if isinstance(response, Mapping) and set(response) == {"output"}:
@@ -176,10 +187,10 @@ class _Open:
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []
 
-    def take(self, name: str, wire_id: Any) -> ToolCall | None:
+    def take(self, name: str, wire_id: JSON) -> ToolCall | None:
         if wire_id is not None:
             for c in self.calls:
-                if c.extra.get("call", {}).get("id") == wire_id:
+                if as_object(c.extra.get("call")).get("id") == wire_id:
                     self.calls.remove(c)
                     return c
         for c in self.calls:
@@ -190,10 +201,10 @@ class _Open:
 
 
 def _user_messages(
-    parts: Sequence[Mapping[str, Any]], open_calls: _Open, where: str
+    parts: Sequence[Mapping[str, JSON]], open_calls: _Open, where: str
 ) -> list[Message]:
     tools: list[Message] = []
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     for j, part in enumerate(parts):
         fr = field(part, "functionResponse")
         if fr is None:
@@ -231,7 +242,7 @@ def _user_messages(
 # ----------------------------------------------------------------------------- requests
 
 
-def system_text(system: Any) -> Content:
+def system_text(system: JSON) -> str | tuple[JSONObject, ...] | None:
     """``systemInstruction`` (a Content, or a bare string some clients send) as content."""
     if isinstance(system, str):
         return system
@@ -240,13 +251,13 @@ def system_text(system: Any) -> Content:
 
 
 def _parse_content(
-    content: Any, k: int, ids: CallIds, open_calls: _Open
+    content: JSON, k: int, ids: CallIds, open_calls: _Open
 ) -> tuple[tuple[Message, ...], tuple[str, ...]]:
     """One content's neutral messages and their fingerprints (``ids`` and ``open_calls``
     carry the conversation's state on)."""
     where = f"contents[{k}]"
-    content_parts = _parts(content, where)
-    role = content.get("role") or "user"
+    content_parts = _parts(content, where)  # (an object: else it raised)
+    role = (content.get("role") if isinstance(content, Mapping) else None) or "user"
     if role == "model":
         if open_calls.calls:
             raise InvalidMessageError(f"{where}: {PAIRING_MESSAGE}")
@@ -263,7 +274,7 @@ def _parse_content(
     return tuple(msgs), tuple(fingerprint(m) for m in msgs)
 
 
-def parse_gemini(contents: Any, system: Any) -> Conversation:
+def parse_gemini(contents: JSON, system: JSON) -> Conversation:
     """The request's conversation (repair it with :func:`drop_repeated_responses` first).
     Raises InvalidMessageError.
 
@@ -293,13 +304,13 @@ def parse_gemini(contents: Any, system: Any) -> Conversation:
     return _finish(PROVIDER, key, contents, (neutral, fps, owner, starts))
 
 
-def response_message(content: Any, conv: Conversation) -> Message:
+def response_message(content: JSON, conv: Conversation) -> Message:
     """The model's answer (a candidate's ``content``) as a neutral assistant message, its
     call ids following the conversation's."""
     if not isinstance(content, Mapping):
         raise InvalidMessageError("the upstream answer has no candidate content")
     parts = content.get("parts") or []
-    if not isinstance(parts, list) or not all(isinstance(p, Mapping) for p in parts):
+    if not isinstance(parts, list) or not _objects(parts):
         raise InvalidMessageError("the upstream answer's parts are not a list of objects")
     return _model_message(parts, CallIds.after(conv.neutral), "candidates[0].content")
 
@@ -307,22 +318,22 @@ def response_message(content: Any, conv: Conversation) -> Message:
 # ----------------------------------------------------------------------------- rendering
 
 
-def _wire_part(block: Mapping[str, Any]) -> dict[str, Any]:
+def _wire_part(block: Mapping[str, object]) -> JSONObject:
     kind = block.get("type")
-    rest = block.get("part")
-    rest = dict(rest) if isinstance(rest, Mapping) else {}
+    part = block.get("part")
+    rest: JSONObject = dict(part) if isinstance(part, Mapping) else {}
+    text = block.get("text")
     if kind == "thinking":
         return {"text": str(block.get("thinking", "")), **rest, "thought": True}
     if kind == "gemini_part":
         return rest
-    if kind in (None, "text") and isinstance(block.get("text"), str):
-        return {"text": block["text"], **rest}
+    if kind in (None, "text") and isinstance(text, str):
+        return {"text": text, **rest}
     # a block compaction or another provider made: its text, else its JSON
-    text = block.get("text")
     return {"text": text if isinstance(text, str) else json.dumps(block, ensure_ascii=False)}
 
 
-def _wire_parts(content: Content) -> list[dict[str, Any]]:
+def _wire_parts(content: Content) -> list[JSONObject]:
     if content is None:
         return []
     if isinstance(content, str):
@@ -330,47 +341,51 @@ def _wire_parts(content: Content) -> list[dict[str, Any]]:
     return [_wire_part(b) for b in content]
 
 
-def _call_part(call: ToolCall) -> dict[str, Any]:
+def _call_part(call: ToolCall) -> JSONObject:
     extra = call.extra
-    wire_call = dict(extra.get("call") or {})
+    wire_call: JSONObject = dict(extra.get("call") or {})
+    args: JSON
     try:
         args = call.parsed_arguments()
     except ValueError:
         args = {"raw": call.arguments}
-    fc = {"name": call.name, "args": args, **wire_call}
-    return {"functionCall": fc, **dict(extra.get("part") or {})}
+    fc: JSONObject = {"name": call.name, "args": args, **wire_call}
+    part: JSONObject = dict(extra.get("part") or {})
+    return {"functionCall": fc, **part}
 
 
-def _response_part(msg: Message) -> dict[str, Any]:
+def _response_part(msg: Message) -> JSONObject:
     extra = msg.extra
-    fr = dict(extra.get("response") or {})
+    fr: JSONObject = dict(extra.get("response") or {})
     original = fr.get("response")
     text = msg.text
     if original is None or response_text(original) != text:
         fr["response"] = {"output": text}
-    return {"functionResponse": {"name": msg.name or "", **fr}, **dict(extra.get("part") or {})}
+    part: JSONObject = dict(extra.get("part") or {})
+    return {"functionResponse": {"name": msg.name or "", **fr}, **part}
 
 
-def to_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def to_contents(messages: Sequence[Message]) -> list[JSONObject]:
     """Neutral messages as Gemini contents (system messages become user text: Gemini has no
     system turn inside ``contents``)."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     for msg in messages:
         if msg.role == "assistant":
-            parts = _wire_parts(msg.content) + [_call_part(c) for c in msg.tool_calls]
+            parts: list[JSON] = [*_wire_parts(msg.content), *map(_call_part, msg.tool_calls)]
             out.append({"role": "model", "parts": parts or [{"text": ""}]})
         elif msg.role == "tool":
             out.append({"role": "user", "parts": [_response_part(msg)]})
         else:
-            out.append({"role": "user", "parts": _wire_parts(msg.content) or [{"text": ""}]})
+            parts = [*_wire_parts(msg.content)]
+            out.append({"role": "user", "parts": parts or [{"text": ""}]})
     return out
 
 
-def render_gemini(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
+def render_gemini(items: Sequence[ViewItem], conv: Conversation) -> list[JSON]:
     """Gemini contents for the view: the client's own content objects wherever a whole turn
     is unchanged, the rest rendered anew; neighbours of one role that the gateway made are
     merged into one turn (``systemInstruction`` is the client's, passed on apart)."""
-    pieces: list[tuple[Any, bool]] = []
+    pieces: list[tuple[JSONObject, bool]] = []
     pending: list[Message] = []
 
     def flush() -> None:
@@ -393,7 +408,7 @@ def render_gemini(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
             got = [it.index for it in items[i : i + len(want)]]
             if got == want:
                 flush()
-                pieces.append((conv.raw[k], True))
+                pieces.append((as_object(conv.raw[k]), True))  # (parsed: an object)
                 i += len(want)
                 continue
         pending.append(item.message)
@@ -402,18 +417,19 @@ def render_gemini(items: Sequence[ViewItem], conv: Conversation) -> list[Any]:
     return _merge(pieces)
 
 
-def _merge(pieces: list[tuple[Any, bool]]) -> list[Any]:
-    out: list[Any] = []
-    own: list[bool] = []
+def _merge(pieces: list[tuple[JSONObject, bool]]) -> list[JSON]:
+    out: list[JSON] = []
+    prev: JSONObject | None = None  # out[-1]
+    own = False  # whether out[-1] is the client's own
     for content, is_own in pieces:
-        same_role = out and out[-1].get("role", "user") == content.get("role", "user")
-        if same_role and not (own[-1] and is_own):  # made so by the gateway: one turn
-            prev = out[-1]
-            out[-1] = {**prev, "parts": list(prev.get("parts") or []) + list(content["parts"])}
-            own[-1] = False
+        same_role = prev is not None and prev.get("role", "user") == content.get("role", "user")
+        if prev is not None and same_role and not (own and is_own):  # the gateway's: one turn
+            parts = [*as_list(prev.get("parts")), *as_list(content.get("parts"))]
+            prev = out[-1] = {**prev, "parts": parts}
+            own = False
             continue
         out.append(content)
-        own.append(is_own)
+        prev, own = content, is_own
     return out
 
 

@@ -4,19 +4,20 @@ tool result twice (:func:`drop_repeated_responses`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
+from ..jsontypes import JSON
 from .gemini import _canonical, field
 
 
-def _count(content: Any, kind: str) -> int:
+def _count(content: JSON, kind: str) -> int:
     parts = content.get("parts") if isinstance(content, Mapping) else None
     if not isinstance(parts, list):
         return 0
     return sum(1 for p in parts if isinstance(p, Mapping) and field(p, kind) is not None)
 
 
-def _may_repeat(contents: list[Any]) -> bool:
+def _may_repeat(contents: list[JSON]) -> bool:
     """Whether some model turn is followed by more responses than it has calls (cheap: no
     response is serialized)."""
     calls = answers = 0
@@ -34,10 +35,20 @@ def _may_repeat(contents: list[Any]) -> bool:
 MASKED = "<tool_output_masked>"
 
 
-def _masked(fr: Mapping[str, Any]) -> bool:
+def _masked(fr: Mapping[str, JSON]) -> bool:
     response = field(fr, "response")
     output = response.get("output") if isinstance(response, Mapping) else None
     return isinstance(output, str) and output.startswith(MASKED)
+
+
+@dataclass(slots=True)
+class _First:
+    """The first response kept of a call: the kept parts it is in, its index there, and
+    whether it is masked."""
+
+    kept: list[JSON]
+    index: int
+    masked: bool
 
 
 class _Turn:
@@ -45,10 +56,10 @@ class _Turn:
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
-        #: (call id, name) -> [the kept parts it is in, its index there, masked]
-        self.by_call: dict[tuple[str, str], list[Any]] = {}
+        #: (call id, name) -> its first response kept
+        self.by_call: dict[tuple[str, str], _First] = {}
 
-    def keep(self, part: Any, kept: list[Any]) -> bool:
+    def keep(self, part: JSON, kept: list[JSON]) -> bool:
         """Add ``part`` to ``kept`` unless it repeats a response kept before; False: dropped."""
         fr = field(part, "functionResponse") if isinstance(part, Mapping) else None
         if not isinstance(fr, Mapping):
@@ -61,19 +72,19 @@ class _Turn:
         call = (str(field(fr, "id") or ""), str(field(fr, "name") or ""))
         first = self.by_call.get(call) if call[0] else None
         masked = _masked(fr)
-        if first is not None and (masked or first[2]):
+        if first is not None and (masked or first.masked):
             # the same result, masked by Gemini CLI under another file name: the unmasked
             # copy (or the first masked one) stays
-            if first[2] and not masked and first[0] is kept:
-                kept[first[1]] = part
-                first[2] = False
+            if first.masked and not masked and first.kept is kept:
+                kept[first.index] = part
+                first.masked = False
             return False
-        self.by_call[call] = [kept, len(kept), masked]
+        self.by_call[call] = _First(kept, len(kept), masked)
         kept.append(part)
         return True
 
 
-def drop_repeated_responses(contents: list[Any]) -> tuple[list[Any], int]:
+def drop_repeated_responses(contents: list[JSON]) -> tuple[list[JSON], int]:
     """The contents without ``functionResponse`` parts that repeat a response given earlier
     to the same model turn; and how many were dropped.
 
@@ -89,24 +100,23 @@ def drop_repeated_responses(contents: list[Any]) -> tuple[list[Any], int]:
     """
     if not _may_repeat(contents):
         return contents, 0
-    out: list[Any] = []
+    out: list[JSON] = []
     turn = _Turn()
     dropped = 0
     for content in contents:
-        if not isinstance(content, Mapping) or not isinstance(content.get("parts"), list):
+        parts = content.get("parts") if isinstance(content, Mapping) else None
+        if not isinstance(content, Mapping) or not isinstance(parts, list):
             out.append(content)
             continue
         if content.get("role") == "model":
             turn = _Turn()
             out.append(content)
             continue
-        kept: list[Any] = []
-        for part in content["parts"]:
+        kept: list[JSON] = []
+        for part in parts:
             if not turn.keep(part, kept):
                 dropped += 1
-        if len(kept) == len(content["parts"]) and all(
-            a is b for a, b in zip(kept, content["parts"], strict=True)
-        ):
+        if len(kept) == len(parts) and all(a is b for a, b in zip(kept, parts, strict=True)):
             out.append(content)
         elif kept:
             out.append({**content, "parts": kept})

@@ -3,13 +3,13 @@ rewriting the gateway needs when it answered its own tools."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
+from ..jsontypes import JSON, JSONObject, as_list
 from .gemini import field
 
 
-def _is_text(part: Mapping[str, Any]) -> bool:
+def _is_text(part: Mapping[str, JSON]) -> bool:
     return (
         isinstance(part.get("text"), str)
         and field(part, "functionCall") is None
@@ -17,13 +17,13 @@ def _is_text(part: Mapping[str, Any]) -> bool:
     )
 
 
-def merge_parts(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def merge_parts(parts: Sequence[Mapping[str, JSON]]) -> list[JSON]:
     """Streamed parts as one turn: neighbouring text parts of one kind (thought or not) joined,
     as Gemini CLI keeps them in its history; the other fields of a joined part (a
     ``thoughtSignature``) kept."""
-    out: list[dict[str, Any]] = []
+    out: list[JSON] = []
+    prev: JSONObject | None = None  # out[-1]
     for part in parts:
-        prev = out[-1] if out else None
         if (
             prev is not None
             and _is_text(prev)
@@ -32,9 +32,10 @@ def merge_parts(parts: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         ):
             joined = {**prev, **{k: v for k, v in part.items() if k not in prev}}
             joined["text"] = str(prev["text"]) + str(part["text"])
-            out[-1] = joined
+            prev = out[-1] = joined
         else:
-            out.append(dict(part))
+            prev = dict(part)
+            out.append(prev)
     return out
 
 
@@ -42,14 +43,14 @@ class GeminiAssembler:
     """``GenerateContentResponse`` chunks -> candidate 0's content, finish reason, usage."""
 
     def __init__(self) -> None:
-        self.parts: list[Mapping[str, Any]] = []
+        self.parts: list[JSONObject] = []
         self.finish_reason: str | None = None
-        self.usage: Mapping[str, Any] | None = None
-        self.error: Any = None
+        self.usage: JSONObject | None = None
+        self.error: JSON = None
         self.response_id: str | None = None
 
-    def add(self, obj: Any) -> None:
-        if not isinstance(obj, Mapping):
+    def add(self, obj: JSON) -> None:
+        if not isinstance(obj, dict):
             return
         if "error" in obj:
             self.error = obj["error"]
@@ -57,21 +58,21 @@ class GeminiAssembler:
         if self.response_id is None and isinstance(rid, str):
             self.response_id = rid
         usage = field(obj, "usageMetadata")
-        if isinstance(usage, Mapping):
+        if isinstance(usage, dict):
             self.usage = usage
-        for cand in obj.get("candidates") or []:
-            if not isinstance(cand, Mapping) or cand.get("index", 0) != 0:
+        for cand in as_list(obj.get("candidates")):
+            if not isinstance(cand, dict) or cand.get("index", 0) != 0:
                 continue
             reason = field(cand, "finishReason")
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
             content = cand.get("content")
-            parts = content.get("parts") if isinstance(content, Mapping) else None
-            for part in parts or []:
-                if isinstance(part, Mapping):
+            parts = content.get("parts") if isinstance(content, dict) else None
+            for part in as_list(parts):
+                if isinstance(part, dict):
                     self.parts.append(part)
 
-    def content(self) -> dict[str, Any]:
+    def content(self) -> JSONObject:
         return {"role": "model", "parts": merge_parts(self.parts)}
 
     def call_names(self) -> list[str]:
@@ -84,41 +85,39 @@ class GeminiAssembler:
         return out
 
 
-def has_calls(obj: Any) -> bool:
+def has_calls(obj: JSON) -> bool:
     """Whether a chunk carries a function call."""
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, dict):
         return False
-    for cand in obj.get("candidates") or []:
-        content = cand.get("content") if isinstance(cand, Mapping) else None
-        for part in (content or {}).get("parts") or []:
-            if isinstance(part, Mapping) and field(part, "functionCall") is not None:
+    for cand in as_list(obj.get("candidates")):
+        content = cand.get("content") if isinstance(cand, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in as_list(parts):
+            if isinstance(part, dict) and field(part, "functionCall") is not None:
                 return True
     return False
 
 
-def without_calls(obj: Any, ours: tuple[str, ...]) -> Any:
-    """A chunk with the gateway's own function calls taken out (Gemini's ``finishReason`` is
-    ``STOP`` with calls too: nothing else changes); None when nothing is left of it."""
-    if not isinstance(obj, Mapping):
-        return obj
+def _ours(part: JSON, ours: tuple[str, ...]) -> bool:
+    fc = field(part, "functionCall") if isinstance(part, dict) else None
+    return isinstance(fc, dict) and fc.get("name") in ours
+
+
+def without_calls(obj: Mapping[str, JSON], ours: tuple[str, ...]) -> JSONObject | None:
+    """A chunk (an object) with the gateway's own function calls taken out (Gemini's
+    ``finishReason`` is ``STOP`` with calls too: nothing else changes); None when nothing is
+    left of it."""
     out = dict(obj)
-    cands = []
-    for cand in obj.get("candidates") or []:
-        if not isinstance(cand, Mapping):
-            cands.append(cand)
+    cands: list[JSON] = []
+    for item in as_list(obj.get("candidates")):
+        if not isinstance(item, dict):
+            cands.append(item)
             continue
-        cand = dict(cand)
+        cand = dict(item)
         content = cand.get("content")
-        if isinstance(content, Mapping) and isinstance(content.get("parts"), list):
-            parts = [
-                p
-                for p in content["parts"]
-                if not (
-                    isinstance(p, Mapping)
-                    and isinstance(field(p, "functionCall"), Mapping)
-                    and field(p, "functionCall").get("name") in ours
-                )
-            ]
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if isinstance(content, dict) and isinstance(parts, list):
+            parts = [p for p in parts if not _ours(p, ours)]
             if not parts and not field(cand, "finishReason"):
                 continue
             cand["content"] = {**content, "parts": parts}

@@ -13,13 +13,14 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from anyio import to_thread
 
 from ..core.overflow import is_context_overflow
 from ..core.records import CompactionRecord
 from ..errors import ContextFoldError
+from ..jsontypes import JSON, JSONObject
 from ..storage import ConcurrentWriteError
 from .ahead import AheadWork, reported
 from .config import GatewayConfig
@@ -115,7 +116,7 @@ class Pipeline(RecordSteps, UpstreamSteps):
 
     def tool_schemas(
         self, sess: Session, names: Sequence[str], adapter: ProviderAdapter
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONObject]:
         """The gateway's tools ``names`` in the adapter's shape."""
         if not names:
             return []
@@ -343,7 +344,7 @@ class Pipeline(RecordSteps, UpstreamSteps):
         return True
 
     # ------------------------------------------------------------------ tools
-    async def answer_tools(self, turn: Turn, calls: Sequence[Mapping[str, Any]]) -> list[str]:
+    async def answer_tools(self, turn: Turn, calls: Sequence[Mapping[str, JSON]]) -> list[str]:
         """Answer gateway tool calls (OpenAI call dicts or Anthropic tool_use blocks)."""
         limit = max(2_000, turn.session.cm.window // 10 * 4)  # about a tenth of the window
 

@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TypedDict
 
+import httpx
 from anyio import to_thread
 
 from ..core import telemetry
@@ -22,8 +23,18 @@ from .continuation import Continuations
 from .metrics import Metrics
 from .pipeline_upstream import turn_span
 from .sessions import SESSION_HEADER, Session, SessionRegistry, client_identity
+from .streaming import OnClose
 from .turn import Turn, log_event, moved, release_when_done
 from .upstream import Upstream, forward_headers
+
+
+class StreamState(TypedDict, total=False):
+    """What a response's ``on_close`` (see :meth:`RecordSteps.closer`) finds when it runs."""
+
+    #: the upstream stream the response relays (the latest one after a tool round)
+    resp: httpx.Response
+    #: the answer to record once the client has all of it, and the input tokens it took
+    record: tuple[Message, int | None]
 
 
 class RecordSteps:
@@ -135,7 +146,7 @@ class RecordSteps:
         if self._writer is None and self.config.record_delay > 0:
             self._writer = asyncio.get_running_loop().create_task(self._writer_loop())
 
-    def closer(self, turn: Turn, state: dict[str, Any]) -> Any:
+    def closer(self, turn: Turn, state: StreamState) -> OnClose:
         """``on_close(completed)`` for a response: close the upstream stream (if any), record
         the answer when the client got all of it, release the session lock."""
 
@@ -167,4 +178,4 @@ class RecordSteps:
         await self.upstream.aclose()
 
 
-__all__ = ["RecordSteps"]
+__all__ = ["RecordSteps", "StreamState"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Coroutine
-from typing import Any
 
 import httpx
 
 from ..core import telemetry
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for the annotations' JSONObject)
 from . import fastjson
 from .config import GatewayConfig
 from .metrics import Metrics
@@ -34,7 +34,7 @@ class UpstreamSteps:
         url = self.upstream.url(path)
         return f"{url}?{turn.query}" if turn.query else url
 
-    async def post(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+    async def post(self, turn: Turn, path: str, payload: JSONObject) -> httpx.Response:
         """The upstream's whole answer (body read)."""
         url, data, headers = self._request(turn, path, payload)
 
@@ -48,18 +48,18 @@ class UpstreamSteps:
 
         return await self._forward(turn, whole())  # the upstream wait: to its last byte
 
-    async def open_stream(self, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+    async def open_stream(self, turn: Turn, path: str, payload: JSONObject) -> httpx.Response:
         """The upstream's answer once its headers are in (the caller reads and closes it)."""
         url, data, headers = self._request(turn, path, payload)
         return await self._forward(turn, self.upstream.send(turn.key, url, data, headers))
 
     async def _forward(
-        self, turn: Turn, call: Coroutine[Any, Any, httpx.Response]
+        self, turn: Turn, call: Coroutine[object, None, httpx.Response]
     ) -> httpx.Response:
         return await forward_after_commit(turn, call)
 
     def _request(
-        self, turn: Turn, path: str, payload: dict[str, Any]
+        self, turn: Turn, path: str, payload: JSONObject
     ) -> tuple[str, bytes, dict[str, str]]:
         return self._url(turn, path), fastjson.dumps(payload), self.upstream_headers(turn)
 

@@ -6,13 +6,15 @@ stream after the gateway answered its own tools (see :mod:`.providers.rounds`)."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 from starlette.responses import Response
 
 from ..core.messages import Message
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for the annotations' JSONObject)
 from .pipeline import Pipeline, RequestError, Turn
+from .pipeline_record import StreamState
 from .sse import SSEEvent, SSEParser
 from .streaming import GatewayResponse, GatewayStream
 from .upstream import UpstreamError, response_headers
@@ -21,9 +23,9 @@ if TYPE_CHECKING:
     from .providers.base import ProviderAdapter
 
 #: ``payload(turn)``: the provider's request body for the turn's view
-Payload = Callable[[Turn], dict[str, Any]]
+Payload = Callable[[Turn], JSONObject]
 #: ``events(pipe, turn, payload, state)``: the client's stream of a streamed turn
-Events = Callable[[Pipeline, Turn, dict[str, Any], dict[str, Any]], AsyncIterator[bytes]]
+Events = Callable[[Pipeline, Turn, JSONObject, StreamState], AsyncIterator[bytes]]
 
 
 def upstream_failure(exc: httpx.HTTPError) -> RequestError:
@@ -43,14 +45,16 @@ def broken_off(pipe: Pipeline, adapter: ProviderAdapter, turn: Turn, exc: httpx.
     return adapter.error_event(failure.status, failure.message, failure.kind)
 
 
-def passed_back(pipe: Pipeline, turn: Turn, status: int, raw: bytes, headers: Any) -> Response:
+def passed_back(
+    pipe: Pipeline, turn: Turn, status: int, raw: bytes, headers: httpx.Headers
+) -> Response:
     """An upstream error answer, given to the client as it came."""
     pipe.upstream_error(turn, status)
     return Response(raw, status, headers=response_headers(headers))
 
 
 async def post(
-    pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any], rebuild: Payload
+    pipe: Pipeline, turn: Turn, path: str, payload: JSONObject, rebuild: Payload
 ) -> httpx.Response:
     """POST the turn; after a context overflow compact hard, rebuild the payload, retry once."""
     try:
@@ -66,7 +70,7 @@ async def post(
         raise upstream_failure(exc) from None
 
 
-async def repost(pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any]) -> httpx.Response:
+async def repost(pipe: Pipeline, turn: Turn, path: str, payload: JSONObject) -> httpx.Response:
     """POST a continuation (after the gateway answered its tools): no overflow retry."""
     try:
         return await pipe.post(turn, path, payload)
@@ -75,7 +79,7 @@ async def repost(pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any])
 
 
 async def open_stream(
-    pipe: Pipeline, turn: Turn, path: str, payload: dict[str, Any], rebuild: Payload
+    pipe: Pipeline, turn: Turn, path: str, payload: JSONObject, rebuild: Payload
 ) -> httpx.Response | Response:
     """Open the upstream stream (one retry after a context overflow); an error status becomes
     a finished response passed back to the client."""
@@ -103,7 +107,7 @@ async def start_stream(
     pipe: Pipeline,
     turn: Turn,
     path: str,
-    payload: dict[str, Any],
+    payload: JSONObject,
     rebuild: Payload,
     events: Events,
 ) -> Response:
@@ -112,7 +116,7 @@ async def start_stream(
     opened = await open_stream(pipe, turn, path, payload, rebuild)
     if isinstance(opened, Response):
         return opened
-    state: dict[str, Any] = {"resp": opened}
+    state: StreamState = {"resp": opened}
     return GatewayStream(
         events(pipe, turn, payload, state),
         on_close=pipe.closer(turn, state),
@@ -132,7 +136,7 @@ def whole_answer(
     out = {k: v for k, v in headers.items() if k.lower() != "content-type"}
     out.update(pipe.gateway_headers(turn))
     pipe.observe_first_byte(turn)
-    state: dict[str, Any] = {"record": (recorded, input_tokens)}
+    state: StreamState = {"record": (recorded, input_tokens)}
     return GatewayResponse(content, on_close=pipe.closer(turn, state), headers=out)
 
 
@@ -141,8 +145,8 @@ async def next_round(
     adapter: ProviderAdapter,
     turn: Turn,
     path: str,
-    payload: dict[str, Any],
-    state: dict[str, Any],
+    payload: JSONObject,
+    state: StreamState,
 ) -> bytes | None:
     """Open the continuation stream after the gateway answered its tools (``state["resp"]``);
     bytes: the error event that ends the client's stream instead."""
@@ -181,6 +185,7 @@ class SSEReader:
 __all__ = [
     "HANDED_OVER",
     "SSEReader",
+    "StreamState",
     "broken_off",
     "next_round",
     "passed_back",

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import Any, TypedDict
 
+from uvicorn import Config
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from .config import GatewayConfig
@@ -24,7 +25,7 @@ class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
     and headers within the header timeout (from connecting, or from the first byte of a
     request on a kept-alive connection) or whose headers exceed the limit."""
 
-    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, config: Config, *args: object, **kwargs: object) -> None:
         super().__init__(config, *args, **kwargs)
         self._header_timeout = float(getattr(config, "header_timeout", HEADER_TIMEOUT))
         self._header_limit = int(config.h11_max_incomplete_event_size or 64 * 1024)
@@ -54,7 +55,7 @@ class GuardedHTTPProtocol(_Base):  # type: ignore[misc]
         cycle = getattr(self, "cycle", None)
         return cycle is not None and not getattr(cycle, "response_complete", True)
 
-    def connection_made(self, transport: Any) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self._arm()
 
@@ -106,7 +107,20 @@ def worker_count(config: GatewayConfig, cores: int | None = None) -> int:
     return max(1, min(AUTO_WORKERS_MAX, cores))
 
 
-def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:
+class UvicornOptions(TypedDict):
+    """The keyword arguments :func:`uvicorn_options` gives ``uvicorn.Config``."""
+
+    host: str
+    port: int
+    log_level: str
+    access_log: bool
+    server_header: bool
+    http: type[asyncio.Protocol]
+    timeout_keep_alive: int
+    h11_max_incomplete_event_size: int
+
+
+def uvicorn_options(config: GatewayConfig) -> UvicornOptions:
     """uvicorn's settings for the gateway (its own logging, no server header, the limits)."""
     return {
         "host": config.host,
@@ -115,7 +129,8 @@ def uvicorn_options(config: GatewayConfig) -> dict[str, Any]:
         "access_log": False,
         "server_header": False,
         "http": GuardedHTTPProtocol,
-        "timeout_keep_alive": config.idle_timeout,
+        # uvicorn types it int, and waits a float of seconds as well
+        "timeout_keep_alive": config.idle_timeout,  # type: ignore[typeddict-item]
         "h11_max_incomplete_event_size": config.max_header_bytes,
     }
 
@@ -124,6 +139,7 @@ __all__ = [
     "AUTO_WORKERS_MAX",
     "HEADER_TIMEOUT",
     "GuardedHTTPProtocol",
+    "UvicornOptions",
     "uvicorn_options",
     "worker_count",
 ]

@@ -19,6 +19,7 @@ from ..core.tokens import count_message
 from ..engine.ahead import Lookahead
 from ..engine.manager import ContextManager
 from ..errors import ContextFoldError, StorageError
+from ..jsontypes import JSON, JSONLike, JSONObject
 from ..recovery.sessions.log import HEAD_KEY
 from .convert import ViewItem
 
@@ -82,7 +83,7 @@ class Session:
         #: turns since the provider's usage was last fed to calibration (-1: never)
         self.since_usage = -1
         #: the gateway tools' schemas by provider (they do not change for a session)
-        self.tool_schemas: dict[str, list[dict[str, Any]]] = {}
+        self.tool_schemas: dict[str, list[JSONObject]] = {}
         #: the request the upstream summarizer borrows credentials and model from
         self.context: RequestContext | None = None
 
@@ -181,7 +182,7 @@ class Session:
         fps: Sequence[str],
         *,
         pending: Literal["keep", "drop", "retract"],
-        note: dict[str, Any],
+        note: Mapping[str, JSONLike],
         staged: bool = False,
     ) -> Staged | None:
         """The client's own rewrite: retract the history positions ``retract`` and append
@@ -201,7 +202,7 @@ class Session:
         msgs: Sequence[Message],
         fps: Sequence[str],
         pending: str,
-        note: dict[str, Any],
+        note: Mapping[str, JSONLike],
     ) -> None:
         held = self.pending
         retract = list(retract)
@@ -331,7 +332,7 @@ def _fingerprint_of(m: Message, fingerprint: Any) -> str:
     return fp if isinstance(fp, str) else str(fingerprint(m))
 
 
-def prepare_view(sess: Session, tools: Sequence[Mapping[str, object]] | None) -> Prepared:
+def prepare_view(sess: Session, tools: Sequence[Mapping[str, JSON]] | None) -> Prepared:
     """Derive the view (compacting when needed) and what the gateway renders from it: each
     message with its index in the client's request when it is the client's unchanged one."""
     cm = sess.cm
@@ -393,7 +394,7 @@ class Staged:
 @dataclass(frozen=True, slots=True)
 class Prepared:
     items: list[ViewItem]
-    tools: list[dict[str, Any]]
+    tools: list[JSONObject]
     view_tokens: int
     history_tokens: int
     record: CompactionRecord | None

@@ -27,6 +27,7 @@ from ..compaction.summarizers.base import Summarizer
 from ..core.messages import Message
 from ..core.records import CompactionRecord
 from ..errors import ContextFoldError, StorageError
+from ..jsontypes import JSON  # noqa: F401 (the annotations of prepare_view, read here)
 from ..storage import ConcurrentWriteError, NewEvent
 from .config import GatewayConfig
 from .convert import Conversation

@@ -6,13 +6,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from ..compaction.summarizers.base import Summarizer
 from ..engine.manager import ContextManager
 from ..errors import ConfigError
 from ..extras import needs_extra
 from ..storage import SQLiteStore, Store, open_store
+from ..storage.sqlite_write import SQLiteTransaction
 from .config import GatewayConfig
 
 DB_SCHEMES = ("postgresql://", "postgres://")
@@ -46,12 +46,12 @@ class SerialSQLiteStore(SQLiteStore):
     that convoy made the slowest appends wait hundreds of milliseconds. A lock hands the write
     over at once. Other processes writing to the workspace still meet SQLite's own lock."""
 
-    def __init__(self, root: str | Path, **kwargs: Any) -> None:
-        super().__init__(root, **kwargs)
+    def __init__(self, root: str | Path, *, fts5: bool | None = None) -> None:
+        super().__init__(root, fts5=fts5)
         self._writing = threading.RLock()  # reentrant: a nested transaction joins the outer
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self) -> Iterator[SQLiteTransaction]:
         with self._writing, super().transaction() as tx:
             yield tx
 

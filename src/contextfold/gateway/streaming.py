@@ -4,13 +4,19 @@ assistant message from a provider's SSE events (to record it and to continue a t
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+
+from ..jsontypes import JSON, JSONObject, as_list, as_object
 
 OnClose = Callable[[bool], Awaitable[None]]
+#: an ASGI connection scope, and the messages of its ``receive`` and ``send`` (as Starlette
+#: types them, with ``object`` for the values)
+ASGIScope = MutableMapping[str, object]
+ASGIMessage = MutableMapping[str, object]
+ASGIReceive = Callable[[], Awaitable[ASGIMessage]]
+ASGISend = Callable[[ASGIMessage], Awaitable[None]]
 
 
 class GatewayStream(StreamingResponse):
@@ -29,7 +35,7 @@ class GatewayStream(StreamingResponse):
         super().__init__(content, status_code=200, headers=headers, media_type="text/event-stream")
         self._on_close = on_close
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
         completed = False
         try:
             await super().__call__(scope, receive, send)
@@ -55,7 +61,7 @@ class GatewayResponse(Response):
         super().__init__(content, status_code=200, headers=headers, media_type="application/json")
         self._on_close = on_close
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: ASGIReceive, send: ASGISend) -> None:
         completed = False
         try:
             await super().__call__(scope, receive, send)
@@ -64,8 +70,14 @@ class GatewayResponse(Response):
             await self._on_close(completed)
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _index(value: JSON) -> int:
+    """An event's ``index`` (0 when it has none a number can be read from)."""
+    if isinstance(value, int | float | str):
+        try:
+            return int(value)
+        except ValueError:
+            return 0
+    return 0
 
 
 class OpenAIAssembler:
@@ -76,53 +88,59 @@ class OpenAIAssembler:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.refusal: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: dict[int, JSONObject] = {}
         self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.error: Any = None
+        self.usage: JSONObject | None = None
+        self.error: JSON = None
 
-    def add(self, obj: Any) -> None:
+    def add(self, obj: JSON) -> None:
         if not isinstance(obj, dict):
             return
         if "error" in obj:
             self.error = obj["error"]
-        if self.id is None and isinstance(obj.get("id"), str):
-            self.id = obj["id"]
-        if isinstance(obj.get("usage"), dict):
-            self.usage = obj["usage"]
-        for choice in obj.get("choices") or []:
+        rid, usage = obj.get("id"), obj.get("usage")
+        if self.id is None and isinstance(rid, str):
+            self.id = rid
+        if isinstance(usage, dict):
+            self.usage = usage
+        for choice in as_list(obj.get("choices")):
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-            delta = _dict(choice.get("delta"))
-            if isinstance(delta.get("content"), str):
-                self.text.append(delta["content"])
+            reason = choice.get("finish_reason")
+            if reason and isinstance(reason, str):
+                self.finish_reason = reason
+            delta = as_object(choice.get("delta"))
+            content = delta.get("content")
+            if isinstance(content, str):
+                self.text.append(content)
             for key, into in (("reasoning_content", self.reasoning), ("refusal", self.refusal)):
-                if isinstance(delta.get(key), str):
-                    into.append(delta[key])
-            for tc in delta.get("tool_calls") or []:
+                piece = delta.get(key)
+                if isinstance(piece, str):
+                    into.append(piece)
+            for tc in as_list(delta.get("tool_calls")):
                 if isinstance(tc, dict):
                     self._add_call(tc)
 
-    def _add_call(self, tc: dict[str, Any]) -> None:
+    def _add_call(self, tc: JSONObject) -> None:
         """One tool call's chunk: its id, type and name, and the next piece of arguments."""
         slot = self.calls.setdefault(
-            int(tc.get("index", 0)),
+            _index(tc.get("index", 0)),
             {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
         )
         if tc.get("id"):
             slot["id"] = tc["id"]
         if tc.get("type"):
             slot["type"] = tc["type"]
-        fn = _dict(tc.get("function"))
-        if fn.get("name"):
-            slot["function"]["name"] += fn["name"]
-        if isinstance(fn.get("arguments"), str):
-            slot["function"]["arguments"] += fn["arguments"]
+        fn = as_object(tc.get("function"))
+        into = as_object(slot.get("function"))  # the slot's own (made above)
+        name, arguments = fn.get("name"), fn.get("arguments")
+        if name and isinstance(name, str):
+            into["name"] = str(into.get("name", "")) + name
+        if isinstance(arguments, str):
+            into["arguments"] = str(into.get("arguments", "")) + arguments
 
-    def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+    def message(self) -> JSONObject:
+        msg: JSONObject = {"role": "assistant", "content": "".join(self.text) or None}
         if self.reasoning:
             msg["reasoning_content"] = "".join(self.reasoning)
         if self.refusal:
@@ -132,7 +150,7 @@ class OpenAIAssembler:
         return msg
 
     def call_indexes(self) -> dict[int, str]:
-        return {i: c["function"]["name"] for i, c in self.calls.items()}
+        return {i: str(as_object(c.get("function")).get("name", "")) for i, c in self.calls.items()}
 
 
 #: delta type -> the block field its text is appended to
@@ -143,31 +161,31 @@ class AnthropicAssembler:
     """Messages stream events -> the message's content blocks, stop reason and usage."""
 
     def __init__(self) -> None:
-        self.message: dict[str, Any] = {}
-        self.blocks: dict[int, dict[str, Any]] = {}
+        self.message: JSONObject = {}
+        self.blocks: dict[int, JSONObject] = {}
         self._json: dict[int, list[str]] = {}
         self.stop_reason: str | None = None
-        self.usage: dict[str, Any] = {}
-        self.error: Any = None
+        self.usage: JSONObject = {}
+        self.error: JSON = None
 
-    def add(self, event: str | None, obj: Any) -> None:
+    def add(self, event: str | None, obj: JSON) -> None:
         if not isinstance(obj, dict):
             return
         kind = obj.get("type", event)
         if kind == "error":
             self.error = obj.get("error", obj)
         elif kind == "message_start":
-            self.message = _dict(obj.get("message"))
-            self.usage.update(_dict(self.message.get("usage")))
+            self.message = as_object(obj.get("message"))
+            self.usage.update(as_object(self.message.get("usage")))
         elif kind == "content_block_start":
-            idx = int(obj.get("index", 0))
-            self.blocks[idx] = dict(_dict(obj.get("content_block")))
+            idx = _index(obj.get("index", 0))
+            self.blocks[idx] = dict(as_object(obj.get("content_block")))
             if self.blocks[idx].get("type") in ("tool_use", "server_tool_use"):
                 self._json[idx] = []
         elif kind == "content_block_delta":
-            self._add_delta(int(obj.get("index", 0)), _dict(obj.get("delta")))
+            self._add_delta(_index(obj.get("index", 0)), as_object(obj.get("delta")))
         elif kind == "content_block_stop":
-            idx = int(obj.get("index", 0))
+            idx = _index(obj.get("index", 0))
             parts = self._json.pop(idx, None)
             if parts is not None:
                 text = "".join(parts)
@@ -176,25 +194,30 @@ class AnthropicAssembler:
                 except ValueError:
                     self.blocks[idx]["input"] = {}
         elif kind == "message_delta":
-            delta = _dict(obj.get("delta"))
-            if delta.get("stop_reason"):
-                self.stop_reason = delta["stop_reason"]
-            self.usage.update(_dict(obj.get("usage")))
+            delta = as_object(obj.get("delta"))
+            reason = delta.get("stop_reason")
+            if reason and isinstance(reason, str):
+                self.stop_reason = reason
+            self.usage.update(as_object(obj.get("usage")))
 
-    def _add_delta(self, idx: int, delta: dict[str, Any]) -> None:
+    def _add_delta(self, idx: int, delta: JSONObject) -> None:
         """A content block's next piece: text, tool input JSON, thinking, signature, citation."""
         block = self.blocks.setdefault(idx, {"type": "text", "text": ""})
         dt = delta.get("type")
         if dt == "input_json_delta":
             self._json.setdefault(idx, []).append(str(delta.get("partial_json", "")))
         elif dt == "citations_delta":
-            block.setdefault("citations", []).append(delta.get("citation"))
-        elif dt in _TEXT_DELTAS:
+            citations = block.get("citations")
+            if not isinstance(citations, list):
+                citations = block["citations"] = []
+            citations.append(delta.get("citation"))
+        elif isinstance(dt, str) and dt in _TEXT_DELTAS:
             key = _TEXT_DELTAS[dt]
-            block[key] = block.get(key, "") + str(delta.get(key, ""))
+            before = block.get(key, "")
+            block[key] = (before if isinstance(before, str) else "") + str(delta.get(key, ""))
 
-    def content(self) -> list[dict[str, Any]]:
-        out = []
+    def content(self) -> list[JSON]:
+        out: list[JSON] = []
         for i in sorted(self.blocks):
             block = dict(self.blocks[i])
             if block.get("type") == "text" and block.get("citations") is None:

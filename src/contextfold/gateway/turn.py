@@ -12,10 +12,11 @@ import threading
 import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import httpx
 
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: for JSONObject)
 from .convert import Conversation
 from .edge import redact
 from .session import Prepared, Session
@@ -73,7 +74,7 @@ Committed = tuple[Session | None, float]
 class Turn:
     #: the wire format's name (``ProviderAdapter.name``)
     provider: str
-    body: dict[str, Any]
+    body: JSONObject
     conv: Conversation
     model: str
     key: str

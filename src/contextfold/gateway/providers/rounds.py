@@ -120,7 +120,7 @@ async def _start_stream(
     pipe: Pipeline, adapter: ProviderAdapter, turn: Turn, payload: JSONDict
 ) -> Response:
     async def events(
-        pipe: Pipeline, turn: Turn, payload: JSONDict, state: dict[str, Any]
+        pipe: Pipeline, turn: Turn, payload: JSONDict, state: relay.StreamState
     ) -> AsyncIterator[bytes]:
         async for chunk in _events(pipe, adapter, turn, payload, state):
             yield chunk
@@ -159,7 +159,7 @@ async def _events(
     adapter: ProviderAdapter,
     turn: Turn,
     payload: JSONDict,
-    state: dict[str, Any],
+    state: relay.StreamState,
 ) -> AsyncIterator[bytes]:
     kept: list[JSON] = []
     previous: StreamRound | None = None
