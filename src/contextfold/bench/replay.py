@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ContextFoldError
-from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from ..jsontypes import JSONObject
 from .metrics import (
     MsgDict,
     TokenCounter,

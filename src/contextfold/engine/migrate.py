@@ -222,7 +222,7 @@ def _migrate_memory(store: Store, root: Path, owners: dict[str, str]) -> int:
                         break
                 scope = owners.get(src, "default")
                 h = fact_hash(fact)
-                value = {
+                value: dict[str, str | int] = {
                     "kind": kind,
                     "text": fact,
                     "title": title,

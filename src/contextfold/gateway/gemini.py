@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core.messages import Content, Message, ToolCall
 from ..errors import InvalidMessageError
+from ..jsontypes import as_object
 from .convert import (
     Conversation,
     Provider,
@@ -179,7 +180,7 @@ class _Open:
     def take(self, name: str, wire_id: Any) -> ToolCall | None:
         if wire_id is not None:
             for c in self.calls:
-                if c.extra.get("call", {}).get("id") == wire_id:
+                if as_object(c.extra.get("call")).get("id") == wire_id:
                     self.calls.remove(c)
                     return c
         for c in self.calls:
@@ -332,23 +333,26 @@ def _wire_parts(content: Content) -> list[dict[str, Any]]:
 
 def _call_part(call: ToolCall) -> dict[str, Any]:
     extra = call.extra
-    wire_call = dict(extra.get("call") or {})
+    wire_call = dict(as_object(extra.get("call")))
     try:
         args = call.parsed_arguments()
     except ValueError:
         args = {"raw": call.arguments}
     fc = {"name": call.name, "args": args, **wire_call}
-    return {"functionCall": fc, **dict(extra.get("part") or {})}
+    return {"functionCall": fc, **dict(as_object(extra.get("part")))}
 
 
 def _response_part(msg: Message) -> dict[str, Any]:
     extra = msg.extra
-    fr = dict(extra.get("response") or {})
+    fr = dict(as_object(extra.get("response")))
     original = fr.get("response")
     text = msg.text
     if original is None or response_text(original) != text:
         fr["response"] = {"output": text}
-    return {"functionResponse": {"name": msg.name or "", **fr}, **dict(extra.get("part") or {})}
+    return {
+        "functionResponse": {"name": msg.name or "", **fr},
+        **dict(as_object(extra.get("part"))),
+    }
 
 
 def to_contents(messages: Sequence[Message]) -> list[dict[str, Any]]:

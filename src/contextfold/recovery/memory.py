@@ -165,7 +165,7 @@ class MemoryStore:
                 self._seen.add(key)
                 kind = fact.kind if fact.kind in KINDS else "conclusion"
                 title = fact.topic or TOPIC_OF_KIND[kind]
-                value = {
+                value: dict[str, str | int] = {
                     "kind": kind,
                     "text": text,
                     "title": title,
@@ -222,7 +222,7 @@ class MemoryStore:
             if self.store.get_doc(NAMESPACE, new_key) is not None:
                 raise ToolArgumentsError(f"fact {new_id!r} already says that")
             self.delete(fact_id)
-        value = {
+        value: dict[str, str | int] = {
             "kind": kind,
             "text": cleaned,
             "title": title,

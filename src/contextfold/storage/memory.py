@@ -12,8 +12,8 @@ import dataclasses
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from ..errors import StorageError
 from .base import (
@@ -301,7 +301,8 @@ class MemoryStore(BranchSearch):
                 doc_id=everything[i].doc.doc_id,
                 session_id=everything[i].doc.session_id,
                 score=score,
-                meta=dict(everything[i].doc.meta),
+                # frozen through JSON when indexed
+                meta=dict(cast("Mapping[str, JSON]", everything[i].doc.meta)),
             )
             for i, score in ranked[:limit]
         ]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
 from ..errors import StorageError
+from ..jsontypes import JSON, JSONLike
 from . import pg_branches
 from .base import (
-    JSON,
     BlobCorruptError,
     BlobNotFoundError,
     ConcurrentWriteError,
@@ -77,8 +77,15 @@ class PgTransaction(WriteTransaction):
     def _append(self, a: Append) -> list[Event]:
         session_id, expected_seq, agent_id = a.session_id, a.expected_seq, a.agent_id
         s, conn, now = self._s, self._conn, utc_now()
+        # each event's data as given (encoded as JSON above, so it reads as JSON)
         out = [
-            Event(session_id=session_id, seq=en.seq, kind=en.kind, ts=now, data=e.data)
+            Event(
+                session_id=session_id,
+                seq=en.seq,
+                kind=en.kind,
+                ts=now,
+                data=cast("Mapping[str, JSON]", e.data),
+            )
             for e, en in zip(a.events, a.encoded, strict=True)
         ]
         head = expected_seq + len(out)
@@ -211,7 +218,7 @@ class PgTransaction(WriteTransaction):
         self._use(f"add {len(rows)} {namespace!r} keys of session {session_id!r}")
         self._insert_keys(namespace, rows)
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         if not metas:
             return
         ids = list(metas)

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import StorageError
-from .base import JSON, Event, NewEvent, SearchDoc, Store, put_blobs
+from ..jsontypes import JSONLike
+from .base import Event, NewEvent, SearchDoc, Store, put_blobs
 from .memory import MemoryStore
 from .memory_write import _MemoryTransaction
 
@@ -56,7 +57,7 @@ class _Recorder:
         )
         return out
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSONLike]) -> None:
         self._note("put_doc", namespace, key, value)
 
     def delete_doc(self, namespace: str, key: str) -> None:
@@ -71,7 +72,7 @@ class _Recorder:
     def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
         self._note("add_keys", namespace, session_id, keys)
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         self._note("update_meta", namespace, metas)
 
 

@@ -27,8 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import StorageError
+from ..jsontypes import JSONLike
 from .base import (
-    JSON,
     ConcurrentWriteError,
     Event,
     EventHead,
@@ -43,7 +43,7 @@ from .util import check_bytes, sha256_hex
 class _Unit:
     def __init__(self) -> None:
         self.events: list[NewEvent] = []
-        self.docs: list[tuple[str, str, Mapping[str, JSON] | None]] = []
+        self.docs: list[tuple[str, str, Mapping[str, JSONLike] | None]] = []
         self.index: list[SearchDoc] = []
         self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
@@ -215,11 +215,11 @@ class SessionStore:
     def emit(
         self,
         kind: str,
-        data: Mapping[str, JSON],
+        data: Mapping[str, JSONLike],
         *,
         title: str | None = None,
-        head: JSON | None = None,
-        detail: JSON | None = None,
+        head: JSONLike = None,
+        detail: JSONLike = None,
     ) -> int:
         """Add an event to the unit; returns the seq it will have."""
         with self._lock:
@@ -232,7 +232,7 @@ class SessionStore:
                 self._commit(unit)
             return seq
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON] | None) -> None:
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSONLike] | None) -> None:
         with self._lock:
             unit, alone = self._current()
             unit.docs.append((namespace, key, value))
