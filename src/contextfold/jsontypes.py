@@ -9,7 +9,7 @@ covariant, so a ``dict[str, str]`` is accepted).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, ForwardRef, TypeAlias, Union
+from typing import TYPE_CHECKING, ForwardRef, SupportsIndex, SupportsInt, TypeAlias, Union
 
 if TYPE_CHECKING:
     #: a JSON value as decoded: None, bool, int, float, str, a list or an object
@@ -51,9 +51,12 @@ def need_object(value: object, what: str = "value") -> JSONObject:
 
 
 def to_int(value: object) -> int:
-    """``int(value)`` for a decoded JSON value (a number or numeric text; ValueError if the
-    text is not a number); TypeError for a list, an object or null, as ``int()`` raises."""
-    if isinstance(value, int | float | str):
+    """``int(value)`` for a decoded value (JSON, or a database column): a number or numeric
+    text (ValueError if the text is not a number); TypeError for anything else (a list, an
+    object, null), as ``int()`` raises."""
+    if isinstance(value, int):  # (the common case first: the checks below are slower)
+        return int(value)
+    if isinstance(value, float | str | SupportsInt | SupportsIndex):  # (a Decimal column)
         return int(value)
     raise TypeError(
         f"int() argument must be a string or a real number, not {type(value).__name__!r}"

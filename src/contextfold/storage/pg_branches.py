@@ -7,11 +7,12 @@ from typing import Any
 
 import psycopg
 
+from ..jsontypes import to_int
 from .base import ConcurrentWriteError
 from .branches import MAX_DEPTH, Chain, relink, segments
 from .util import utc_now
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 
 
 def chain_sql(s: str) -> str:
@@ -47,7 +48,7 @@ def create(
             "AND seq >= %s AND seq < %s",
             (holder, lo, hi),
         ).fetchone()
-        messages += int(row[0]) if row else 0
+        messages += to_int(row[0]) if row else 0
     now = utc_now()
     made = conn.execute(
         f"INSERT INTO {s}.sessions (session_id, agent_id, title, created_at, updated_at, head, "
@@ -72,7 +73,8 @@ def keep_branches(conn: Conn, s: str, session_id: str) -> None:
         (session_id,),
     ).fetchall()
     for child, child_fork in children:
-        parent, fork_at, lo, hi = relink(int(row[1]), row[0], int(child_fork))
+        parent_id = None if row[0] is None else str(row[0])
+        parent, fork_at, lo, hi = relink(to_int(row[1]), parent_id, to_int(child_fork))
         conn.execute(
             f"INSERT INTO {s}.events (session_id, seq, kind, ts, data, head, detail) "
             f"SELECT %s, seq, kind, ts, data, head, detail FROM {s}.events "

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 import psycopg_pool
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class ServerUnresponsive(psycopg.OperationalError):
@@ -95,7 +95,7 @@ def _cut(fd: int) -> None:
 _WATCHDOG = _Watchdog()
 
 
-class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
+class BoundedConnection(psycopg.Connection[tuple[object, ...]]):
     """A connection whose every wait on the server (a statement, a commit, a pipeline sync)
     is cut after :attr:`bound` seconds without an answer, raising :class:`ServerUnresponsive`.
     Only waits on the server count, never the caller's own work inside a transaction."""

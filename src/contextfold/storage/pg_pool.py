@@ -31,7 +31,7 @@ import psycopg_pool
 from ..errors import ConfigError
 from .pg_connect import BoundedConnection, ServerUnresponsive, bound_waits, check_connection
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 
 #: Seconds any one wait on the server may take (connect, a pooled connection, an answer).
 DEFAULT_TIMEOUT = 5.0

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 
 from ..errors import StorageError
-from ..jsontypes import JSON, JSONLike
+from ..jsontypes import JSON, JSONLike, to_int
 from . import pg_branches
 from .base import (
     BlobCorruptError,
@@ -25,7 +25,7 @@ from .util import check_bytes, check_sha, sha256_hex, utc_now
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 EVENT_COLS = "session_id, seq, kind, ts, data"
 
 
@@ -72,7 +72,7 @@ class PgTransaction(WriteTransaction):
         row = self._conn.execute(
             f"SELECT head, agent_id FROM {self._s}.sessions WHERE session_id = %s", (session_id,)
         ).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        return None if row is None else (to_int(row[0]), str(row[1]))
 
     def _append(self, a: Append) -> list[Event]:
         session_id, expected_seq, agent_id = a.session_id, a.expected_seq, a.agent_id
@@ -131,7 +131,7 @@ class PgTransaction(WriteTransaction):
             },
         ).fetchone()  # the one round trip: the server answers for everything queued
         self.pending.clear()
-        if row is None or int(row[0]) != 1:
+        if row is None or to_int(row[0]) != 1:
             found = self._owner(session_id)
             check_claim(a, found)  # refused: by the head or by the owner
             raise ConcurrentWriteError(session_id, expected_seq, found[0] if found else 0)

@@ -57,7 +57,7 @@ from .pg_schema import (
 from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, delete_rows
 from .postgres_rows import SESSION_COLS, decode_heads, event_row, heads_query, session_row
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 
 #: Rows a store writes between two checks of the tables' planner statistics.
 ANALYZE_EVERY = 20_000
