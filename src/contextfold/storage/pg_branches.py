@@ -3,7 +3,7 @@ trip, a branch's creation and what a deleted parent leaves to its branches."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import psycopg
 
@@ -26,10 +26,10 @@ def chain_sql(s: str) -> str:
     )
 
 
-def to_chain(session_id: str, rows: list[Any]) -> Chain:
+def to_chain(session_id: str, rows: Sequence[Sequence[object]]) -> Chain:
     if not rows:
         return [(session_id, 0)]
-    return [(str(r[0]), int(r[2]) if r[1] is not None else 0) for r in rows]
+    return [(str(r[0]), to_int(r[2]) if r[1] is not None else 0) for r in rows]
 
 
 def chain(conn: Conn, s: str, session_id: str) -> Chain:

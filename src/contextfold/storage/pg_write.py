@@ -327,7 +327,7 @@ class PgBlobStore:
         return int(rows[0][0]) if rows else None
 
 
-def delete_rows(conn: Any, s: str, session_id: str) -> None:
+def delete_rows(conn: Conn, s: str, session_id: str) -> None:
     """Every row of a session, in the connection's current transaction (the session row
     locked first, as an append locks it)."""
     conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE", (session_id,))

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ..errors import StorageError
 from ..jsontypes import JSONLike
@@ -47,7 +46,7 @@ class _Unit:
         self.index: list[SearchDoc] = []
         self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
-        self.after_commit: list[Any] = []
+        self.after_commit: list[Callable[[], object]] = []
         #: the unit's blobs (sha256 -> bytes), written when it commits, before the rows
         self.blobs: dict[str, bytes] = {}
         #: a staged unit defers all its blobs; another writes its first blob at once (a blob
@@ -276,7 +275,7 @@ class SessionStore:
                 return unit.blobs[sha256]
         return self.store.blobs.get(sha256)
 
-    def after_commit(self, fn: Any) -> None:
+    def after_commit(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` once the current unit has committed (at once outside a unit)."""
         with self._lock:
             if self._unit is None:
