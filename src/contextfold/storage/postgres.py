@@ -48,7 +48,7 @@ from .base import (
 from .branches import BranchSearch, Chain, segments
 from .pg_branches import chain_sql, to_chain
 from .pg_connect import ServerUnresponsive, public_url, split_param, split_schema
-from .pg_pool import Connections, resolve_timeout
+from .pg_pool import ConnectArgs, Connections, resolve_timeout
 from .pg_schema import (
     analyze_stale,
     check_schema_name,
@@ -102,7 +102,7 @@ class PostgresStore(BranchSearch):
         #: the background statistics refresh, while one runs, and its own connection
         self._maintenance: threading.Thread | None = None
         self._maintenance_conn: Conn | None = None
-        connect_args: dict[str, Any] = {
+        connect_args: ConnectArgs = {
             "autocommit": True,
             "application_name": "contextfold",
             "options": options,
