@@ -22,6 +22,7 @@ from .base import (
     EventHead,
     SearchHit,
     SessionInfo,
+    Transaction,
 )
 from .branches import BranchSearch, Chain, relink, segments, walk_chain
 from .keys import KeyTable
@@ -62,7 +63,7 @@ class MemoryStore(BranchSearch):
             raise StorageError("the in-memory store is closed")
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[_MemoryTransaction]:
+    def transaction(self) -> Iterator[Transaction]:
         with self._lock:
             self._check_open()
             outer = getattr(self._local, "txn", None)
