@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .extras import needs_extra
-from .jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from .jsontypes import JSONObject
 from .testing_wire import (
     FakeReply,
     anthropic_error,

@@ -43,7 +43,7 @@ from ..core.shell import ShellReader, exit_code
 from ..engine.manager import ContextManager
 from ..errors import ContextFoldError
 from ..evidence import semantic
-from ..jsontypes import JSON, JSONObject, as_object  # noqa: F401  (JSON resolves JSONObject at runtime)
+from ..jsontypes import JSONObject, as_object
 from .metrics import MsgDict, content_text, function_of, tool_calls
 from .recall_summary import EXACT_KINDS, K, summarize
 from .results import (

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ContextFoldError
-from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from ..jsontypes import JSONObject
 from .metrics import (
     MsgDict,
     TokenCounter,

@@ -31,7 +31,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from ..jsontypes import JSONObject
 from .metrics import MsgDict, function_of, tool_calls
 
 STYLES = ("claude", "sweagent")

@@ -13,18 +13,20 @@ import os
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Literal, TypedDict, cast
 
 from ..errors import InvalidMessageError
+from ..jsontypes import JSON
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 #: Content is either plain text, a tuple of provider content blocks (kept as JSON dicts and
 #: passed through untouched: images, audio, thinking blocks ...), or absent.
-Content = str | tuple[Mapping[str, Any], ...] | None
-
-_EMPTY: Mapping[str, Any] = {}
+Content = str | tuple[Mapping[str, JSON], ...] | None
 
 #: Deepest nesting of lists and objects accepted in a message field (content blocks, tool
 #: call arguments, provider extras, metadata). Real messages nest a few levels; a deeper one
@@ -59,9 +61,9 @@ class ToolCall:
     name: str
     arguments: str = "{}"
     #: Wire fields we do not interpret (``type`` other than function, provider extras).
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JSON] = field(default_factory=dict)
 
-    def parsed_arguments(self) -> Any:
+    def parsed_arguments(self) -> JSON:
         return json.loads(self.arguments) if self.arguments.strip() else {}
 
 
@@ -76,10 +78,10 @@ class Message:
     name: str | None = None
     uuid: str = field(default_factory=new_uuid)
     #: contextfold's own annotations (offload pointers, origin, ...). Never sent to a provider.
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, JSON] = field(default_factory=dict)
     #: Wire fields of the original dict that the model does not interpret (``reasoning_content``,
     #: ``refusal``, ``audio`` ...). Passed through untouched.
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JSON] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -90,7 +92,7 @@ class Message:
     def is_tool_result(self) -> bool:
         return self.role == "tool"
 
-    def with_content(self, content: Content, **metadata: Any) -> Message:
+    def with_content(self, content: Content, **metadata: JSON) -> Message:
         meta = dict(self.metadata)
         meta.update(metadata)
         return replace(self, content=content, metadata=meta)
@@ -111,7 +113,10 @@ def content_text(content: Content) -> str:
             if isinstance(inner, str):
                 parts.append(inner)
             elif isinstance(inner, list):
-                parts.extend(b.get("text", "") for b in inner if isinstance(b, Mapping))
+                for b in inner:
+                    if isinstance(b, Mapping):
+                        inner_text = b.get("text", "")
+                        parts.append(inner_text if isinstance(inner_text, str) else "")
     return "\n".join(parts)
 
 
@@ -131,19 +136,30 @@ def content_chars(content: Content) -> int:
     return total
 
 
-def system(text: str, **kw: Any) -> Message:
+class MessageFields(TypedDict, total=False):
+    """The fields of a :class:`Message` the helpers below take as keywords."""
+
+    name: str | None
+    uuid: str
+    metadata: Mapping[str, JSON]
+    extra: Mapping[str, JSON]
+
+
+def system(text: str, **kw: Unpack[MessageFields]) -> Message:
     return Message(role="system", content=text, **kw)
 
 
-def user(text: str, **kw: Any) -> Message:
+def user(text: str, **kw: Unpack[MessageFields]) -> Message:
     return Message(role="user", content=text, **kw)
 
 
-def assistant(text: str | None = None, tool_calls: Iterable[ToolCall] = (), **kw: Any) -> Message:
+def assistant(
+    text: str | None = None, tool_calls: Iterable[ToolCall] = (), **kw: Unpack[MessageFields]
+) -> Message:
     return Message(role="assistant", content=text, tool_calls=tuple(tool_calls), **kw)
 
 
-def tool(tool_call_id: str, text: str, **kw: Any) -> Message:
+def tool(tool_call_id: str, text: str, **kw: Unpack[MessageFields]) -> Message:
     return Message(role="tool", content=text, tool_call_id=tool_call_id, **kw)
 
 

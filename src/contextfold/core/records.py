@@ -8,6 +8,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError
+from ..jsontypes import JSONObject
 from .anchors import Anchor, AnchorType
 
 if TYPE_CHECKING:
@@ -44,13 +45,14 @@ class OffloadEntry:
     policy: str
     tool_name: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OffloadEntry:
+    def from_dict(cls, data: object) -> OffloadEntry:
+        """The entry ``to_dict`` gave (as decoded); TypeError when ``data`` is not an object."""
         names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**_fields_of(data, names, "offload entry"))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,8 +98,8 @@ class CompactionRecord:
     def offloaded_bytes(self) -> int:
         return sum(e.bytes for e in self.offloaded)
 
-    def to_dict(self) -> dict[str, Any]:
-        data = {k: getattr(self, k) for k in self.__dataclass_fields__}
+    def to_dict(self) -> JSONObject:
+        data: JSONObject = {k: getattr(self, k) for k in self.__dataclass_fields__}
         data["tier"] = self.tier.value
         data["anchors"] = [{"type": a.type.value, "content": a.content} for a in self.anchors]
         data["offloaded"] = [e.to_dict() for e in self.offloaded]
@@ -105,9 +107,10 @@ class CompactionRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CompactionRecord:
-        names = cls.__dataclass_fields__
-        kw = {k: v for k, v in data.items() if k in names}
+    def from_dict(cls, data: object) -> CompactionRecord:
+        """The record ``to_dict`` gave (as decoded); TypeError, KeyError or ValueError when
+        ``data`` is not one."""
+        kw = _fields_of(data, cls.__dataclass_fields__, "compaction record")
         kw["tier"] = Tier(kw.get("tier", "none"))
         kw["anchors"] = tuple(
             Anchor(type=AnchorType(a["type"]), content=a.get("content", "N/A"))
@@ -121,6 +124,14 @@ class CompactionRecord:
     def notification(self, locale: str = "en") -> str:
         """The two-line notice (``locale`` ``"en"`` or ``"zh"``)."""
         return format_notification(self, locale=locale)
+
+
+def _fields_of(data: object, names: Mapping[str, object], what: str) -> dict[str, Any]:
+    """The items of ``data`` (a decoded object) that name fields of the dataclass, their values
+    as stored (the dataclass takes them as they are, as it always did)."""
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a stored {what} is not an object")
+    return {k: v for k, v in data.items() if k in names}
 
 
 class RecordStore(Protocol):

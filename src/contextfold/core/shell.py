@@ -20,7 +20,6 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 #: Argument keys that name the file of an editor tool call.
 PATH_KEYS = ("path", "file_path", "filepath", "filename", "file", "target_file")
@@ -103,7 +102,7 @@ class CallEffects:
     reads: list[str] = field(default_factory=list)
 
 
-def parse_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, Any]:
+def parse_arguments(raw: str | Mapping[str, object] | None) -> Mapping[str, object]:
     """Tool-call arguments as a mapping; text that is not JSON is taken as a command line."""
     if isinstance(raw, Mapping):
         return raw
@@ -116,13 +115,13 @@ def parse_arguments(raw: str | Mapping[str, Any] | None) -> Mapping[str, Any]:
     return val if isinstance(val, Mapping) else {"value": val}
 
 
-def command_of(arguments: str | Mapping[str, Any] | None) -> str | None:
+def command_of(arguments: str | Mapping[str, object] | None) -> str | None:
     """The shell command line of a tool call's arguments (``command``/``cmd``/``script``)."""
     args = parse_arguments(arguments)
     return next((v for k in COMMAND_KEYS if isinstance(v := args.get(k), str)), None)
 
 
-def path_of(arguments: str | Mapping[str, Any] | None) -> str | None:
+def path_of(arguments: str | Mapping[str, object] | None) -> str | None:
     """The file an editor call names (``path``, ``file_path``, ``filename`` ...)."""
     args = parse_arguments(arguments)
     return next((v for k in PATH_KEYS if isinstance(v := args.get(k), str) and v), None)
@@ -275,7 +274,7 @@ class ShellReader:
         return self.read_call("", {"command": cmd}, scripts=scripts).writes
 
     def read_call(
-        self, name: str, arguments: str | Mapping[str, Any] | None, *, scripts: bool = False
+        self, name: str, arguments: str | Mapping[str, object] | None, *, scripts: bool = False
     ) -> CallEffects:
         """What one tool call does to files (an editor call on a path, or a command line)."""
         args = parse_arguments(arguments)
@@ -465,7 +464,7 @@ def _sed_ops(seg: Segment, pos: list[str]) -> list[str]:
 
 
 def files_written(
-    tool_name: str, arguments: str | Mapping[str, Any] | None, *, scripts: bool = True
+    tool_name: str, arguments: str | Mapping[str, object] | None, *, scripts: bool = True
 ) -> list[str]:
     """Files one tool call writes, read on its own (no earlier calls known). ``scripts``:
     count what the Python scripts it writes by heredoc would write when run later."""

@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError
 from ..extras import install_hint
+from ..jsontypes import JSONObject
 from .messages import Content, Message
 from .tokens_heuristic import FEATURES as FEATURES
 from .tokens_heuristic import WEIGHTS as WEIGHTS
@@ -207,11 +208,11 @@ def get_counter(spec: str | TokenCounter | None = None) -> TokenCounter:
 # --------------------------------------------------------------------------------------------
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def _count_block(counter: TokenCounter, block: Mapping[str, Any]) -> int:
+def _count_block(counter: TokenCounter, block: Mapping[str, object]) -> int:
     kind = block.get("type")
     text = block.get("text")
     if isinstance(text, str):
@@ -236,8 +237,8 @@ def _count_block(counter: TokenCounter, block: Mapping[str, Any]) -> int:
             + counter.count_text(str(block.get("name", "")))
             + counter.count_text(_json(block.get("input", {})))
         )
-    if kind == "thinking" and isinstance(block.get("thinking"), str):
-        return counter.count_text(block["thinking"])
+    if kind == "thinking" and isinstance(thinking := block.get("thinking"), str):
+        return counter.count_text(thinking)
     return counter.count_text(_json(dict(block)))
 
 
@@ -271,14 +272,14 @@ def count_messages(counter: TokenCounter, msgs: Iterable[Message]) -> int:
     return sum(count_message(counter, m) for m in msgs)
 
 
-def count_tools(counter: TokenCounter, tools: Sequence[Mapping[str, Any]]) -> int:
+def count_tools(counter: TokenCounter, tools: Sequence[Mapping[str, object]]) -> int:
     """Tokens of tool schemas, OpenAI (``{"type": "function", "function": {...}}``) or
     Anthropic (``{"name", "description", "input_schema"}``) format; others count as JSON."""
     if not tools:
         return 0
     total = TOOLS_OVERHEAD
     for tool in tools:
-        spec: Mapping[str, Any] = tool
+        spec: Mapping[str, object] = tool
         fn = tool.get("function")
         if isinstance(fn, Mapping):
             spec = fn
@@ -393,11 +394,11 @@ class Calibration:
     def apply(self, estimated: int) -> int:
         return max(0, round(estimated * self.scale))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"scale": self.scale, "observations": self.observations}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
+    def from_dict(cls, data: object) -> Calibration:
         if not isinstance(data, Mapping):
             raise ConfigError(f"calibration must be an object, not {type(data).__name__}")
         scale = data.get("scale", 1.0)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ContextFoldError, ToolArgumentsError
+from ..jsontypes import JSONLike, JSONObject
 
 Handler = Callable[[Mapping[str, object]], str]
 
@@ -21,10 +21,10 @@ Handler = Callable[[Mapping[str, object]], str]
 class Tool:
     name: str
     description: str
-    parameters: Mapping[str, Any]
+    parameters: Mapping[str, JSONLike]
     handler: Handler = field(compare=False, repr=False)
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> dict[str, JSONLike]:
         return {
             "type": "function",
             "function": {
@@ -34,7 +34,7 @@ class Tool:
             },
         }
 
-    def anthropic_schema(self) -> dict[str, Any]:
+    def anthropic_schema(self) -> dict[str, JSONLike]:
         return {
             "name": self.name,
             "description": self.description,
@@ -42,10 +42,15 @@ class Tool:
         }
 
 
-def _check_args(tool: Tool, args: Mapping[str, Any]) -> None:
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _check_args(tool: Tool, args: Mapping[str, object]) -> None:
     """A small JSON-schema subset: required keys, declared types, no unknown keys."""
-    props: Mapping[str, Any] = tool.parameters.get("properties", {})
-    for key in tool.parameters.get("required", []):
+    props = _mapping(tool.parameters.get("properties"))
+    required = tool.parameters.get("required", [])
+    for key in required if isinstance(required, list | tuple) else ():
         if key not in args:
             raise ToolArgumentsError(f"{tool.name}: missing required argument {key!r}")
     types = {
@@ -59,7 +64,8 @@ def _check_args(tool: Tool, args: Mapping[str, Any]) -> None:
     for key, value in args.items():
         if key not in props:
             raise ToolArgumentsError(f"{tool.name}: unknown argument {key!r}")
-        want = props[key].get("type")
+        spec = _mapping(props[key])
+        want = spec.get("type")
         py = types.get(want) if isinstance(want, str) else None
         if py is None:
             continue
@@ -70,10 +76,14 @@ def _check_args(tool: Tool, args: Mapping[str, Any]) -> None:
             raise ToolArgumentsError(
                 f"{tool.name}: argument {key!r} must be {want}, got {type(value).__name__}"
             )
-        if want == "integer" and "minimum" in props[key] and value < props[key]["minimum"]:
-            raise ToolArgumentsError(
-                f"{tool.name}: argument {key!r} must be >= {props[key]['minimum']}"
-            )
+        least = spec.get("minimum")
+        if (
+            want == "integer"
+            and isinstance(least, int | float)
+            and isinstance(value, int)  # (it is: see ok)
+            and value < least
+        ):
+            raise ToolArgumentsError(f"{tool.name}: argument {key!r} must be >= {least}")
 
 
 class ToolBox:
@@ -93,19 +103,20 @@ class ToolBox:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
-    def schemas(self, format: str = "openai") -> list[dict[str, Any]]:
+    def schemas(self, format: str = "openai") -> list[dict[str, JSONLike]]:
         if format == "openai":
             return [t.openai_schema() for t in self._tools.values()]
         if format == "anthropic":
             return [t.anthropic_schema() for t in self._tools.values()]
         raise ToolArgumentsError(f"unknown tool schema format {format!r}")
 
-    def run(self, name: str, arguments: str | Mapping[str, Any]) -> tuple[str, bool]:
+    def run(self, name: str, arguments: str | Mapping[str, object]) -> tuple[str, bool]:
         """Run a tool; returns (text, is_error). Never raises for bad input."""
         tool = self._tools.get(name)
         if tool is None:
             return f"Error: unknown tool {name!r}. Available: {', '.join(self._tools)}", True
         try:
+            args: object
             if isinstance(arguments, str):
                 try:
                     args = json.loads(arguments) if arguments.strip() else {}
@@ -124,7 +135,7 @@ class ToolBox:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return f"Error: {name} failed: {exc}", True
 
-    def handle(self, call: Mapping[str, Any]) -> dict[str, Any]:
+    def handle(self, call: Mapping[str, object]) -> JSONObject:
         """Dispatch an OpenAI tool call dict (or an Anthropic tool_use block) and return the
         OpenAI tool message answering it."""
         if not isinstance(call, Mapping):
@@ -136,13 +147,14 @@ class ToolBox:
         if call.get("type") == "tool_use":
             call_id = str(call.get("id", ""))
             name = str(call.get("name", ""))
-            raw: str | Mapping[str, Any] = call.get("input") or {}
+            raw = call.get("input") or {}
         else:
             fn = call.get("function") or {}
             call_id = str(call.get("id", ""))
             name = str(fn.get("name", "")) if isinstance(fn, Mapping) else ""
             raw = fn.get("arguments", "{}") if isinstance(fn, Mapping) else "{}"
-        text, _ = self.run(name, raw)
+        # arguments that are neither text nor an object: their text, refused as not an object
+        text, _ = self.run(name, raw if isinstance(raw, str | Mapping) else str(raw))
         return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 

@@ -18,14 +18,17 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from copy import deepcopy
 from dataclasses import replace
-from typing import Any
+from typing import TypeVar
 
 from ..errors import InvalidMessageError
+from ..jsontypes import JSONObject
 from .messages import Message, check_message
 from .scaffolding import is_pinned_state, is_scaffolding
 from .view_cuts import CutPoints
 from .view_reopen import CountFn, LazyReopen, LazySlots
 from .wire import to_openai
+
+_T = TypeVar("_T")  # what the view is made of: messages or their dicts
 
 
 class HistoryView(CutPoints, LazyReopen):
@@ -37,14 +40,14 @@ class HistoryView(CutPoints, LazyReopen):
         self._cum: list[int] = [0]
         #: OpenAI dicts of the forms, made on first use (None: not made yet); a reopened
         #: session never converts the messages before its boundary
-        self._dicts: list[dict[str, Any] | None] = []
+        self._dicts: list[JSONObject | None] = []
         self.prefix_len = 0
         self.first_user: int | None = None
         self.newest_user: int | None = None
         self.boundary = 0
         self.compaction: Message | None = None
         self._compaction_tokens = 0
-        self._compaction_dict: dict[str, Any] | None = None
+        self._compaction_dict: JSONObject | None = None
         #: tool call id -> index of its assistant message, for the group still collecting results
         self._open_calls: dict[str, int] = {}
         self._answered: dict[int, set[str]] = {}
@@ -363,13 +366,13 @@ class HistoryView(CutPoints, LazyReopen):
         out.extend(self.forms[b:])
         return out
 
-    def _dict(self, index: int) -> dict[str, Any]:
+    def _dict(self, index: int) -> JSONObject:
         d = self._dicts[index]
         if d is None:
             d = self._dicts[index] = to_openai(self.forms[index])
         return d
 
-    def view_dicts(self, *, copy: bool = False) -> list[dict[str, Any]]:
+    def view_dicts(self, *, copy: bool = False) -> list[JSONObject]:
         """The view as OpenAI dicts. The dicts are cached per message and shared between calls
         (building the list is O(view) pointer copies); pass ``copy=True`` for private copies."""
         b = self.boundary
@@ -391,7 +394,7 @@ class HistoryView(CutPoints, LazyReopen):
             return deepcopy(out)
         return out
 
-    def _visible_view(self, get: Callable[[int], Any], compaction: Any) -> list[Any]:
+    def _visible_view(self, get: Callable[[int], _T], compaction: _T | None) -> list[_T]:
         """The view (see :meth:`view_messages`) without the retracted messages."""
         b = self.boundary
         r = self.retracted

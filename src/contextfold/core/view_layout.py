@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..jsontypes import JSONLike
+
 if TYPE_CHECKING:
     from .view import HistoryView
 
@@ -16,11 +18,11 @@ KEPT, CHANGED, SUMMARY = "k", "c", "s"
 VIEW_EVENT = "view"
 
 
-def layout(view: HistoryView) -> dict[str, object]:
+def layout(view: HistoryView) -> dict[str, JSONLike]:
     """The view's layout: ``items`` as ``[code, position]`` runs (``[KEPT, start, end]`` for
     consecutive kept positions, ``[CHANGED, position]``, ``[SUMMARY]``) and the history
     length it was taken at."""
-    items: list[list[object]] = []
+    items: list[list[str | int]] = []
     for m in view.view_messages():
         pos = view.uuids.get(m.uuid) if m.uuid else None
         if pos is None or pos >= len(view.history):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast, overload
 
 from ..errors import InvalidMessageError, StorageError
+from ..jsontypes import JSONObject
 from .messages import Message
 
 CountFn = Callable[[Message], int]
@@ -39,14 +40,18 @@ class LazySlots(Sequence[Message]):
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, index: Any) -> Any:
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
         got = self.items[index]
         if self._hi > self._lo and (
-            got is None if not isinstance(index, slice) else any(m is None for m in got)
+            got is None if not isinstance(index, slice) else any(m is None for m in got)  # type: ignore[union-attr]
         ):
             self._fill()
             got = self.items[index]
-        return got
+        return cast("Message | list[Message]", got)  # (filled: no slot is None)
 
     def __iter__(self) -> Iterator[Message]:
         if self._hi > self._lo:
@@ -69,7 +74,7 @@ class LazyReopen:
     forms: list[Message]
     _tokens: list[int]
     _cum: list[int]
-    _dicts: list[dict[str, Any] | None]
+    _dicts: list[JSONObject | None]
     prefix_len: int
     boundary: int
     first_user: int | None

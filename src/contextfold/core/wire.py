@@ -8,16 +8,17 @@ interpret travel in ``Message.extra`` and come back out unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Container, Iterable, Mapping, Sequence
+from typing import cast
 
 from ..errors import InvalidMessageError
+from ..jsontypes import JSON, JSONObject, as_object
 from .messages import ROLES, Content, Message, Role, ToolCall, check_message, new_uuid
 
 _OPENAI_KNOWN = {"role", "content", "tool_calls", "tool_call_id", "name"}
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A client's value in an error message: short, and its type when it is no string."""
     if isinstance(value, str):
         return repr(value[:80])
@@ -34,7 +35,7 @@ _STRING_FIELDS: dict[str | None, tuple[str, ...]] = {
 }
 
 
-def _block(block: Any, j: int, index: int | None) -> Mapping[str, Any]:
+def _block(block: object, j: int, index: int | None) -> Mapping[str, JSON]:
     """One content block, checked: an object whose ``type`` (and the fields its type names)
     are strings."""
     if not isinstance(block, Mapping):
@@ -52,7 +53,7 @@ def _block(block: Any, j: int, index: int | None) -> Mapping[str, Any]:
     return block
 
 
-def _content_in(value: Any, index: int | None) -> Content:
+def _content_in(value: object, index: int | None) -> Content:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list | tuple):
@@ -63,18 +64,24 @@ def _content_in(value: Any, index: int | None) -> Content:
     )
 
 
-def _content_out(content: Content) -> Any:
+def _extra(data: Mapping[str, object], known: Container[str]) -> JSONObject:
+    """The fields of a wire message the model does not interpret, passed through as they are
+    (a client's decoded JSON; ``check_encodable`` refuses a value that is not JSON)."""
+    return cast(JSONObject, {k: v for k, v in data.items() if k not in known})
+
+
+def _content_out(content: Content) -> JSON:
     if isinstance(content, tuple):
         return [dict(b) for b in content]
     return content
 
 
 def from_openai(
-    data: Mapping[str, Any] | Message,
+    data: Mapping[str, object] | Message,
     index: int | None = None,
     *,
     uuid: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, JSON] | None = None,
 ) -> Message:
     """Parse one OpenAI Chat Completions message dict (a Message passes through, checked)."""
     if isinstance(data, Message):
@@ -116,7 +123,7 @@ def from_openai(
                     extra=extra,
                 )
             )
-    extra = {k: v for k, v in data.items() if k not in _OPENAI_KNOWN}
+    extra = _extra(data, _OPENAI_KNOWN)
     if "content" not in data:
         extra["_no_content"] = True
     if raw_calls is not None and not raw_calls:
@@ -138,25 +145,25 @@ def from_openai(
     return check_message(msg, index)
 
 
-def to_openai(msg: Message) -> dict[str, Any]:
+def to_openai(msg: Message) -> JSONObject:
     """One neutral message as an OpenAI Chat Completions dict."""
     extra = dict(msg.extra)
-    out: dict[str, Any] = {"role": msg.role}
+    out: JSONObject = {"role": msg.role}
     no_content = extra.pop("_no_content", False)
     empty_calls = extra.pop("_empty_tool_calls", False)
     if not (no_content and msg.content is None):
         out["content"] = _content_out(msg.content)
     if msg.tool_calls:
-        calls = []
+        calls: list[JSON] = []
         for call in msg.tool_calls:
             cextra = dict(call.extra)
             fn_extra = cextra.pop("function_extra", {})
             no_args = cextra.pop("no_arguments", False)
-            fn: dict[str, Any] = {"name": call.name}
+            fn: JSONObject = {"name": call.name}
             if not (no_args and call.arguments == "{}"):
                 fn["arguments"] = call.arguments
-            fn.update(fn_extra)
-            item: dict[str, Any] = {"id": call.id}
+            fn.update(as_object(fn_extra))
+            item: JSONObject = {"id": call.id}
             item.update(cextra)
             item.setdefault("type", "function")
             item["function"] = fn
@@ -172,7 +179,7 @@ def to_openai(msg: Message) -> dict[str, Any]:
     return out
 
 
-def messages_from_openai(items: Iterable[Mapping[str, Any] | Message]) -> list[Message]:
+def messages_from_openai(items: Iterable[Mapping[str, object] | Message]) -> list[Message]:
     return [from_openai(item, i) for i, item in enumerate(items)]
 
 
@@ -180,7 +187,8 @@ def messages_from_openai(items: Iterable[Mapping[str, Any] | Message]) -> list[M
 
 
 def from_anthropic(
-    messages: Sequence[Mapping[str, Any]], system: str | Sequence[Mapping[str, Any]] | None = None
+    messages: Sequence[Mapping[str, object]],
+    system: str | Sequence[Mapping[str, object]] | None = None,
 ) -> list[Message]:
     """Anthropic Messages (``system`` apart) to neutral messages.
 
@@ -204,7 +212,7 @@ def from_anthropic(
             raise InvalidMessageError(
                 f"unknown role {_shown(role)} for Anthropic format", index=index
             )
-        extra = {k: v for k, v in data.items() if k not in ("role", "content")}
+        extra = _extra(data, ("role", "content"))
         content = data.get("content")
         if isinstance(content, str) or content is None:
             msg = Message(role=cast(Role, role), content=content, extra=extra)
@@ -220,14 +228,14 @@ def from_anthropic(
     return out
 
 
-def _assistant_from(content: list[Any], extra: dict[str, Any], index: int) -> Message:
+def _assistant_from(content: list[JSON], extra: JSONObject, index: int) -> Message:
     """An Anthropic assistant message's blocks: ``tool_use`` blocks become tool calls (their
     positions among the other blocks kept when they are not all at the end)."""
-    blocks: list[Mapping[str, Any]] = []
+    blocks: list[Mapping[str, JSON]] = []
     calls: list[ToolCall] = []
-    positions: list[int] = []
-    for j, block in enumerate(content):
-        _block(block, j, index)
+    positions: list[JSON] = []
+    for j, raw in enumerate(content):
+        block = _block(raw, j, index)
         if block.get("type") == "tool_use":
             cextra = {k: v for k, v in block.items() if k not in ("type", "id", "name", "input")}
             calls.append(
@@ -247,14 +255,14 @@ def _assistant_from(content: list[Any], extra: dict[str, Any], index: int) -> Me
     return check_message(msg, index)
 
 
-def _user_from(content: list[Any], extra: dict[str, Any], index: int, group: str) -> list[Message]:
+def _user_from(content: list[JSON], extra: JSONObject, index: int, group: str) -> list[Message]:
     """An Anthropic user message's blocks: each ``tool_result`` becomes a tool message, the
     other blocks user messages between them, in order (one group id keeps them together)."""
     out: list[Message] = []
-    pending: list[Mapping[str, Any]] = []
+    pending: list[Mapping[str, JSON]] = []
     part = 0
-    for j, block in enumerate(content):
-        _block(block, j, index)
+    for j, raw in enumerate(content):
+        block = _block(raw, j, index)
         if block.get("type") != "tool_result":
             pending.append(dict(block))
             continue
@@ -272,14 +280,14 @@ def _user_from(content: list[Any], extra: dict[str, Any], index: int, group: str
 
 
 def _tool_result_message(
-    block: Mapping[str, Any], group: str, part: int, extra: dict[str, Any], index: int
+    block: Mapping[str, JSON], group: str, part: int, extra: JSONObject, index: int
 ) -> Message:
     rextra = {k: v for k, v in block.items() if k not in ("type", "tool_use_id", "content")}
     if "content" not in block:
         rextra["_no_content"] = True
     if part == 0 and extra:
         rextra["_msg_extra"] = extra
-    meta = {"anthropic_group": group, "anthropic_part": part}
+    meta: JSONObject = {"anthropic_group": group, "anthropic_part": part}
     tool_msg = Message(
         role="tool",
         tool_call_id=str(block.get("tool_use_id") or ""),
@@ -291,20 +299,20 @@ def _tool_result_message(
 
 
 def _user_part(
-    blocks: list[Mapping[str, Any]], group: str, part: int, extra: dict[str, Any], index: int
+    blocks: list[Mapping[str, JSON]], group: str, part: int, extra: JSONObject, index: int
 ) -> Message:
-    meta = {"anthropic_group": group, "anthropic_part": part}
+    meta: JSONObject = {"anthropic_group": group, "anthropic_part": part}
     msg = Message(
         role="user", content=tuple(blocks), metadata=meta, extra=extra if part == 0 else {}
     )
     return check_message(msg, index)
 
 
-def _tool_result_block(msg: Message) -> dict[str, Any]:
+def _tool_result_block(msg: Message) -> JSONObject:
     extra = dict(msg.extra)
     extra.pop("_msg_extra", None)
     no_content = extra.pop("_no_content", False)
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.tool_call_id}
+    block: JSONObject = {"type": "tool_result", "tool_use_id": msg.tool_call_id}
     if not (no_content and msg.content is None):
         block["content"] = _content_out(msg.content) if msg.content is not None else ""
     if msg.metadata.get("is_error") and "is_error" not in extra:
@@ -313,7 +321,7 @@ def _tool_result_block(msg: Message) -> dict[str, Any]:
     return block
 
 
-def _as_blocks(content: Content) -> list[dict[str, Any]]:
+def _as_blocks(content: Content) -> list[JSON]:
     if content is None or content == "":
         return []
     if isinstance(content, str):
@@ -321,38 +329,38 @@ def _as_blocks(content: Content) -> list[dict[str, Any]]:
     return [dict(b) for b in content]
 
 
-def _system_of(messages: Sequence[Message]) -> str | list[dict[str, Any]] | None:
+def _system_of(messages: Sequence[Message]) -> str | list[JSONObject] | None:
     """The Anthropic ``system`` of the system and developer messages (joined when several)."""
     parts = [m for m in messages if m.role in ("system", "developer")]
     if not parts:
         return None
     if len(parts) == 1 and (parts[0].content is None or isinstance(parts[0].content, str)):
         return parts[0].content or ""
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     for m in parts:
-        blocks.extend(_as_blocks(m.content))
+        blocks.extend(as_object(b) for b in _as_blocks(m.content))  # (each one an object)
     return blocks
 
 
-def _tool_use(call: ToolCall) -> dict[str, Any]:
+def _tool_use(call: ToolCall) -> JSONObject:
     try:
         args = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
         args = {"_raw_arguments": call.arguments}
-    use: dict[str, Any] = {"type": "tool_use", "id": call.id, "name": call.name, "input": args}
+    use: JSONObject = {"type": "tool_use", "id": call.id, "name": call.name, "input": args}
     use.update(
         {k: v for k, v in call.extra.items() if k not in ("type", "function_extra", "no_arguments")}
     )
     return use
 
 
-def _assistant_item(msg: Message) -> dict[str, Any]:
+def _assistant_item(msg: Message) -> JSONObject:
     """An assistant message in Anthropic form: its blocks with the ``tool_use`` blocks back
     at their positions."""
     blocks = _as_blocks(msg.content)
-    uses = [_tool_use(call) for call in msg.tool_calls]
+    uses: list[JSON] = [_tool_use(call) for call in msg.tool_calls]
     positions = msg.extra.get("_tool_use_positions")
-    if positions and len(positions) == len(uses):
+    if isinstance(positions, list) and positions and len(positions) == len(uses):
         it_blocks, it_uses, pos = iter(blocks), iter(uses), set(positions)
         blocks = [
             next(it_uses) if j in pos else next(it_blocks) for j in range(len(blocks) + len(uses))
@@ -361,7 +369,7 @@ def _assistant_item(msg: Message) -> dict[str, Any]:
         blocks = blocks + uses
     extra = {k: v for k, v in msg.extra.items() if k != "_tool_use_positions"}
     if isinstance(msg.content, str) and not msg.tool_calls:
-        item: dict[str, Any] = {"role": "assistant", "content": msg.content}
+        item: JSONObject = {"role": "assistant", "content": msg.content}
     else:
         item = {"role": "assistant", "content": blocks}
     item.update(extra)
@@ -370,15 +378,15 @@ def _assistant_item(msg: Message) -> dict[str, Any]:
 
 def to_anthropic(
     messages: Sequence[Message],
-) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
+) -> tuple[str | list[JSONObject] | None, list[JSONObject]]:
     """Neutral messages to ``(system, messages)`` in Anthropic Messages format.
 
     System and developer messages go to ``system`` (joined when there are several). Consecutive
     messages that map to the same role are merged into one message, as the API requires.
     """
     system = _system_of(messages)
-    out: list[dict[str, Any]] = []
-    last_group: str | None = None
+    out: list[JSONObject] = []
+    last_group: JSON = None
     for msg in messages:
         if msg.role in ("system", "developer"):
             continue
@@ -393,9 +401,9 @@ def to_anthropic(
             continue
         # user or tool -> user turn
         if msg.role == "tool":
-            new_blocks = [_tool_result_block(msg)]
-            extra = dict(msg.extra.get("_msg_extra", {}))
-            plain: Any = None
+            new_blocks: list[JSON] = [_tool_result_block(msg)]
+            extra = dict(as_object(msg.extra.get("_msg_extra")))
+            plain: str | None = None
         else:
             new_blocks = _as_blocks(msg.content)
             extra = dict(msg.extra)
@@ -405,7 +413,7 @@ def to_anthropic(
             if same_group:
                 content = out[-1]["content"]
                 out[-1]["content"] = (
-                    content if isinstance(content, list) else _as_blocks(content)
+                    content if isinstance(content, list) else _text_blocks(content)
                 ) + new_blocks
             else:
                 _merge_into(out[-1], {"role": "user", "content": new_blocks, **extra})
@@ -422,24 +430,30 @@ def to_anthropic(
     return system, out
 
 
-def _merge_into(target: dict[str, Any], item: dict[str, Any]) -> None:
+def _text_blocks(content: JSON) -> list[JSON]:
+    """The blocks of a merged turn's content that is no list (text, or null: none)."""
+    return _as_blocks(content if isinstance(content, str) else None)
+
+
+def _merge_into(target: JSONObject, item: JSONObject) -> None:
     a = target["content"]
     b = item["content"]
-    a_blocks = a if isinstance(a, list) else _as_blocks(a)
-    b_blocks = b if isinstance(b, list) else _as_blocks(b)
+    a_blocks = a if isinstance(a, list) else _text_blocks(a)
+    b_blocks = b if isinstance(b, list) else _text_blocks(b)
     target["content"] = a_blocks + b_blocks
     for k, v in item.items():
         if k not in ("role", "content"):
             target.setdefault(k, v)
 
 
-def loads_message(data: Mapping[str, Any], index: int | None = None) -> Message:
+def loads_message(data: Mapping[str, JSON], index: int | None = None) -> Message:
     raw = data.get("message")
     if not isinstance(raw, Mapping):
         raise InvalidMessageError("stored line has no message object", index=index)
-    return from_openai(
-        raw, index, uuid=str(data.get("uuid") or new_uuid()), metadata=data.get("metadata") or {}
-    )
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMessageError("stored line's metadata is not an object", index=index)
+    return from_openai(raw, index, uuid=str(data.get("uuid") or new_uuid()), metadata=metadata)
 
 
 __all__ = [

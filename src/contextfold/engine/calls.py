@@ -14,7 +14,7 @@ from ..core.tools import ToolBox
 from ..core.usage import extract_input_tokens
 from ..errors import ConfigError, ContextFoldError
 from ..evidence.model import EvidencePointer
-from ..jsontypes import JSON, JSONObject
+from ..jsontypes import JSON, JSONObject, need_object, to_json
 from ..recovery.hooks import RestoreHit
 from . import ahead
 from . import overflow as overflow_handling
@@ -144,7 +144,7 @@ class SessionCalls:
         return self._ctx.recovery.toolbox
 
     def tool_schemas(self, format: Literal["openai", "anthropic"] = "openai") -> list[JSONObject]:
-        return self.toolbox.schemas(format)
+        return [need_object(to_json(schema)) for schema in self.toolbox.schemas(format)]
 
     def handle_tool_call(self, call: Mapping[str, JSON]) -> JSONObject:
         """Run one of contextfold's agent tools; returns the tool message (errors included)."""

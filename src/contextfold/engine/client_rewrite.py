@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.messages import Message
 from ..errors import ConfigError
-from ..jsontypes import JSON
+from ..jsontypes import JSONLike
 from ..storage.base import Event
 from . import ingest
 from .context import SessionContext
@@ -25,7 +25,7 @@ def rewrite(
     ctx: SessionContext,
     retract: Sequence[int],
     messages: Iterable[ingest.MessageInput],
-    note: Mapping[str, JSON],
+    note: Mapping[str, JSONLike],
 ) -> list[Message]:
     """Retract the history messages at ``retract`` from every view and append ``messages``,
     all or nothing, in one unit of work with a ``rewrite`` event saying which and why."""

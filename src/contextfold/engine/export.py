@@ -27,6 +27,7 @@ from ..core.paths import check_session_id
 from ..core.records import CompactionRecord, OffloadEntry
 from ..errors import ConfigError, StorageError
 from ..evidence.model import CompactBlock, EvidenceFormatError
+from ..jsontypes import to_int
 from ..recovery.sessions.log import entry_of
 from ..storage import SQLiteStore, Store, open_store
 
@@ -177,7 +178,7 @@ def _export_memory(store: Store, agent_id: str, out: Path) -> int:
     ]
     if not facts:
         return 0
-    facts.sort(key=lambda f: (str(f.get("ts", "")), int(f.get("n", 0))))
+    facts.sort(key=lambda f: (str(f.get("ts", "")), to_int(f.get("n", 0))))
     index = ["# Memory", "", "One line per fact; details in the topic files.", ""]
     topics: dict[str, list[str]] = {}
     from ..recovery.memory_extract import fact_hash

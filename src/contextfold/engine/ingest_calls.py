@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.messages import Message
-from ..jsontypes import JSON
+from ..jsontypes import JSONLike
 from . import client_rewrite, ingest
 from .context import SessionContext
 from .ingest import MessageInput
@@ -38,7 +38,7 @@ class IngestCalls:
         retract: Sequence[int],
         messages: Iterable[MessageInput] = (),
         *,
-        note: Mapping[str, JSON] | None = None,
+        note: Mapping[str, JSONLike] | None = None,
     ) -> list[Message]:
         """The caller rewrote its own conversation (summarized old turns, moved or refreshed
         messages, dropped what it no longer needs): the history messages at ``retract``

@@ -430,8 +430,8 @@ class EvidenceStore(RestoreBodies):
                 self._ords = Ords(state.calls)
             else:
                 state, ords = IndexState(), Ords()
-                for seq, block in self.numbered_blocks():
-                    state.add_block(seq, block, ords.place(block), ords.calls)
+                for seq, numbered in self.numbered_blocks():
+                    state.add_block(seq, numbered, ords.place(numbered), ords.calls)
                 self._ords = ords
             self._state = state
         return self._state

@@ -61,7 +61,8 @@ def defer_block(
 
 def pending_blocks(store: Store, session_id: str) -> dict[str, dict[str, object]]:
     """The committed pending records of a session (key -> record)."""
-    return dict(store.docs(PENDING, prefix=f"{session_id}/"))
+    docs = store.docs(PENDING, prefix=f"{session_id}/")
+    return {key: dict[str, object](doc) for key, doc in docs.items()}
 
 
 def _encode(texts: list[str], stop: Callable[[], bool]) -> list[object] | None:

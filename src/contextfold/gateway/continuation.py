@@ -128,7 +128,9 @@ class Continuations:
             for digest, answer in found:
                 if answer not in convs:
                     doc = self._store.get_doc(NAMESPACE, _doc_key(identity, answer))
-                    convs[answer] = self._learn(answer, doc)
+                    convs[answer] = self._learn(
+                        answer, None if doc is None else dict[str, object](doc)
+                    )
                 old = convs[answer]
                 if old is None or old == key:
                     continue

@@ -343,26 +343,26 @@ def _wire_parts(content: Content) -> list[JSONObject]:
 
 def _call_part(call: ToolCall) -> JSONObject:
     extra = call.extra
-    wire_call: JSONObject = dict(extra.get("call") or {})
-    args: JSON
+    wire_call = dict(as_object(extra.get("call")))
     try:
         args = call.parsed_arguments()
     except ValueError:
         args = {"raw": call.arguments}
-    fc: JSONObject = {"name": call.name, "args": args, **wire_call}
-    part: JSONObject = dict(extra.get("part") or {})
-    return {"functionCall": fc, **part}
+    fc = {"name": call.name, "args": args, **wire_call}
+    return {"functionCall": fc, **dict(as_object(extra.get("part")))}
 
 
 def _response_part(msg: Message) -> JSONObject:
     extra = msg.extra
-    fr: JSONObject = dict(extra.get("response") or {})
+    fr = dict(as_object(extra.get("response")))
     original = fr.get("response")
     text = msg.text
     if original is None or response_text(original) != text:
         fr["response"] = {"output": text}
-    part: JSONObject = dict(extra.get("part") or {})
-    return {"functionResponse": {"name": msg.name or "", **fr}, **part}
+    return {
+        "functionResponse": {"name": msg.name or "", **fr},
+        **dict(as_object(extra.get("part"))),
+    }
 
 
 def to_contents(messages: Sequence[Message]) -> list[JSONObject]:

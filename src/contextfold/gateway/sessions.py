@@ -27,7 +27,7 @@ from ..compaction.summarizers.base import Summarizer
 from ..core.messages import Message
 from ..core.records import CompactionRecord
 from ..errors import ContextFoldError, StorageError
-from ..jsontypes import JSON  # noqa: F401 (the annotations of prepare_view, read here)
+from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: the annotations of prepare_view, read here)
 from ..storage import ConcurrentWriteError, NewEvent
 from .config import GatewayConfig
 from .convert import Conversation
@@ -366,7 +366,7 @@ class SessionRegistry:
         empty = not first_sess.fps and first_sess.pending is None
         sid = family[0] if empty else f"{base}.b{len(family)}"
         fps = conv.fingerprints
-        note = {
+        note: JSONObject = {
             "branch_of": parent.session_id,
             "diverged_at": common,
             "reason": (

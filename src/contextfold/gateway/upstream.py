@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from ..jsontypes import JSON, JSONObject  # noqa: F401 (JSON: what JSONObject refers to)
+from ..jsontypes import JSONObject
 from . import netio
 from .convert import Provider
 from .edge import below, carries_token, confined_path

@@ -22,7 +22,7 @@ from ..core.credentials import redact, token_given
 from ..core.paths import check_session_id
 from ..engine.session_ops import delete_session
 from ..errors import ConfigError, ContextFoldError, StorageError, UnsafeIdError
-from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from ..jsontypes import JSON
 from ..storage import Store
 from .data import list_sessions, timeline
 from .recover import Recoverer

@@ -17,7 +17,7 @@ from ..core.records import CompactionRecord
 from ..engine.session_ops import get_session
 from ..errors import ConfigError
 from ..evidence.model import CompactBlock, EvidenceFormatError
-from ..jsontypes import JSON, JSONObject
+from ..jsontypes import JSON, JSONObject, need_object, to_int
 from ..recovery.sessions.log import entry_of
 from ..storage import Store
 
@@ -140,12 +140,12 @@ def read_log(store: Store, session_id: str) -> LogDigest:
                     Compaction(number=n, seq=ev.seq, at_message=at, record=record)
                 )
             elif ev.kind == "state":
-                boundary = int(data.get("boundary") or 0)
+                boundary = to_int(data.get("boundary") or 0)
                 log.states.append((ev.seq, boundary))
                 if log.compactions and log.compactions[-1].seq < ev.seq:
                     log.compactions[-1].boundary = boundary
             elif ev.kind == "offload":
-                log.offloads.append((ev.seq, dict(data["entry"])))
+                log.offloads.append((ev.seq, dict(need_object(data["entry"], "offload entry"))))
             else:
                 log.blocks.append((ev.seq, CompactBlock.from_dict(data["block"])))
         except (KeyError, TypeError, ValueError, EvidenceFormatError):

@@ -15,7 +15,7 @@ from ..core.paths import check_session_id
 from ..engine.manager import ContextManager
 from ..engine.session_ops import get_session, show_session
 from ..errors import ConfigError, StorageError, UnsafeIdError
-from ..jsontypes import JSON, JSONObject  # noqa: F401  (JSON resolves JSONObject at runtime)
+from ..jsontypes import JSONObject
 from ..recovery.memory import NAMESPACE as MEMORY_NAMESPACE
 from ..recovery.memory import SHARED_SCOPE
 from ..storage import Store

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import cast
 
 from ..core.messages import Message, check_message
 from ..core.wire import from_anthropic, from_openai
 from ..errors import InvalidMessageError
+from ..jsontypes import JSON
 
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result"})
 _HELP = (
@@ -56,8 +58,10 @@ def _clean(value: object) -> object:
     return value
 
 
-def _meta(data: Mapping[str, object], *keys: str) -> dict[str, object]:
-    return {k: data[k] for k in keys if data.get(k) is not None}
+def _meta(data: Mapping[str, object], *keys: str) -> dict[str, JSON]:
+    """Fields of a provider's decoded response: JSON values (adding the message refuses
+    metadata that would not encode, naming the field)."""
+    return {k: cast(JSON, data[k]) for k in keys if data.get(k) is not None}
 
 
 # --------------------------------------------------------------------------- responses
@@ -86,10 +90,10 @@ def _from_chat_completion(data: Mapping[str, object], choice: int) -> Message:
         msg["audio"] = {"id": audio["id"]}  # the API takes the audio back by id only
     meta = _meta(data, "id", "model")
     if isinstance(picked, Mapping) and picked.get("finish_reason") is not None:
-        meta["finish_reason"] = picked["finish_reason"]
+        meta["finish_reason"] = cast(JSON, picked["finish_reason"])
     for key in ("reasoning_content", "reasoning"):  # vLLM / DeepSeek: not to be sent back
         if raw.get(key) is not None:
-            meta[key] = raw[key]
+            meta[key] = cast(JSON, raw[key])
     meta["source"] = "openai.chat.completions"
     return from_openai(msg, metadata=meta)
 
@@ -130,7 +134,9 @@ def _from_responses(data: Mapping[str, object]) -> Message:
     if refusals:
         msg["refusal"] = "".join(refusals)
     meta = _meta(data, "id", "model", "status")
-    meta["responses_output"] = _clean(output)  # reasoning items, built-in tools: kept whole
+    meta["responses_output"] = cast(
+        JSON, _clean(output)
+    )  # reasoning items, built-in tools: kept whole
     meta["source"] = "openai.responses"
     return from_openai(msg, metadata=meta)
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import StorageError
+from ..jsontypes import JSON, JSONLike
 
-#: JSON-compatible values (what events, documents and index fields hold).
-JSON = Any
+# JSON: a value as decoded (what events, documents and index fields read back as); a write
+# takes JSONLike (any value that encodes as JSON, read-only), checked when it is encoded.
 
 #: Event kinds written by the library. Backends store ``kind`` as an opaque string.
 EventKind = Literal[
@@ -145,14 +146,14 @@ class NewEvent:
     """An event to append; the store assigns ``seq`` and ``ts``."""
 
     kind: str
-    data: Mapping[str, JSON]
+    data: Mapping[str, JSONLike]
     #: A small summary of ``data`` (any JSON value) that :meth:`Store.read_heads` returns
     #: without reading the data (a message's position, uuid, role, call ids and token count):
     #: reopening a long session reads these instead of every message. None: no head.
-    head: JSON | None = None
+    head: JSONLike = None
     #: Details beside the head that only some readers want (what each call of a message was
     #: about): returned by :meth:`Store.read_heads` with ``details=True``, never otherwise.
-    detail: JSON | None = None
+    detail: JSONLike = None
 
 
 class EventHead(NamedTuple):
@@ -211,7 +212,7 @@ class SearchDoc:
     scope: str
     session_id: str
     fields: Mapping[str, str]
-    meta: Mapping[str, JSON] = field(default_factory=dict)
+    meta: Mapping[str, JSONLike] = field(default_factory=dict)
     keys: Sequence[str] = ()
 
 
@@ -265,7 +266,7 @@ class Transaction(Protocol):
         the same id, so that one session replaces another atomically."""
         ...
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None: ...
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSONLike]) -> None: ...
 
     def delete_doc(self, namespace: str, key: str) -> None: ...
 
@@ -285,7 +286,7 @@ class Transaction(Protocol):
         indexed again; all go with :meth:`unindex` and ``delete_session``."""
         ...
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         """Replace the ``meta`` of indexed documents (by doc id; ids not indexed are skipped).
         Their searchable text, ranking statistics and keys are left as they are."""
         ...

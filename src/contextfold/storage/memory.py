@@ -12,8 +12,8 @@ import dataclasses
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from ..errors import StorageError
 from .base import (
@@ -22,6 +22,7 @@ from .base import (
     EventHead,
     SearchHit,
     SessionInfo,
+    Transaction,
 )
 from .branches import BranchSearch, Chain, relink, segments, walk_chain
 from .keys import KeyTable
@@ -62,7 +63,7 @@ class MemoryStore(BranchSearch):
             raise StorageError("the in-memory store is closed")
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[_MemoryTransaction]:
+    def transaction(self) -> Iterator[Transaction]:
         with self._lock:
             self._check_open()
             outer = getattr(self._local, "txn", None)
@@ -301,7 +302,8 @@ class MemoryStore(BranchSearch):
                 doc_id=everything[i].doc.doc_id,
                 session_id=everything[i].doc.session_id,
                 score=score,
-                meta=dict(everything[i].doc.meta),
+                # frozen through JSON when indexed
+                meta=dict(cast("Mapping[str, JSON]", everything[i].doc.meta)),
             )
             for i, score in ranked[:limit]
         ]

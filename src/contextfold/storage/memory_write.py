@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StorageError
+from ..jsontypes import JSONLike
 from .base import (
     JSON,
     BlobCorruptError,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from .memory import MemoryStore
 
 
-def _frozen(value: Mapping[str, JSON], what: str) -> dict[str, JSON]:
+def _frozen(value: Mapping[str, JSONLike], what: str) -> dict[str, JSON]:
     """A deep copy through JSON: what a real backend would store (and it must be JSON)."""
     return _object(dump_json(value, what), what)
 
@@ -212,7 +213,7 @@ class _MemoryTransaction(WriteTransaction):
         }
         self._index.append(("keys", (namespace, session_id, checked)))
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         frozen = {d: _frozen(m, f"meta of {namespace}/{d}") for d, m in metas.items()}
         self._index.append(("meta", (namespace, frozen)))
 

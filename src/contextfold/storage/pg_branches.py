@@ -3,15 +3,16 @@ trip, a branch's creation and what a deleted parent leaves to its branches."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import psycopg
 
+from ..jsontypes import to_int
 from .base import ConcurrentWriteError
 from .branches import MAX_DEPTH, Chain, relink, segments
 from .util import utc_now
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 
 
 def chain_sql(s: str) -> str:
@@ -25,10 +26,10 @@ def chain_sql(s: str) -> str:
     )
 
 
-def to_chain(session_id: str, rows: list[Any]) -> Chain:
+def to_chain(session_id: str, rows: Sequence[Sequence[object]]) -> Chain:
     if not rows:
         return [(session_id, 0)]
-    return [(str(r[0]), int(r[2]) if r[1] is not None else 0) for r in rows]
+    return [(str(r[0]), to_int(r[2]) if r[1] is not None else 0) for r in rows]
 
 
 def chain(conn: Conn, s: str, session_id: str) -> Chain:
@@ -47,7 +48,7 @@ def create(
             "AND seq >= %s AND seq < %s",
             (holder, lo, hi),
         ).fetchone()
-        messages += int(row[0]) if row else 0
+        messages += to_int(row[0]) if row else 0
     now = utc_now()
     made = conn.execute(
         f"INSERT INTO {s}.sessions (session_id, agent_id, title, created_at, updated_at, head, "
@@ -72,7 +73,8 @@ def keep_branches(conn: Conn, s: str, session_id: str) -> None:
         (session_id,),
     ).fetchall()
     for child, child_fork in children:
-        parent, fork_at, lo, hi = relink(int(row[1]), row[0], int(child_fork))
+        parent_id = None if row[0] is None else str(row[0])
+        parent, fork_at, lo, hi = relink(to_int(row[1]), parent_id, to_int(child_fork))
         conn.execute(
             f"INSERT INTO {s}.events (session_id, seq, kind, ts, data, head, detail) "
             f"SELECT %s, seq, kind, ts, data, head, detail FROM {s}.events "

@@ -13,13 +13,20 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import psycopg_pool
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+if TYPE_CHECKING:
+    from psycopg.abc import PQGen
+    from psycopg.waiting import Ready, Wait  # noqa: F401 (PQGen's forward references)
+
+#: what one psycopg wait generator returns
+RV = TypeVar("RV")
+
+Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class ServerUnresponsive(psycopg.OperationalError):
@@ -95,7 +102,7 @@ def _cut(fd: int) -> None:
 _WATCHDOG = _Watchdog()
 
 
-class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
+class BoundedConnection(psycopg.Connection[tuple[object, ...]]):
     """A connection whose every wait on the server (a statement, a commit, a pipeline sync)
     is cut after :attr:`bound` seconds without an answer, raising :class:`ServerUnresponsive`.
     Only waits on the server count, never the caller's own work inside a transaction."""
@@ -103,15 +110,15 @@ class BoundedConnection(psycopg.Connection[tuple[Any, ...]]):
     #: seconds one wait may take (None: unbounded); set with :func:`bound_waits`
     bound: float | None = None
 
-    def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+    def wait(self, gen: PQGen[RV], *args: float | None, **kwargs: float | None) -> RV:
         bound = self.bound
         if bound is None or self.closed:
-            return super().wait(gen, *args, **kwargs)
+            return super().wait(gen, *args, **kwargs)  # type: ignore[arg-type]
         error: psycopg.OperationalError | None = None
-        result: Any = None
         with _WATCHDOG.guard(self.pgconn.socket, bound) as fired:
             try:
-                result = super().wait(gen, *args, **kwargs)
+                # (psycopg's own arguments as given: 3.2 takes interval, 3.3 interval, timeout)
+                result = super().wait(gen, *args, **kwargs)  # type: ignore[arg-type]
             except psycopg.OperationalError as exc:
                 error = exc
         if fired:  # cut (an answer in the same instant as the cut is lost with it)

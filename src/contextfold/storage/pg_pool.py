@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 
 import psycopg
 import psycopg_pool
@@ -31,7 +31,18 @@ import psycopg_pool
 from ..errors import ConfigError
 from .pg_connect import BoundedConnection, ServerUnresponsive, bound_waits, check_connection
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+class ConnectArgs(TypedDict, total=False):
+    """The keyword arguments of every connection of a store (``psycopg.connect``)."""
+
+    autocommit: bool
+    application_name: str
+    options: str
+    tcp_user_timeout: int
+    connect_timeout: int
+
 
 #: Seconds any one wait on the server may take (connect, a pooled connection, an answer).
 DEFAULT_TIMEOUT = 5.0
@@ -69,7 +80,7 @@ class Connections:
     def __init__(
         self,
         conninfo: str,
-        kwargs: dict[str, Any],
+        kwargs: ConnectArgs,
         *,
         min_size: int,
         max_size: int,
@@ -79,7 +90,7 @@ class Connections:
         self.conninfo = conninfo
         self.timeout = timeout
         #: connect within the timeout, in the pool's own connection attempts too
-        self.kwargs = {**kwargs, "connect_timeout": max(2, round(timeout))}
+        self.kwargs: ConnectArgs = {**kwargs, "connect_timeout": max(2, round(timeout))}
         self._sizes = (min_size, max(max_size, min_size))
         self._name = name
         self._lock = threading.Lock()
@@ -101,7 +112,7 @@ class Connections:
             max_size=self._sizes[1],
             open=False,
             timeout=self.timeout,
-            kwargs=self.kwargs,
+            kwargs=dict(self.kwargs),
             check=check_connection,
             name=self._name,
         )

@@ -23,11 +23,11 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import psycopg
 
 from ..errors import StorageError
+from ..jsontypes import to_int
 from .text import HINT_WEIGHT, clip, query_terms, tokenize
 
 #: PostgreSQL keeps at most 256 positions per lexeme; lexemes are limited to 2 KB.
@@ -178,16 +178,16 @@ def check_schema_name(schema: str) -> str:
     return schema
 
 
-def _current_version(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int | None:
+def _current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int | None:
     """The schema's version, or None when the version table does not exist yet."""
     row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".schema_version',)).fetchone()
     if row is None or row[0] is None:
         return None
     got = conn.execute(f'SELECT max(version) FROM "{schema}".schema_version').fetchone()
-    return int(got[0]) if got is not None and got[0] is not None else 0
+    return to_int(got[0]) if got is not None and got[0] is not None else 0
 
 
-def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
+def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
     """Bring ``schema`` to :data:`SCHEMA_VERSION`; returns how many migrations ran.
 
     ``conn`` must be in autocommit mode (each migration batch is its own transaction).
@@ -219,7 +219,7 @@ def migrate(conn: psycopg.Connection[tuple[Any, ...]], schema: str) -> int:
 
 
 def analyze_stale(
-    conn: psycopg.Connection[tuple[Any, ...]],
+    conn: psycopg.Connection[tuple[object, ...]],
     schema: str,
     stop: Callable[[], bool] | None = None,
 ) -> list[str]:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
+from ..jsontypes import JSON, as_list, to_int
 from .base import SearchHit, prefix_end
 from .pg_schema import FOLD_DELTAS, TF_WEIGHTS, any_query, search_terms, tag, term_query
 from .text import K1, B
@@ -95,8 +96,8 @@ def _search(
             _STATS.replace("{s}", s), (namespace, namespace, namespace, per_term)
         ).fetchone()
         assert row is not None
-        total, tokens, deltas = int(row[0]), int(row[1]), int(row[2])
-        dfs = [int(x) for x in row[3]]
+        total, tokens, deltas = to_int(row[0]), to_int(row[1]), to_int(row[2])
+        dfs = [to_int(x) for x in as_list(row[3])]
         present = [(t, df) for t, df in zip(terms, dfs) if df > 0]
         if not present:
             return [], deltas
@@ -128,16 +129,18 @@ def _search(
             f"tsv || ''::tsvector AS tsv FROM {s}.search_docs WHERE {where} OFFSET 0) AS c"
         )
         tqs = [term_query(t) for t, _ in present]
-        rows = []
+        rows: list[tuple[object, ...]] = []
         if rare and len(rare) < len(present):
             rows = conn.execute(sql, [*tqs, match(rare), *params]).fetchall()
         if len(rows) < limit:  # no rare term, or too few documents with one: score them all
             rows = conn.execute(sql, [*tqs, match([t for t, _ in present]), *params]).fetchall()
+        # each row: the doc id, its length and its term frequencies (the columns of ``sql``)
+        scored_rows = cast("list[tuple[str, int, list[float]]]", rows)
         n = max(total, 1)
         avg = max(tokens / n, 1.0) if total else 1.0
         idfs = [max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6) for _, df in present]
         scored: list[tuple[float, str]] = []
-        for doc_id, length, halves in rows:
+        for doc_id, length, halves in scored_rows:
             norm = K1 * (1 - B + B * length / avg)
             score = 0.0
             for idf, half in zip(idfs, halves):
@@ -158,7 +161,12 @@ def _search(
             )
         }
     hits = [
-        SearchHit(doc_id=d, session_id=str(meta[d][1]), score=score, meta=meta[d][2])
+        SearchHit(
+            doc_id=d,
+            session_id=str(meta[d][1]),
+            score=score,
+            meta=cast("Mapping[str, JSON]", meta[d][2]),  # (a jsonb object, decoded)
+        )
         for score, d in best
         if d in meta
     ]

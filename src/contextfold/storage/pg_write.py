@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 
 from ..errors import StorageError
+from ..jsontypes import JSON, JSONLike, to_int
 from . import pg_branches
 from .base import (
-    JSON,
     BlobCorruptError,
     BlobNotFoundError,
     ConcurrentWriteError,
@@ -25,7 +25,7 @@ from .util import check_bytes, check_sha, sha256_hex, utc_now
 if TYPE_CHECKING:
     from .postgres import PostgresStore
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 EVENT_COLS = "session_id, seq, kind, ts, data"
 
 
@@ -72,13 +72,20 @@ class PgTransaction(WriteTransaction):
         row = self._conn.execute(
             f"SELECT head, agent_id FROM {self._s}.sessions WHERE session_id = %s", (session_id,)
         ).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        return None if row is None else (to_int(row[0]), str(row[1]))
 
     def _append(self, a: Append) -> list[Event]:
         session_id, expected_seq, agent_id = a.session_id, a.expected_seq, a.agent_id
         s, conn, now = self._s, self._conn, utc_now()
+        # each event's data as given (encoded as JSON above, so it reads as JSON)
         out = [
-            Event(session_id=session_id, seq=en.seq, kind=en.kind, ts=now, data=e.data)
+            Event(
+                session_id=session_id,
+                seq=en.seq,
+                kind=en.kind,
+                ts=now,
+                data=cast("Mapping[str, JSON]", e.data),
+            )
             for e, en in zip(a.events, a.encoded, strict=True)
         ]
         head = expected_seq + len(out)
@@ -124,7 +131,7 @@ class PgTransaction(WriteTransaction):
             },
         ).fetchone()  # the one round trip: the server answers for everything queued
         self.pending.clear()
-        if row is None or int(row[0]) != 1:
+        if row is None or to_int(row[0]) != 1:
             found = self._owner(session_id)
             check_claim(a, found)  # refused: by the head or by the owner
             raise ConcurrentWriteError(session_id, expected_seq, found[0] if found else 0)
@@ -211,7 +218,7 @@ class PgTransaction(WriteTransaction):
         self._use(f"add {len(rows)} {namespace!r} keys of session {session_id!r}")
         self._insert_keys(namespace, rows)
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         if not metas:
             return
         ids = list(metas)
@@ -320,7 +327,7 @@ class PgBlobStore:
         return int(rows[0][0]) if rows else None
 
 
-def delete_rows(conn: Any, s: str, session_id: str) -> None:
+def delete_rows(conn: Conn, s: str, session_id: str) -> None:
     """Every row of a session, in the connection's current transaction (the session row
     locked first, as an append locks it)."""
     conn.execute(f"SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE", (session_id,))

@@ -48,7 +48,7 @@ from .base import (
 from .branches import BranchSearch, Chain, segments
 from .pg_branches import chain_sql, to_chain
 from .pg_connect import ServerUnresponsive, public_url, split_param, split_schema
-from .pg_pool import Connections, resolve_timeout
+from .pg_pool import ConnectArgs, Connections, resolve_timeout
 from .pg_schema import (
     analyze_stale,
     check_schema_name,
@@ -57,7 +57,7 @@ from .pg_schema import (
 from .pg_write import EVENT_COLS, PgBlobStore, PgTransaction, delete_rows
 from .postgres_rows import SESSION_COLS, decode_heads, event_row, heads_query, session_row
 
-Conn = psycopg.Connection[tuple[Any, ...]]
+Conn = psycopg.Connection[tuple[object, ...]]
 
 #: Rows a store writes between two checks of the tables' planner statistics.
 ANALYZE_EVERY = 20_000
@@ -102,7 +102,7 @@ class PostgresStore(BranchSearch):
         #: the background statistics refresh, while one runs, and its own connection
         self._maintenance: threading.Thread | None = None
         self._maintenance_conn: Conn | None = None
-        connect_args: dict[str, Any] = {
+        connect_args: ConnectArgs = {
             "autocommit": True,
             "application_name": "contextfold",
             "options": options,

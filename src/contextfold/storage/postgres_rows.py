@@ -4,10 +4,11 @@ sessions, events, and the query and decoding of event heads."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import cast
 
 from ..errors import StorageError
+from ..jsontypes import JSON, to_int
 from .base import Event, EventHead, SessionInfo
 from .pg_schema import BIG_HEAD, SMALL_HEAD
 
@@ -16,31 +17,31 @@ SESSION_COLS = (
 )
 
 
-def session_row(row: Sequence[Any]) -> SessionInfo:
+def session_row(row: Sequence[object]) -> SessionInfo:
     return SessionInfo(
         session_id=str(row[0]),
         agent_id=str(row[1]),
         created_at=str(row[2]),
         updated_at=str(row[3]),
         title=str(row[4]),
-        events=int(row[5]),
-        messages=int(row[6]),
+        events=to_int(row[5]),
+        messages=to_int(row[6]),
         parent_id=None if row[7] is None else str(row[7]),
-        fork_at=int(row[8]),
+        fork_at=to_int(row[8]),
     )
 
 
 DECODER = json.JSONDecoder()
 
 
-def event_row(row: Sequence[Any], session_id: str | None = None) -> Event:
+def event_row(row: Sequence[object], session_id: str | None = None) -> Event:
     """An event row, labelled with the session read (a branch reads its parent's rows)."""
     return Event(
         session_id=session_id if session_id is not None else str(row[0]),
-        seq=int(row[1]),
+        seq=to_int(row[1]),
         kind=str(row[2]),
         ts=str(row[3]),
-        data=row[4],
+        data=cast("Mapping[str, JSON]", row[4]),  # (a jsonb object, decoded)
     )
 
 
@@ -51,10 +52,10 @@ def heads_query(
     stop: int | None,
     kinds: Sequence[str] | None,
     details: bool,
-) -> tuple[str, list[Any]]:
+) -> tuple[str, list[object]]:
     """The query of a session's event heads in ``[start, stop)`` (of ``kinds``), and its
     parameters. Without details the rows come in runs each ordered by seq (sort them)."""
-    params: list[Any] = [session_id, max(start, 0)]
+    params: list[object] = [session_id, max(start, 0)]
     where = "session_id = %s AND seq >= %s"
     if stop is not None:
         where += " AND seq < %s"
@@ -71,14 +72,17 @@ def heads_query(
     return f"{select} AND {SMALL_HEAD} UNION ALL {select} AND {BIG_HEAD}", params + params
 
 
-def decode_heads(rows: Sequence[Any], session_id: str, details: bool) -> list[EventHead]:
+def decode_heads(
+    rows: Sequence[Sequence[object]], session_id: str, details: bool
+) -> list[EventHead]:
     """The heads of rows read by :func:`heads_query`."""
     decode = DECODER.raw_decode
+    texts = cast("Sequence[tuple[int, str, str | None, str | None]]", rows)  # (its columns)
     try:
-        if not details:
+        if not details:  # (three columns: no detail)
             return [
                 EventHead(int(r[0]), str(r[1]), decode(r[2])[0] if r[2] is not None else None)
-                for r in rows
+                for r in texts
             ]
         return [
             EventHead(
@@ -87,7 +91,7 @@ def decode_heads(rows: Sequence[Any], session_id: str, details: bool) -> list[Ev
                 decode(r[2])[0] if r[2] is not None else None,
                 decode(r[3])[0] if r[3] is not None else None,
             )
-            for r in rows
+            for r in texts
         ]
     except ValueError as exc:
         raise StorageError(f"session {session_id!r} has a damaged event head: {exc}") from exc

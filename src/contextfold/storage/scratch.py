@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import StorageError
-from .base import JSON, Event, NewEvent, SearchDoc, Store, put_blobs
+from ..jsontypes import JSONLike
+from .base import Event, NewEvent, SearchDoc, Store, Transaction, put_blobs
 from .memory import MemoryStore
-from .memory_write import _MemoryTransaction
 
 #: one recorded write: the Transaction method's name, its positional and keyword arguments
 _Write = tuple[str, tuple[Any, ...], dict[str, Any]]
@@ -25,7 +25,7 @@ _Write = tuple[str, tuple[Any, ...], dict[str, Any]]
 class _Recorder:
     """A transaction of the scratch store that also notes each write."""
 
-    def __init__(self, txn: _MemoryTransaction, writes: list[_Write]) -> None:
+    def __init__(self, txn: Transaction, writes: list[_Write]) -> None:
         self._txn = txn
         self._writes = writes
 
@@ -36,6 +36,17 @@ class _Recorder:
 
     def delete_session(self, session_id: str) -> None:
         self._note("delete_session", session_id)
+
+    def branch(
+        self,
+        session_id: str,
+        *,
+        parent_id: str,
+        at: int,
+        agent_id: str,
+        title: str | None = None,
+    ) -> None:
+        self._note("branch", session_id, parent_id=parent_id, at=at, agent_id=agent_id, title=title)
 
     def append(
         self,
@@ -56,7 +67,7 @@ class _Recorder:
         )
         return out
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON]) -> None:
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSONLike]) -> None:
         self._note("put_doc", namespace, key, value)
 
     def delete_doc(self, namespace: str, key: str) -> None:
@@ -71,7 +82,7 @@ class _Recorder:
     def add_keys(self, namespace: str, session_id: str, keys: Mapping[str, Sequence[str]]) -> None:
         self._note("add_keys", namespace, session_id, keys)
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         self._note("update_meta", namespace, metas)
 
 
@@ -85,7 +96,7 @@ class ScratchStore(MemoryStore):
         self._writes: list[_Write] = []
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self) -> Iterator[Transaction]:
         nested: list[_Write] | None = getattr(self._local, "recording", None)
         if nested is not None:  # part of the enclosing unit: noted with it
             with super().transaction() as txn:

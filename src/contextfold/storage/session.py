@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from ..errors import StorageError
+from ..jsontypes import JSONLike
 from .base import (
-    JSON,
     ConcurrentWriteError,
     Event,
     EventHead,
@@ -43,11 +42,11 @@ from .util import check_bytes, sha256_hex
 class _Unit:
     def __init__(self) -> None:
         self.events: list[NewEvent] = []
-        self.docs: list[tuple[str, str, Mapping[str, JSON] | None]] = []
+        self.docs: list[tuple[str, str, Mapping[str, JSONLike] | None]] = []
         self.index: list[SearchDoc] = []
         self.keys: list[tuple[str, Mapping[str, Sequence[str]]]] = []
         self.title: str | None = None
-        self.after_commit: list[Any] = []
+        self.after_commit: list[Callable[[], object]] = []
         #: the unit's blobs (sha256 -> bytes), written when it commits, before the rows
         self.blobs: dict[str, bytes] = {}
         #: a staged unit defers all its blobs; another writes its first blob at once (a blob
@@ -215,11 +214,11 @@ class SessionStore:
     def emit(
         self,
         kind: str,
-        data: Mapping[str, JSON],
+        data: Mapping[str, JSONLike],
         *,
         title: str | None = None,
-        head: JSON | None = None,
-        detail: JSON | None = None,
+        head: JSONLike = None,
+        detail: JSONLike = None,
     ) -> int:
         """Add an event to the unit; returns the seq it will have."""
         with self._lock:
@@ -232,7 +231,7 @@ class SessionStore:
                 self._commit(unit)
             return seq
 
-    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSON] | None) -> None:
+    def put_doc(self, namespace: str, key: str, value: Mapping[str, JSONLike] | None) -> None:
         with self._lock:
             unit, alone = self._current()
             unit.docs.append((namespace, key, value))
@@ -276,7 +275,7 @@ class SessionStore:
                 return unit.blobs[sha256]
         return self.store.blobs.get(sha256)
 
-    def after_commit(self, fn: Any) -> None:
+    def after_commit(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` once the current unit has committed (at once outside a unit)."""
         with self._lock:
             if self._unit is None:

@@ -13,22 +13,22 @@ from .base import JSON, SearchHit, prefix_end
 from .text import BODY_WEIGHT, HINT_WEIGHT, bm25_scores
 
 
-class JsonMeta(Mapping[str, Any]):
+class JsonMeta(Mapping[str, JSON]):
     """A hit's meta, parsed when first read (a search may fetch many it never looks at)."""
 
     __slots__ = ("_data", "_text")
 
     def __init__(self, text: str) -> None:
         self._text = text
-        self._data: dict[str, Any] | None = None
+        self._data: dict[str, JSON] | None = None
 
-    def _get(self) -> dict[str, Any]:
+    def _get(self) -> dict[str, JSON]:
         if self._data is None:
             data = json.loads(self._text)
             self._data = data if isinstance(data, dict) else {}
         return self._data
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JSON:
         return self._get()[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -47,7 +47,7 @@ def fts_search(
     terms: list[str],
     session_tag: str | None,
     where: str,
-    args: list[Any],
+    args: list[object],
     limit: int,
     *,
     narrowed: bool = False,
@@ -79,7 +79,7 @@ def fts_search(
 
 
 def _ranked_first(
-    con: sqlite3.Connection, table: str, match: str, where: str, args: list[Any], limit: int
+    con: sqlite3.Connection, table: str, match: str, where: str, args: list[object], limit: int
 ) -> list[SearchHit] | None:
     """The best ``limit`` rows by score in the FTS table, every row tied with the last one
     included, then their documents; None when that cannot be told apart from the full query
@@ -115,7 +115,7 @@ def _ranked_first(
 
 
 def scan_search(
-    con: sqlite3.Connection, terms: list[str], where: str, args: list[Any], limit: int
+    con: sqlite3.Connection, terms: list[str], where: str, args: list[object], limit: int
 ) -> list[SearchHit]:
     """Without FTS5: LIKE finds candidates, the shared BM25 ranks them."""
     like = " OR ".join("(' ' || d.body || ' ' || d.hints || ' ') LIKE ?" for _ in terms)

@@ -9,7 +9,8 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .base import JSON, Event, SearchDoc, check_keys
+from ..jsontypes import JSONLike
+from .base import Event, SearchDoc, check_keys
 from .base_write import Append, WriteTransaction, check_claim, dump_json
 from .sqlite_bodies import IndexedRow, read_rows, release, share
 from .sqlite_schema import session_tag
@@ -168,6 +169,6 @@ class SQLiteTransaction(WriteTransaction):
         rows.sort()  # in primary-key order: far fewer B-tree pages touched per row
         self._con.executemany("INSERT OR IGNORE INTO search_keys VALUES (?,?,?,?)", rows)
 
-    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSON]]) -> None:
+    def update_meta(self, namespace: str, metas: Mapping[str, Mapping[str, JSONLike]]) -> None:
         rows = [(dump_json(m, f"meta of {namespace}/{d}"), namespace, d) for d, m in metas.items()]
         self._con.executemany("UPDATE search_docs SET meta=? WHERE namespace=? AND doc_id=?", rows)

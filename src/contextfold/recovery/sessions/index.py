@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ...errors import StorageError
+from ...jsontypes import to_int
 from ...storage.base import Store
 from ...storage.text import query_terms
 from .log import INDEX_CHARS, INDEX_TOOL_CHARS, NAMESPACE, SessionMeta, entry_of
@@ -85,7 +86,7 @@ class SessionIndex:
                 SearchHit(
                     session_id=h.session_id,
                     agent_id=owners[h.session_id],
-                    seq=int(h.meta.get("seq", -1)),
+                    seq=to_int(h.meta.get("seq", -1)),
                     role=str(h.meta.get("role", "")),
                     ts=str(h.meta.get("ts", "")),
                     snippet=snippet,

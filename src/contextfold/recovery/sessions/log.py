@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ...core.messages import Message
 from ...core.wire import loads_message, to_openai
 from ...errors import ContextFoldError, StorageError
-from ...jsontypes import JSON, JSONObject, as_list, as_object
+from ...jsontypes import JSON, JSONObject, as_list, as_object, to_int
 from ...storage.base import Event, SearchDoc, SessionInfo, Store
 from ...storage.session import SessionStore
 from ...storage.util import utc_now
@@ -124,7 +124,7 @@ def entry_of(event: Event) -> LogEntry:
     data = event.data
     try:
         msg = loads_message(data, index=event.seq)
-        pos = int(data["pos"])
+        pos = to_int(data["pos"])
     except (ContextFoldError, KeyError, TypeError, ValueError) as exc:
         raise StorageError(
             f"session {event.session_id!r}: event {event.seq} is not a valid message ({exc})"
