@@ -1,6 +1,7 @@
 """Evidence work filed after the answer: what a compaction left pending (the semantic vectors
-of the outputs it removed, :mod:`contextfold.evidence.store_vectors`) computed and written off
-the request's path. Every removed byte is recoverable before that (its pointer, sha256 and body
+of the outputs it removed, :mod:`contextfold.evidence.store_vectors`; the whole index of a long
+first request, :mod:`contextfold.recovery.deferred`) computed and written off the request's
+path. Every removed byte is recoverable before that (its pointer, sha256 and body
 are written with the compaction); the pending work only adds how it is found by meaning."""
 
 from __future__ import annotations
@@ -22,4 +23,15 @@ def file_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> int
     return file_pending(ctx.store, ctx.session_id, stop)
 
 
-__all__ = ["file_deferred"]
+def index_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> int:
+    """Run the evidence indexing a long first request deferred past its answer (under the
+    session's lock; ``stop()`` leaves the rest queued between jobs, see
+    :mod:`contextfold.recovery.deferred`); how many jobs ran."""
+    recovery = ctx.recovery
+    if not recovery.enabled:
+        return 0
+    with ctx.units.lock:
+        return recovery.deferred.run(stop) if recovery.deferred.active else 0
+
+
+__all__ = ["file_deferred", "index_deferred"]
