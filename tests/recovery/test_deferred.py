@@ -91,6 +91,7 @@ def test_deferred_index_matches_indexing_at_once(
     whole = first_request(tmp_path / "whole")
     index_deferred(whole.context)
     monkeypatch.setattr("contextfold.recovery.hooks.DEFER_MIN", 10**9)
+    monkeypatch.setattr("contextfold.engine.ingest.DEFER_MIN", 10**9)
     now = first_request(tmp_path / "now")
     assert not now.context.recovery.deferred.active
     # the view (its recall lines included) is the same, and so is the index
@@ -98,3 +99,17 @@ def test_deferred_index_matches_indexing_at_once(
     assert blocks(whole) == blocks(now)
     ids = lambda cm: sorted(i for b in blocks(cm) for i in b)  # noqa: E731
     assert ids(later) == ids(now)
+
+
+def test_session_search_before_the_rows_were_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cm = first_request(tmp_path)
+    assert cm.context.recovery.deferred.active
+    hits = cm.context.recovery.index.search("marker88", session_id="s")
+    assert hits, "the message rows of the long first request were not written before the search"
+    monkeypatch.setattr("contextfold.recovery.hooks.DEFER_MIN", 10**9)
+    monkeypatch.setattr("contextfold.engine.ingest.DEFER_MIN", 10**9)
+    now = first_request(tmp_path / "now")
+    want = now.context.recovery.index.search("marker88", session_id="s")
+    assert [(h.seq, h.snippet) for h in hits] == [(h.seq, h.snippet) for h in want]

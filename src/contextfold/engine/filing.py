@@ -28,8 +28,6 @@ def index_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> in
     session's lock; ``stop()`` leaves the rest queued between jobs, see
     :mod:`contextfold.recovery.deferred`); how many jobs ran."""
     recovery = ctx.recovery
-    if not recovery.enabled:
-        return 0
     with ctx.units.lock:
         return recovery.deferred.run(stop) if recovery.deferred.active else 0
 

@@ -30,6 +30,7 @@ from ..core.records import CompactionRecord, OffloadEntry
 from ..evidence.fields import describe
 from ..evidence.model import CompactBlock
 from ..jsontypes import JSON, JSONObject
+from .sessions.log import LogEntry, search_doc
 
 if TYPE_CHECKING:
     from .hooks import Recovery
@@ -38,7 +39,9 @@ NAMESPACE = "evidence-deferred"
 #: a range of at least this many messages indexed at once is deferred (a long first request)
 DEFER_MIN = 256
 #: messages per job: the unit of work the deferred indexing yields between
-JOB_MESSAGES = 128
+JOB_MESSAGES = 32
+#: messages per job of full-text rows of logged messages (cheaper per message)
+ROW_MESSAGES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,8 @@ class DeferredEvidence:
         self.covered: set[str] = set()
         #: the range the running compaction summarized, queued with its record
         self.pending: JSONObject | None = None
+        #: (seq, n) of the newest job key given (keys sort in queue order)
+        self._last = (-1, -1)
 
     # ------------------------------------------------------------------ the queue
     @property
@@ -109,6 +114,10 @@ class DeferredEvidence:
             session = self.recovery.ctx.session
             found = sorted(session.store.docs(NAMESPACE, prefix=f"{session.session_id}/").items())
             self._jobs = [(k, dict(v)) for k, v in found]
+            if found:
+                seq, _, n = found[-1][0].rpartition("/")[2].partition(".")
+                if seq.isdigit() and n.isdigit():
+                    self._last = (int(seq), int(n))
             for _, job in self._jobs:
                 self._cover(job)
         return self._jobs
@@ -119,6 +128,8 @@ class DeferredEvidence:
         return bool(self.jobs)
 
     def _cover(self, job: Mapping[str, object]) -> None:
+        if job.get("kind") == "rows":
+            return
         history = self.recovery.ctx.view.history
         for i in _positions(job.get("positions")):
             if i < len(history):
@@ -225,11 +236,23 @@ class DeferredEvidence:
             )
         self.queue(job)
 
+    def queue_rows(self, start: int, count: int, first_event: int, ts: str) -> None:
+        """Queue the full-text rows of the messages ``start .. start + count`` just logged
+        (their events numbered from ``first_event``, logged at ``ts``), in jobs of
+        :data:`ROW_MESSAGES`."""
+        for a in range(start, start + count, ROW_MESSAGES):
+            b = min(a + ROW_MESSAGES, start + count)
+            event = first_event + a - start
+            self.queue({"kind": "rows", "positions": [[a, b]], "event": event, "ts": ts})
+
     def queue(self, job: JSONObject) -> None:
         """Record ``job`` in the current unit of work (committed with what it indexes)."""
         session = self.recovery.ctx.session
         jobs = self.jobs
-        key = f"{session.session_id}/{session.next_seq:012d}.{len(jobs):06d}"
+        seq = max(session.next_seq, self._last[0])
+        n = self._last[1] + 1 if seq == self._last[0] else 0
+        self._last = (seq, n)
+        key = f"{session.session_id}/{seq:012d}.{n:06d}"  # after every job queued before
         session.put_doc(NAMESPACE, key, job)
         jobs.append((key, job))
         self._cover(job)
@@ -280,7 +303,29 @@ class DeferredEvidence:
             self.covered.clear()
         return done
 
+    def _rows(self, job: Mapping[str, object]) -> None:
+        """The full-text rows of logged messages, as the log's append writes them."""
+        session = self.recovery.ctx.session
+        history = self.recovery.ctx.view.history
+        positions = [i for i in _positions(job.get("positions")) if i < len(history)]
+        if not positions:
+            return
+        first, ts = _int(job.get("event")) - positions[0], _text(job.get("ts"))
+        docs = [
+            search_doc(
+                session.session_id,
+                session.agent_id,
+                LogEntry(seq=i, uuid=history[i].uuid, ts=ts, message=history[i]),
+                first + i,
+            )
+            for i in positions
+        ]
+        session.index(docs)
+
     def _index(self, job: Mapping[str, object]) -> None:
+        if job.get("kind") == "rows":
+            self._rows(job)
+            return
         recovery = self.recovery
         history = recovery.ctx.view.history
         msgs = [history[i] for i in _positions(job.get("positions")) if i < len(history)]

@@ -149,7 +149,7 @@ class Recovery:
 
     @property
     def search(self) -> EvidenceSearch:
-        if self.enabled and self.deferred.active:
+        if self.deferred.active:
             self.deferred.run()  # a query never runs on an index lacking what it should find
         if self._search is None:
             self._search = EvidenceSearch(
@@ -170,6 +170,8 @@ class Recovery:
 
     @property
     def index(self) -> SessionIndex:
+        if self.deferred.active:
+            self.deferred.run()  # the full-text rows of a long first request
         if self._index is None:
             self._index = SessionIndex(self.ctx.store)
         return self._index
