@@ -113,3 +113,20 @@ def test_session_search_before_the_rows_were_written(
     now = first_request(tmp_path / "now")
     want = now.context.recovery.index.search("marker88", session_id="s")
     assert [(h.seq, h.snippet) for h in hits] == [(h.seq, h.snippet) for h in want]
+
+
+def test_deferred_work_stops_between_jobs(tmp_path: Path) -> None:
+    cm = first_request(tmp_path)
+    from contextfold.engine.filing import index_deferred
+
+    queued = len(cm.context.recovery.deferred.jobs)
+    assert queued > 2
+    ran = index_deferred(cm.context, lambda: True)  # a request arrived: one batch, then stop
+    assert 0 < ran < queued
+    left = cm.context.store.docs(NAMESPACE, prefix="s/")
+    assert len(left) == queued - ran  # each batch is committed with its jobs removed
+    # a reopen continues where the work stopped, and ends with the same index
+    again = ContextManager(workspace=tmp_path, session_id="s", context_window=WINDOW)
+    assert len(again.context.recovery.deferred.jobs) == len(left)
+    index_deferred(again.context)
+    assert not again.context.recovery.deferred.active
