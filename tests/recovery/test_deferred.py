@@ -25,7 +25,10 @@ def long_history(turns: int = 150) -> list[dict[str, object]]:
         call = {
             "id": f"call_{i}",
             "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": f"pytest -k case{i}"})},
+            "function": {
+                "name": "bash",
+                "arguments": json.dumps({"command": f"pytest -k case{i}"}),
+            },
         }
         msgs.append({"role": "assistant", "content": "", "tool_calls": [call]})
         body = "\n".join(f"line {j} of run {i}: checking token_{i}_{j}" for j in range(40))

@@ -299,10 +299,6 @@ class EvidenceStore(RestoreBodies):
         )
         return block
 
-    def forget_texts(self) -> None:
-        """Drop the body texts kept for pointers no block was appended with."""
-        self._texts.clear()
-
     def index_compaction(self, **fields: Any) -> CompactBlock:
         """Index the range of messages that just left the view and append its CompactBlock
         (the arguments of :meth:`build_compaction_block`)."""

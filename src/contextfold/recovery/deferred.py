@@ -197,7 +197,7 @@ class DeferredEvidence:
                 tier=tier,
                 strategy="progressive",
             )
-            recovery.store.forget_texts()
+            recovery.store._texts.clear()  # kept for a block appended: none is
             lines = recall_lines(block)
             if len(lines) >= 12 or n >= len(removed):
                 return lines
