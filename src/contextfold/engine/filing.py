@@ -6,9 +6,12 @@ are written with the compaction); the pending work only adds how it is found by 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
+from ..storage.base import ConcurrentWriteError
 from ..evidence.store_vectors import file_pending
+from ..recovery.deferred import NAMESPACE as DEFERRED
+from ..storage import Store
 from .context import SessionContext
 
 
@@ -32,4 +35,37 @@ def index_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> in
         return recovery.deferred.run(stop) if recovery.deferred.active else 0
 
 
-__all__ = ["file_deferred", "index_deferred"]
+def queued_sessions(store: Store, session_ids: Iterable[str] | None = None) -> list[str]:
+    """The sessions among ``session_ids`` (None: every session) with indexing jobs queued."""
+    if session_ids is None:
+        keys = store.docs(DEFERRED)
+        return sorted({k.partition("/")[0] for k in keys})
+    return [s for s in session_ids if store.docs(DEFERRED, prefix=f"{s}/")]
+
+
+def run_queued(store: Store, session_ids: Iterable[str] | None = None) -> int:
+    """Run the queued indexing jobs of ``session_ids`` (None: every session) for a reader
+    without a session manager of its own (the workspace tools, a search across sessions), the
+    way the session's manager runs them, so what it reads is what indexing at once gives. A
+    session whose writer commits meanwhile is left to that writer (it runs the jobs itself).
+    A read-only store is left as it is. How many jobs ran."""
+    if getattr(store, "read_only", False):
+        return 0
+    from .manager import ContextManager
+
+    done = 0
+    for sid in queued_sessions(store, session_ids):
+        info = store.session(sid)
+        if info is None:
+            continue
+        cm = ContextManager(store=store, session_id=sid, agent_id=info.agent_id)
+        try:
+            done += index_deferred(cm.context)
+        except ConcurrentWriteError:
+            continue
+        finally:
+            cm.close()
+    return done
+
+
+__all__ = ["file_deferred", "index_deferred", "queued_sessions", "run_queued"]

@@ -16,6 +16,7 @@ agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
@@ -25,6 +26,7 @@ from typing import Any
 from ..compaction.offload import OffloadStore
 from ..core.paths import Workspace, check_session_id
 from ..core.tools import Tool, ToolBox
+from ..engine.filing import run_queued
 from ..errors import ConfigError, ToolArgumentsError, UnsafeIdError
 from ..evidence.search import EvidenceSearch
 from ..evidence.store import EvidenceStore
@@ -122,6 +124,8 @@ class WorkspaceTools:
         for tool in session_tools(
             self.index, agent_id=self.agent_id, allow_agents=self.allow_agents
         ):
+            if tool.name == "session_search":
+                tool = self._indexed_first(tool)
             box.register(tool)
         # memory as this agent sees it (never written from here)
         reader = SessionStore(self.store, "workspace-tools", self.agent_id)
@@ -156,8 +160,21 @@ class WorkspaceTools:
         self.scope.check(info.agent_id)
         return sid
 
+    # ------------------------------------------------------------------ deferred indexing
+    def _indexed_first(self, tool: Tool) -> Tool:
+        """``tool`` run after the indexing jobs queued in any session (a long first request's
+        full-text rows, written after its answer): the ranking is over every session's rows."""
+        inner = tool.handler
+
+        def handler(args: Mapping[str, Any]) -> str:
+            run_queued(self.store)
+            return inner(args)
+
+        return dataclasses.replace(tool, handler=handler)
+
     # ------------------------------------------------------------------ recall
     def _evidence_of(self, sid: str) -> tuple[EvidenceStore, EvidenceSearch]:
+        run_queued(self.store, [sid])  # the evidence index a long first request deferred
         got = self._evidence.get(sid)
         session = SessionStore(self.store, sid, "workspace-tools")
         if got is None or got[0].session.head != session.head:  # grown: read it afresh
