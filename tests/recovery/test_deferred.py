@@ -133,3 +133,16 @@ def test_deferred_work_stops_between_jobs(tmp_path: Path) -> None:
     assert len(again.context.recovery.deferred.jobs) == len(left)
     index_deferred(again.context)
     assert not again.context.recovery.deferred.active
+
+
+def test_search_across_sessions_runs_the_other_sessions_queued_jobs(tmp_path: Path) -> None:
+    other = first_request(tmp_path)  # session "s": its rows are queued, not written
+    assert other.context.recovery.deferred.active
+    other.close()
+    cm = ContextManager(workspace=tmp_path, session_id="t", context_window=WINDOW)
+    cm.add({"role": "user", "content": "Where did we see marker88?"})
+    hits = cm.context.recovery.index.search("marker88", session_id="s")
+    assert hits and hits[0].session_id == "s", "the other session's queued rows were not found"
+    assert not cm.context.store.docs(NAMESPACE, prefix="s/")  # run as its manager runs them
+    everywhere = cm.context.recovery.index.search("marker17 token_17_3")
+    assert everywhere and everywhere[0].session_id == "s"

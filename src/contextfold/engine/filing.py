@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..storage.base import ConcurrentWriteError
 from ..evidence.store_vectors import file_pending
 from ..recovery.deferred import NAMESPACE as DEFERRED
 from ..storage import Store
+from ..storage.base import ConcurrentWriteError
 from .context import SessionContext
 
 
@@ -43,19 +43,22 @@ def queued_sessions(store: Store, session_ids: Iterable[str] | None = None) -> l
     return [s for s in session_ids if store.docs(DEFERRED, prefix=f"{s}/")]
 
 
-def run_queued(store: Store, session_ids: Iterable[str] | None = None) -> int:
+def run_queued(
+    store: Store, session_ids: Iterable[str] | None = None, *, skip: str | None = None
+) -> int:
     """Run the queued indexing jobs of ``session_ids`` (None: every session) for a reader
     without a session manager of its own (the workspace tools, a search across sessions), the
     way the session's manager runs them, so what it reads is what indexing at once gives. A
     session whose writer commits meanwhile is left to that writer (it runs the jobs itself).
-    A read-only store is left as it is. How many jobs ran."""
+    A read-only store is left as it is, and so is ``skip`` (the caller's own session, whose
+    manager runs its jobs itself). How many jobs ran."""
     if getattr(store, "read_only", False):
         return 0
     from .manager import ContextManager
 
     done = 0
     for sid in queued_sessions(store, session_ids):
-        info = store.session(sid)
+        info = store.session(sid) if sid != skip else None
         if info is None:
             continue
         cm = ContextManager(store=store, session_id=sid, agent_id=info.agent_id)

@@ -66,6 +66,7 @@ class Recovery:
         self._store: EvidenceStore | None = None
         self._search: EvidenceSearch | None = None
         self._index: SessionIndex | None = None
+        self.index_before: Callable[[str | None], object] | None = None  # other sessions' jobs
         self._memory: MemoryStore | None = None
         self._toolbox: ToolBox | None = None
         self.fact_extractor = choose_fact_extractor(fact_extractor, ctx.summarizer)
@@ -173,7 +174,7 @@ class Recovery:
         if self.deferred.active:
             self.deferred.run()  # the full-text rows of a long first request
         if self._index is None:
-            self._index = SessionIndex(self.ctx.store)
+            self._index = SessionIndex(self.ctx.store, before=self.index_before)
         return self._index
 
     def _offloaded_bytes(self, path: str) -> bytes | None:
