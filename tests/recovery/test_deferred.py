@@ -146,3 +146,28 @@ def test_search_across_sessions_runs_the_other_sessions_queued_jobs(tmp_path: Pa
     assert not cm.context.store.docs(NAMESPACE, prefix="s/")  # run as its manager runs them
     everywhere = cm.context.recovery.index.search("marker17 token_17_3")
     assert everywhere and everywhere[0].session_id == "s"
+
+
+def test_deferred_jobs_on_each_backend(store_url: str) -> None:
+    """Queued, found again after a "crash", run by a reader without a manager: on a folder and
+    on PostgreSQL alike."""
+    from contextfold.engine.filing import queued_sessions, run_queued
+    from contextfold.storage import open_store
+
+    cm = ContextManager(store=store_url, session_id="s", context_window=WINDOW)
+    cm.add_many(long_history())
+    cm.prepare()
+    assert cm.context.recovery.deferred.active and not cm.context.recovery.store.blocks()
+    cm.close()  # "crashes": the deferred jobs never ran
+    store = open_store(store_url)
+    try:
+        assert queued_sessions(store) == ["s"]
+        assert run_queued(store) > 0 and queued_sessions(store) == []
+    finally:
+        store.close()
+    again = ContextManager(store=store_url, session_id="s", context_window=WINDOW)
+    assert not again.context.recovery.deferred.active
+    hits = again.restore("marker42 pytest -k case42", k=3)
+    assert hits and hits[0].text.startswith("marker42\n")
+    assert again.context.recovery.index.search("marker88", session_id="s")
+    again.close()
