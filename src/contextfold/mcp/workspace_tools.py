@@ -8,7 +8,9 @@ tools an agent gets from ``ContextManager.toolbox`` (``recall``, ``read_offloade
 ``read_offloaded`` take a ``sessionId`` (there is no current session), every call sees
 what other processes have committed to the store (nothing is cached or rebuilt here), and
 nothing is written (the agent's ``memory_add`` / ``memory_edit`` / ``memory_delete`` /
-``memory_flush`` are not offered).
+``memory_flush`` are not offered), except the evidence index and full-text rows a long first
+request left queued: those jobs are run first, as the session's manager runs them, so the
+answers are those indexing at once gives (a read-only store is read as it is).
 
 Access is scoped like the session tools: an agent reads its own sessions and those of the
 agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error.
