@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,58 @@ def test_bad_workspace_or_agent_id(tmp_path: Path) -> None:
         WorkspaceTools(tmp_path / "missing")
     with pytest.raises(ConfigError, match="agent id"):
         WorkspaceTools(tmp_path, agent_id="../x")
+
+
+def _first_request(ws: Path, sid: str) -> ContextManager:
+    """A long first request whose evidence index and full-text rows are queued (not run)."""
+    from tests.recovery.test_deferred import WINDOW, long_history
+
+    cm = ContextManager(workspace=ws, session_id=sid, agent_id="a", context_window=WINDOW)
+    cm.add_many(long_history())
+    cm.prepare()
+    return cm
+
+
+def _ask(ws: Path, sid: str) -> tuple[str, str]:
+    tools = WorkspaceTools(ws, agent_id="a")
+    recall, err = tools.call("recall", {"sessionId": sid, "query": "marker17 pytest -k case17"})
+    assert not err, recall
+    found, err = tools.call("session_search", {"query": "marker88"})
+    assert not err, found
+    tools.close()
+    return recall, re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z", "TS", found)  # when each was logged
+
+
+def test_queued_indexing_runs_before_the_workspace_tools_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextfold.recovery.deferred import NAMESPACE
+
+    cm = _first_request(tmp_path / "later", "s")
+    assert cm.context.recovery.deferred.active  # the jobs are queued, not run
+    cm.close()
+    recall, found = _ask(tmp_path / "later", "s")
+    assert "marker17" in recall and "marker88" in found
+    tools = WorkspaceTools(tmp_path / "later")
+    assert not tools.store.docs(NAMESPACE)  # the reader ran them, as the manager would
+    tools.close()
+    # the answers are those of a session indexed at once
+    monkeypatch.setattr("contextfold.recovery.hooks.DEFER_MIN", 10**9)
+    monkeypatch.setattr("contextfold.engine.ingest.DEFER_MIN", 10**9)
+    now = _first_request(tmp_path / "now", "s")
+    assert not now.context.recovery.deferred.active
+    now.close()
+    assert _ask(tmp_path / "now", "s") == (recall, found)
+
+
+def test_search_across_sessions_runs_every_sessions_queued_jobs(tmp_path: Path) -> None:
+    from contextfold.engine.filing import queued_sessions
+
+    _first_request(tmp_path, "s1").close()
+    _first_request(tmp_path, "s2").close()
+    tools = WorkspaceTools(tmp_path, agent_id="a")
+    assert queued_sessions(tools.store) == ["s1", "s2"]
+    text, err = tools.call("session_search", {"query": "marker88", "limit": 5})
+    assert not err and "s1" in text and "s2" in text
+    assert queued_sessions(tools.store) == []
+    tools.close()

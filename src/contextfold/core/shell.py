@@ -168,7 +168,7 @@ def split_heredocs(cmd: str) -> tuple[str, list[str]]:
 #: Parsed command lines (the same command is read several times: at ingest, by the evidence
 #: index, by the summarizer). Bounded; cleared whole when full (values are immutable).
 _PARSED: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {}
-_PARSED_MAX = 4096
+_PARSED_MAX = 32_768
 
 
 def simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:

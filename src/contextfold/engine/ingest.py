@@ -10,6 +10,7 @@ from ..core.messages import Message, check_encodable
 from ..core.wire import from_anthropic
 from ..errors import ContextFoldError
 from ..providers.responses import parse_inputs, response_message
+from ..recovery.deferred import DEFER_MIN
 from .context import SessionContext
 
 #: What ``add`` accepts: an OpenAI (or Anthropic-block) message dict, or a Message.
@@ -54,7 +55,11 @@ def append(ctx: SessionContext, parsed: list[Message], tokens: list[int]) -> Non
     """Log and append checked messages (inside the caller's unit of work); each tool result
     goes through the offload policies as it arrives."""
     start = len(ctx.view)
-    ctx.log.append(parsed, start, tokens)
+    bulk = len(parsed) >= DEFER_MIN  # a long first request: its search rows after the answer
+    first_event = ctx.session.next_seq
+    entries = ctx.log.append(parsed, start, tokens, index=not bulk)
+    if bulk:
+        ctx.recovery.deferred.queue_rows(start, len(parsed), first_event, entries[0].ts)
     for i, msg in enumerate(parsed):
         ctx.view.append(msg, start + i)
         if msg.role == "tool":

@@ -24,7 +24,7 @@ from ..recovery.hooks import Recovery
 from ..recovery.sessions.log import SessionLog
 from ..storage import ENV_VAR, SQLiteStore, Store, open_store
 from ..storage.session import SessionStore
-from . import reopen
+from . import filing, reopen
 from .context import SessionContext
 from .state import SessionState
 
@@ -151,6 +151,9 @@ def reset(ctx: SessionContext) -> None:
         compactions=lambda: ctx.compactor.state.compactions,
     )
     ctx.recovery.problems = problems
+    ctx.recovery.index_before = lambda sid: filing.run_queued(
+        ctx.store, None if sid is None else [sid], skip=ctx.session_id
+    )
     ctx.compactor.before_summarize = ctx.recovery.before_summarize
     ctx.compactor.index_range = ctx.recovery.index_range
     ctx.last_record = None

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from ..core.tokens import count_message
-from ..engine.filing import file_deferred
+from ..engine.filing import file_deferred, index_deferred
 from ..errors import ContextFoldError
 from ..storage import ConcurrentWriteError
 from .metrics import Metrics
@@ -102,6 +102,11 @@ class AheadWork:
             self._idle.wait_for(lambda: not self._serving or self.closing.is_set())
         return self.closing.is_set()
 
+    def interrupted(self) -> bool:
+        """Whether deferred indexing should give way (a request is being prepared, or the
+        gateway is closing)."""
+        return bool(self._serving) or self.closing.is_set()
+
     def hand_over(self, turn: Turn) -> None:
         """Take over the finished ``turn``'s lock: it is released when the work has ended."""
         turn.released = True
@@ -117,6 +122,10 @@ class AheadWork:
                 self.threads, compact_ahead, self.registry, sess, turn.prepared.tools
             ):
                 self.metrics.inc("contextfold_gateway_compactions_ahead_total")
+            # the evidence index a long first request deferred, until a request arrives
+            await loop.run_in_executor(
+                self.threads, index_deferred, sess.cm.context, self.interrupted
+            )
         except ConcurrentWriteError as exc:  # another replica wrote: reopened when next needed
             log_event("compact_ahead_failed", session=sess.session_id, error=str(exc))
             self.registry.forget(sess.key)

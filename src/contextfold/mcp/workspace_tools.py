@@ -8,7 +8,9 @@ tools an agent gets from ``ContextManager.toolbox`` (``recall``, ``read_offloade
 ``read_offloaded`` take a ``sessionId`` (there is no current session), every call sees
 what other processes have committed to the store (nothing is cached or rebuilt here), and
 nothing is written (the agent's ``memory_add`` / ``memory_edit`` / ``memory_delete`` /
-``memory_flush`` are not offered).
+``memory_flush`` are not offered), except the evidence index and full-text rows a long first
+request left queued: those jobs are run first, as the session's manager runs them, so the
+answers are those indexing at once gives (a read-only store is read as it is).
 
 Access is scoped like the session tools: an agent reads its own sessions and those of the
 agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error.
@@ -16,6 +18,7 @@ agents in ``allow_agents`` (``"*"``: every agent); anything else is a tool error
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
@@ -24,6 +27,7 @@ from pathlib import Path
 from ..compaction.offload import OffloadStore
 from ..core.paths import Workspace, check_session_id
 from ..core.tools import Tool, ToolBox
+from ..engine.filing import run_queued
 from ..errors import ConfigError, ToolArgumentsError, UnsafeIdError
 from ..evidence.search import EvidenceSearch
 from ..evidence.store import EvidenceStore
@@ -122,6 +126,8 @@ class WorkspaceTools:
         for tool in session_tools(
             self.index, agent_id=self.agent_id, allow_agents=self.allow_agents
         ):
+            if tool.name == "session_search":
+                tool = self._indexed_first(tool)
             box.register(tool)
         # memory as this agent sees it (never written from here)
         reader = SessionStore(self.store, "workspace-tools", self.agent_id)
@@ -156,8 +162,21 @@ class WorkspaceTools:
         self.scope.check(info.agent_id)
         return sid
 
+    # ------------------------------------------------------------------ deferred indexing
+    def _indexed_first(self, tool: Tool) -> Tool:
+        """``tool`` run after the indexing jobs queued in any session (a long first request's
+        full-text rows, written after its answer): the ranking is over every session's rows."""
+        inner = tool.handler
+
+        def handler(args: Mapping[str, object]) -> str:
+            run_queued(self.store)
+            return inner(args)
+
+        return dataclasses.replace(tool, handler=handler)
+
     # ------------------------------------------------------------------ recall
     def _evidence_of(self, sid: str) -> tuple[EvidenceStore, EvidenceSearch]:
+        run_queued(self.store, [sid])  # the evidence index a long first request deferred
         got = self._evidence.get(sid)
         session = SessionStore(self.store, sid, "workspace-tools")
         if got is None or got[0].session.head != session.head:  # grown: read it afresh

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from ..core import telemetry
 from ..core.anchors import Anchor
@@ -16,9 +15,9 @@ from ..core.messages import Message
 from ..core.records import CompactionRecord, OffloadEntry, Tier
 from ..core.scaffolding import strip_scaffolding
 from ..core.tools import Tool, ToolBox
-from ..errors import ConfigError, ContextFoldError, StorageError, ToolArgumentsError
+from ..errors import ContextFoldError, StorageError, ToolArgumentsError
 from ..evidence.calls import load_calls
-from ..evidence.fields import call_fields, describe
+from ..evidence.fields import call_fields
 from ..evidence.inject import build_injection
 from ..evidence.intents import Intent, detect_intent
 from ..evidence.model import CompactBlock, EvidencePointer
@@ -28,9 +27,9 @@ from ..evidence.store import EvidenceStore
 from ..evidence.tools import recall_tool
 from ..jsontypes import JSON
 from .context import RecoveryContext
-from .memory import ExtractiveFactExtractor, LLMFactExtractor, MemoryStore, memory_tools
+from .deferred import DEFER_MIN, DeferredEvidence, recall_lines
+from .memory import MemoryStore, choose_fact_extractor, memory_tools
 from .memory_admin import memory_admin_tools
-from .memory_extract import ChatModelLike, FactExtractor
 from .offload_tool import read_offloaded_tool
 from .sessions.index import SessionIndex
 from .sessions.tools import session_tools
@@ -67,9 +66,10 @@ class Recovery:
         self._store: EvidenceStore | None = None
         self._search: EvidenceSearch | None = None
         self._index: SessionIndex | None = None
+        self.index_before: Callable[[str | None], object] | None = None  # other sessions' jobs
         self._memory: MemoryStore | None = None
         self._toolbox: ToolBox | None = None
-        self.fact_extractor = self._fact_extractor(fact_extractor)
+        self.fact_extractor = choose_fact_extractor(fact_extractor, ctx.summarizer)
         self._injection_key: tuple[str, int] | None = None
         self._injection: str | None = None
         self._intent_cache: tuple[str, Intent | None] | None = None
@@ -85,6 +85,8 @@ class Recovery:
         self._pending_block: CompactBlock | None = None
         #: history messages the public flush_memory() already extracted facts from
         self.memory_flushed = 0
+        #: indexing deferred past the answer (a long first request), run before any read
+        self.deferred = DeferredEvidence(self)
 
     def session_calls(self) -> CallLog:
         """Every tool call of the session in order (ordinals in recall questions count these,
@@ -114,27 +116,6 @@ class Recovery:
                 self._calls.add(call.id, call_fields(call.name, call.arguments))
         self._calls_seen = len(history)
         return self._calls
-
-    def _fact_extractor(self, choice: object) -> FactExtractor | None:
-        """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
-        call to the summarizer's model per compaction); "off"; or any object with
-        ``extract(messages)``."""
-        model = getattr(self.ctx.summarizer, "model", None)
-        has_llm = model is not None and callable(getattr(model, "complete", None))
-        if choice == "off":
-            return None
-        if choice in (None, "auto", "extractive"):
-            return ExtractiveFactExtractor()
-        if choice == "llm":
-            if not has_llm:
-                raise ConfigError("fact_extractor='llm' needs an LLM-backed summarizer")
-            return LLMFactExtractor(cast(ChatModelLike, model))
-        if not callable(getattr(choice, "extract", None)):
-            raise ConfigError(
-                f"fact_extractor must be 'auto', 'extractive', 'llm', 'off' or "
-                f"an object with extract(messages), got {choice!r}"
-            )
-        return cast(FactExtractor, choice)
 
     def note_problem(self, problem: str) -> None:
         self.problems.append(problem)
@@ -169,6 +150,8 @@ class Recovery:
 
     @property
     def search(self) -> EvidenceSearch:
+        if self.deferred.active:
+            self.deferred.run()  # a query never runs on an index lacking what it should find
         if self._search is None:
             self._search = EvidenceSearch(
                 self.store, calls=self.session_calls, visible=self.visible_uuids
@@ -188,8 +171,10 @@ class Recovery:
 
     @property
     def index(self) -> SessionIndex:
+        if self.deferred.active:
+            self.deferred.run()  # the full-text rows of a long first request
         if self._index is None:
-            self._index = SessionIndex(self.ctx.store)
+            self._index = SessionIndex(self.ctx.store, before=self.index_before)
         return self._index
 
     def _offloaded_bytes(self, path: str) -> bytes | None:
@@ -227,11 +212,13 @@ class Recovery:
             return []
         items = [(a.type.value, item) for a in anchors for item in a.items()]
         self.flush_pending_block()
+        if len(removed) >= DEFER_MIN or self.deferred.active:
+            return self.deferred.defer_range(removed, items, summary, tier.value)
         block = self.store.build_compaction_block(
             messages=removed,
-            offloaded=self._offload_map(removed),
+            offloaded=self.offload_map(removed),
             summary_items_source=items,
-            known_calls=self._owners(removed),
+            known_calls=self.owners(removed),
             token_before=self.view_tokens(),
             token_after=0,
             boundary_uuid=None,
@@ -242,16 +229,9 @@ class Recovery:
         # appended once the compaction is done (after_compaction), with the record's boundary
         # and token count; in the same unit of work
         self._pending_block = block
-        lines = []
-        for p in block.evidence:
-            if p.tool_use_id is None:
-                continue
-            kinds = ",".join(p.content_types[:2])
-            what = describe(p)
-            lines.append(f"{p.id}: {what[:80]} [{kinds}]")
-        return lines[-12:]
+        return recall_lines(block)
 
-    def _owners(self, msgs: Sequence[Message]) -> list[Message]:
+    def owners(self, msgs: Sequence[Message]) -> list[Message]:
         """The assistant messages whose calls the tool results in ``msgs`` answer."""
         view = self.ctx.view
         seen: set[int] = set()
@@ -263,7 +243,7 @@ class Recovery:
                 out.append(view.history[idx])
         return out
 
-    def _offload_map(self, msgs: Sequence[Message]) -> dict[str, OffloadEntry]:
+    def offload_map(self, msgs: Sequence[Message]) -> dict[str, OffloadEntry]:
         entries = self.ctx.offload_entries()
         return {
             m.tool_call_id: entries[m.tool_call_id]
@@ -275,6 +255,7 @@ class Recovery:
         """Append the block of the latest summarized range, with ``record``'s boundary and
         tokens after the compaction when given."""
         block, self._pending_block = self._pending_block, None
+        self.deferred.flush(record)
         if block is None:
             return
         if record is not None:
@@ -291,12 +272,16 @@ class Recovery:
             return
         view = self.ctx.view
         msgs = [view.history[index]]
+        if self.deferred.active:  # behind the queued indexing
+            return self.deferred.queue_messages(
+                msgs, boundary_uuid=msgs[0].uuid, strategy=entry.policy
+            )
         try:
             self.store.index_compaction(
                 messages=msgs,
-                offloaded=self._offload_map(msgs),
+                offloaded=self.offload_map(msgs),
                 summary_items_source=[],
-                known_calls=self._owners(msgs),
+                known_calls=self.owners(msgs),
                 token_before=0,
                 token_after=0,
                 boundary_uuid=msgs[0].uuid,
@@ -315,18 +300,21 @@ class Recovery:
         if not self.enabled or not record.offloaded:
             return
         offloaded = {e.tool_call_id for e in record.offloaded}
-        wanted = offloaded - self.store.indexed_calls(offloaded)
+        wanted = offloaded - self.deferred.covered
+        wanted -= self.store.indexed_calls(wanted)
         if not wanted:
             return
         view = self.ctx.view
         found = sorted(i for i in map(view.result_index, wanted) if i is not None)
         msgs = [view.history[i] for i in found]
+        if self.deferred.active:  # behind the queued indexing
+            return self.deferred.queue_messages(msgs, record=record)
         try:
             self.store.index_compaction(
                 messages=msgs,
-                offloaded=self._offload_map(msgs),
+                offloaded=self.offload_map(msgs),
                 summary_items_source=[],
-                known_calls=self._owners(msgs),
+                known_calls=self.owners(msgs),
                 token_before=record.tokens_before,
                 token_after=record.tokens_after,
                 boundary_uuid=record.boundary_uuid,

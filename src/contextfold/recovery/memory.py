@@ -17,11 +17,11 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..core.paths import safe_name
 from ..core.tools import Tool
-from ..errors import ToolArgumentsError, UnsafeIdError
+from ..errors import ConfigError, ToolArgumentsError, UnsafeIdError
 from ..jsontypes import JSON, JSONObject
 from ..storage.base import SearchDoc
 from ..storage.session import SessionStore
@@ -381,6 +381,30 @@ def memory_tools(store: MemoryStore) -> list[Tool]:
     ]
 
 
+def choose_fact_extractor(choice: object, summarizer: object) -> FactExtractor | None:
+    """None/"auto"/"extractive": rule-based facts (no LLM call); "llm" (opt-in: one more
+    call to the summarizer's model per compaction); "off"; or any object with
+    ``extract(messages)``."""
+    model = getattr(summarizer, "model", None)
+    has_llm = model is not None and callable(getattr(model, "complete", None))
+    if choice in (None, "auto"):
+        choice = "extractive"
+    if choice == "off":
+        return None
+    if choice == "extractive":
+        return ExtractiveFactExtractor()
+    if choice == "llm":
+        if not has_llm:
+            raise ConfigError("fact_extractor='llm' needs an LLM-backed summarizer")
+        return LLMFactExtractor(cast(ChatModelLike, model))
+    if not callable(getattr(choice, "extract", None)):
+        raise ConfigError(
+            f"fact_extractor must be 'auto', 'extractive', 'llm', 'off' or "
+            f"an object with extract(messages), got {choice!r}"
+        )
+    return cast(FactExtractor, choice)
+
+
 __all__ = [
     "ExtractiveFactExtractor",
     "Fact",
@@ -389,6 +413,7 @@ __all__ = [
     "MemoryHit",
     "MemoryStore",
     "StoredFact",
+    "choose_fact_extractor",
     "memory_tools",
     "parse_fact_lines",
 ]

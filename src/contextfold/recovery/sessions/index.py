@@ -8,7 +8,7 @@ BM25; snippets are cut from the stored message around the query words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ...errors import StorageError
@@ -35,8 +35,13 @@ class SearchHit:
 class SessionIndex:
     """Session search and listing over a store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self, store: Store, *, before: Callable[[str | None], object] | None = None
+    ) -> None:
         self.store = store
+        #: run before each search with its session (None: every session): the indexing
+        #: jobs queued in the sessions searched (a long first request's rows, written later)
+        self.before = before
         #: Warnings (damaged events skipped while making snippets), newest last.
         self.problems: list[str] = []
 
@@ -57,6 +62,8 @@ class SessionIndex:
         session_id: str | None = None,
         agent_ids: Sequence[str] | None = None,
     ) -> list[SearchHit]:
+        if self.before is not None:
+            self.before(session_id)
         scopes: Sequence[str] | None = agent_ids
         if agent_id is not None:
             scopes = [agent_id]

@@ -167,9 +167,15 @@ class SessionLog:
         return self.session.agent_id
 
     def append(
-        self, messages: Sequence[Message], start: int, tokens: Sequence[int | None] | None = None
+        self,
+        messages: Sequence[Message],
+        start: int,
+        tokens: Sequence[int | None] | None = None,
+        *,
+        index: bool = True,
     ) -> list[LogEntry]:
-        """Emit the messages (positions ``start``...) and their index rows into the unit."""
+        """Emit the messages (positions ``start``...) and their index rows into the unit (the
+        rows are left to the caller when not ``index``: :func:`search_docs`)."""
         stamp = utc_now()
         entries: list[LogEntry] = []
         docs: list[SearchDoc] = []
@@ -189,8 +195,10 @@ class SessionLog:
             )
             entry = LogEntry(seq=start + i, uuid=msg.uuid, ts=stamp, message=msg, tokens=count)
             entries.append(entry)
-            docs.append(search_doc(self.session_id, self.agent_id, entry, event))
-        self.session.index(docs)
+            if index:
+                docs.append(search_doc(self.session_id, self.agent_id, entry, event))
+        if docs:
+            self.session.index(docs)
         return entries
 
     def iter_entries(self) -> Iterator[LogEntry]:
