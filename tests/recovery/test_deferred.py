@@ -171,3 +171,37 @@ def test_deferred_jobs_on_each_backend(store_url: str) -> None:
     assert hits and hits[0].text.startswith("marker42\n")
     assert again.context.recovery.index.search("marker88", session_id="s")
     again.close()
+
+
+def test_a_search_scoped_to_other_agents_leaves_the_session_queued(tmp_path: Path) -> None:
+    """A search runs the queued jobs only of sessions it may search: another agent's session
+    is neither opened nor written."""
+    first_request(tmp_path).close()  # session "s", its rows queued
+    cm = ContextManager(workspace=tmp_path, session_id="t", agent_id="b", context_window=WINDOW)
+    cm.add({"role": "user", "content": "Where did we see marker88?"})
+    assert cm.context.store.session("s").agent_id != "b"
+    hits = cm.context.recovery.index.search("marker88", agent_id="b")
+    assert all(hit.session_id == "t" for hit in hits)
+    assert cm.context.store.docs(NAMESPACE, prefix="s/"), "another agent's jobs were run"
+    cm.close()
+
+
+def test_queued_jobs_that_fail_leave_the_reader_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store failing while a reader runs another session's jobs fails open: the reader's
+    search answers from what is indexed, and the jobs stay queued for later."""
+    from contextfold.engine import filing
+    from contextfold.errors import StorageError
+
+    first_request(tmp_path).close()
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise StorageError("disk full")
+
+    monkeypatch.setattr(filing, "index_deferred", broken)
+    cm = ContextManager(workspace=tmp_path, session_id="t", context_window=WINDOW)
+    assert filing.run_queued(cm.context.store) == 0
+    cm.context.recovery.index.search("marker88")  # answers, from what is indexed
+    assert cm.context.store.docs(NAMESPACE, prefix="s/"), "the failed jobs were dropped"
+    cm.close()

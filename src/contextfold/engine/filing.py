@@ -6,13 +6,17 @@ are written with the compaction); the pending work only adds how it is found by 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Callable, Iterable, Sequence
 
+from ..errors import ContextFoldError
 from ..evidence.store_vectors import file_pending
 from ..recovery.deferred import NAMESPACE as DEFERRED
 from ..storage import Store
 from ..storage.base import ConcurrentWriteError
 from .context import SessionContext
+
+log = logging.getLogger(__name__)
 
 
 def _never() -> bool:
@@ -44,14 +48,20 @@ def queued_sessions(store: Store, session_ids: Iterable[str] | None = None) -> l
 
 
 def run_queued(
-    store: Store, session_ids: Iterable[str] | None = None, *, skip: str | None = None
+    store: Store,
+    session_ids: Iterable[str] | None = None,
+    *,
+    skip: str | None = None,
+    agent_ids: Sequence[str] | None = None,
 ) -> int:
     """Run the queued indexing jobs of ``session_ids`` (None: every session) for a reader
     without a session manager of its own (the workspace tools, a search across sessions), the
-    way the session's manager runs them, so what it reads is what indexing at once gives. A
-    session whose writer commits meanwhile is left to that writer (it runs the jobs itself).
-    A read-only store is left as it is, and so is ``skip`` (the caller's own session, whose
-    manager runs its jobs itself). How many jobs ran."""
+    way the session's manager runs them, so what it reads is what indexing at once gives.
+    ``agent_ids``: only the sessions of these agents (what the reader may search; None: any).
+    A session whose writer commits meanwhile is left to that writer (it runs the jobs itself);
+    a session whose jobs fail (the store down, a damaged job) is read as it is, the failure
+    logged. A read-only store is left as it is, and so is ``skip`` (the caller's own session,
+    whose manager runs its jobs itself). How many jobs ran."""
     if getattr(store, "read_only", False):
         return 0
     from .manager import ContextManager
@@ -59,13 +69,19 @@ def run_queued(
     done = 0
     for sid in queued_sessions(store, session_ids):
         info = store.session(sid) if sid != skip else None
-        if info is None:
+        if info is None or (agent_ids is not None and info.agent_id not in agent_ids):
             continue
-        cm = ContextManager(store=store, session_id=sid, agent_id=info.agent_id)
+        try:
+            cm = ContextManager(store=store, session_id=sid, agent_id=info.agent_id)
+        except ContextFoldError as exc:
+            log.warning("session %s: its queued index jobs did not run (%s)", sid, exc)
+            continue
         try:
             done += index_deferred(cm.context)
         except ConcurrentWriteError:
             continue
+        except ContextFoldError as exc:  # fails open: the reader reads what is indexed
+            log.warning("session %s: its queued index jobs did not run (%s)", sid, exc)
         finally:
             cm.close()
     return done

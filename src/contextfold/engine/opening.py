@@ -151,8 +151,8 @@ def reset(ctx: SessionContext) -> None:
         compactions=lambda: ctx.compactor.state.compactions,
     )
     ctx.recovery.problems = problems
-    ctx.recovery.index_before = lambda sid: filing.run_queued(
-        ctx.store, None if sid is None else [sid], skip=ctx.session_id
+    ctx.recovery.index_before = lambda sid, agents: filing.run_queued(
+        ctx.store, None if sid is None else [sid], skip=ctx.session_id, agent_ids=agents
     )
     ctx.compactor.before_summarize = ctx.recovery.before_summarize
     ctx.compactor.index_range = ctx.recovery.index_range

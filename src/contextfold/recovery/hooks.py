@@ -66,7 +66,8 @@ class Recovery:
         self._store: EvidenceStore | None = None
         self._search: EvidenceSearch | None = None
         self._index: SessionIndex | None = None
-        self.index_before: Callable[[str | None], object] | None = None  # other sessions' jobs
+        # other sessions' queued jobs, run before a search of them (session, agents)
+        self.index_before: Callable[[str | None, Sequence[str] | None], object] | None = None
         self._memory: MemoryStore | None = None
         self._toolbox: ToolBox | None = None
         self.fact_extractor = choose_fact_extractor(fact_extractor, ctx.summarizer)

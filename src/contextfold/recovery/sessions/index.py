@@ -36,11 +36,15 @@ class SessionIndex:
     """Session search and listing over a store."""
 
     def __init__(
-        self, store: Store, *, before: Callable[[str | None], object] | None = None
+        self,
+        store: Store,
+        *,
+        before: Callable[[str | None, Sequence[str] | None], object] | None = None,
     ) -> None:
         self.store = store
-        #: run before each search with its session (None: every session): the indexing
-        #: jobs queued in the sessions searched (a long first request's rows, written later)
+        #: run before each search with its session (None: every session) and the agents it
+        #: covers (None: all): the indexing jobs queued in the sessions searched (a long first
+        #: request's rows, written later)
         self.before = before
         #: Warnings (damaged events skipped while making snippets), newest last.
         self.problems: list[str] = []
@@ -62,11 +66,11 @@ class SessionIndex:
         session_id: str | None = None,
         agent_ids: Sequence[str] | None = None,
     ) -> list[SearchHit]:
-        if self.before is not None:
-            self.before(session_id)
         scopes: Sequence[str] | None = agent_ids
         if agent_id is not None:
             scopes = [agent_id]
+        if self.before is not None:
+            self.before(session_id, scopes)
         hits = self.store.search(
             NAMESPACE, query, scopes=scopes, session_id=session_id, limit=limit
         )
