@@ -28,7 +28,8 @@ from tests.gateway.gateway_fake_wire import count_tokens
 
 pytestmark = pytest.mark.timeout(900)
 
-#: Claude Code sends about 22K tokens of system prompt and tools with every request
+#: Claude Code 2.1.332 sends about 10K tokens of system prompt and tools with every request
+#: (its other tools are loaded on demand through ToolSearch; older versions sent 22-26K)
 LIMIT = 45_000
 
 
@@ -44,6 +45,8 @@ def _transcript_blocks(home: Path) -> set[str]:
                 continue
             message = entry.get("message") if isinstance(entry, dict) else None
             content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
             for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict):
                     out.add(_block_key(block))
@@ -59,6 +62,23 @@ def _block_key(block: dict[str, Any]) -> str:
     return json.dumps(keep, sort_keys=True, ensure_ascii=False)
 
 
+def _verbatim(message: dict[str, Any], client: set[str]) -> bool:
+    """A message as the client sent it: each of its tool calls and results is one of the
+    client's own blocks, and a message of text alone holds one of the client's texts (a
+    summary or an injection by the gateway does not). Claude Code adds ``<system-reminder>``
+    text blocks to its messages as it sends them, so text next to a tool block is not
+    compared."""
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        return False
+    tools = [b for b in content if b.get("type") != "text"]
+    if tools:
+        return all(_block_key(b) in client for b in tools)
+    return any(_block_key(b) in client for b in content)
+
+
 def part4_figures(st: Stack, home: Path, window: int) -> dict[str, Any]:
     """How often the gateway compacts once the conversation is long, how much of the room
     after the fixed prefix its verbatim messages use, and whether the compaction header
@@ -72,14 +92,7 @@ def part4_figures(st: Stack, home: Path, window: int) -> dict[str, Any]:
     shares = []
     for r in main:
         fixed = count_tokens({"system": r.body.get("system"), "tools": r.body.get("tools")})
-        verbatim = [
-            m
-            for m in r.body["messages"]
-            if isinstance(m.get("content"), list)
-            and m["content"]
-            and all(_block_key(b) in client for b in m["content"] if b.get("type") != "text")
-            and any(b.get("type") != "text" for b in m["content"])
-        ]
+        verbatim = [m for m in r.body["messages"] if _verbatim(m, client)]
         shares.append(count_tokens({"messages": verbatim}) / max(1, window - fixed))
     events = [e for e in st.log_events("request") if e.get("route") == "/v1/messages"]
     marked = [i for i, e in enumerate(events) if e.get("compaction")]
@@ -188,19 +201,18 @@ def test_claude_code_sonnet_long_session(tmp_path: Path, store: str) -> None:
 
 @pytest.mark.long
 def test_claude_code_fixed_prefix_numbers(tmp_path: Path) -> None:
-    """The issue's numbers for Claude Code's big fixed prefix (its system prompt and tools,
-    about 22K tokens) in an 80K window: once the conversation is long, the gateway compacts on
-    at most 1 turn in 5; the messages it sends verbatim use at least half of the room the
-    window leaves after the fixed prefix before it compacts; ``X-Contextfold-Compaction`` (the log's
-    ``compaction`` field) is set on as many answers as there were compactions."""
+    """The issue's numbers for Claude Code's fixed prefix (its system prompt and tools, about
+    10K tokens; the working window caps the room at 64K) in an 80K window: once the
+    conversation is long, the gateway compacts on at most 1 turn in 5; the messages it sends
+    verbatim use at least half of the room the window leaves after the fixed prefix before it
+    compacts; ``X-Contextfold-Compaction`` (the log's ``compaction`` field) is set on as many
+    answers as there were compactions."""
     figures = claude_session(tmp_path, "embedded", Plan(runs=90), None, times=3, limit=80_000)
     part4 = figures["part4"]
     print(figures)
     assert part4["compacted_turns"], f"the session never outgrew the window: {part4}"
     assert len(part4["compacted_turns"]) == part4["compactions"], part4
     assert (part4["compactions"] - 1) * 5 <= part4["turns_since_first_compaction"], part4
-    # the verbatim messages should grow to half the room before the gateway compacts; with
-    # the default tiers (stale outputs offloaded from 55% of the room, target 10%) they reach
-    # about 38% (measured): a known gap, reported as an expected failure with its figures
-    if part4["verbatim_share_max"] < 0.5:
-        pytest.xfail(f"verbatim messages reach {part4['verbatim_share_max']:.0%} of the room")
+    # the verbatim messages grow to half the room before the gateway compacts (measured 0.64
+    # with the gateway's tiers and the fixed prefix calibrated apart; 0.38 before)
+    assert part4["verbatim_share_max"] >= 0.5, part4

@@ -478,6 +478,36 @@ def test_calibration_round_trip() -> None:
             Calibration.from_dict(bad)  # type: ignore[arg-type]
 
 
+def test_calibration_learns_the_fixed_prefix_apart_from_the_messages() -> None:
+    """The provider counts the fixed prefix (system prompt, tool schemas) at 1.15 times the
+    estimate and the messages at 0.8 times: calls with the same prefix and growing messages
+    teach both scales, where one scale for the whole request would settle in between."""
+    cal = Calibration()
+    fixed = 9_000
+    for messages in range(2_000, 40_000, 1_500):
+        cal.observe(messages, round(fixed * 1.15 + messages * 0.8), fixed=fixed)
+    assert cal.scale == pytest.approx(0.8, abs=0.01)
+    assert cal.fixed_scale == pytest.approx(1.15, abs=0.02)
+    assert cal.apply(10_000) == pytest.approx(8_000, abs=100)
+    assert cal.apply_fixed(fixed) == pytest.approx(10_350, abs=200)
+    # a call whose prefix changed (other tools) is not paired: the messages' ratio is read
+    # from the count less the prefix at its scale, and stays where it was
+    before = cal.scale
+    cal.observe(20_000, round(12_000 * 1.15 + 20_000 * 0.8), fixed=12_000)
+    assert cal.scale == pytest.approx(before, abs=0.01)
+    back = Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back.to_dict() == cal.to_dict()
+    assert back.last == (12_000, 20_000, round(12_000 * 1.15 + 20_000 * 0.8))
+
+
+def test_calibration_of_an_earlier_release_reads_with_one_scale() -> None:
+    back = Calibration.from_dict({"scale": 0.9, "observations": 4})
+    assert back.fixed_scale == 0.9 and back.last is None
+    for bad in [{"fixed_scale": "x"}, {"last": [1, 2]}, {"last": [1, -2, 3]}, {"last": "a"}]:
+        with pytest.raises(ConfigError):
+            Calibration.from_dict(bad)
+
+
 # ---------------------------------------------------------------------------- get_counter
 
 

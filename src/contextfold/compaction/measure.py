@@ -26,18 +26,31 @@ class Measure:
     view: HistoryView
     window: int
     cfg: TierConfig
+    #: calibration of the messages after the fixed prefix, and of the leading system
+    #: messages (None: the same as ``scale``); both take uncalibrated tokens
     scale: Callable[[int], int]
+    scale_fixed: Callable[[int], int] | None = None
     #: Tokens of the fixed prefix at the latest run (see :meth:`measure_fixed`).
     fixed: int = 0
 
+    def scaled(self, raw: int) -> int:
+        """Calibrated tokens of a view of ``raw`` uncalibrated tokens that starts with this
+        view's leading system messages (they are calibrated apart, with the tool schemas)."""
+        v = self.view
+        prefix = v.range_tokens(0, v.prefix_len) if v.prefix_len else 0
+        if self.scale_fixed is None or not prefix:
+            return self.scale(raw)
+        return self.scale(max(0, raw - prefix)) + self.scale_fixed(prefix)
+
     def view_tokens(self, extra: int = 0) -> int:
-        return self.scale(self.view.view_tokens()) + extra
+        return self.scaled(self.view.view_tokens()) + extra
 
     def fixed_tokens(self, extra: int = 0) -> int:
         """The fixed prefix no compaction can shorten: the leading system messages (as shown)
         plus ``extra`` (tool schemas, the answer's reserve)."""
         v = self.view
-        return self.scale(v.range_tokens(0, v.prefix_len)) + extra
+        prefix = v.range_tokens(0, v.prefix_len)
+        return (self.scale_fixed or self.scale)(prefix) + extra
 
     def measure_fixed(self, extra: int = 0) -> None:
         """Remember the fixed prefix of this run: the tiers, the working window and the target

@@ -76,6 +76,7 @@ class ProgressiveCompactor(Measure):
         summary_style: SummaryStyle = "anchors",
         summary_prompt: str | None = None,
         scale: Callable[[int], int] = lambda t: t,
+        scale_fixed: Callable[[int], int] | None = None,
         before_summarize: BeforeSummarize | None = None,
         index_range: IndexRange | None = None,
         active_tasks: Callable[[], list[str]] | None = None,
@@ -95,6 +96,7 @@ class ProgressiveCompactor(Measure):
         self.summary_style: SummaryStyle = summary_style
         self.summary_prompt = summary_prompt
         self.scale = scale
+        self.scale_fixed = scale_fixed
         self.before_summarize = before_summarize
         self.index_range = index_range
         self.active_tasks = active_tasks
@@ -217,7 +219,7 @@ class ProgressiveCompactor(Measure):
 
     def _projected(self, boundary: int, extra: int) -> int:
         raw = self.view.view_tokens(boundary, compaction_tokens=self._estimated_summary_tokens())
-        return self.scale(raw) + extra
+        return self.scaled(raw) + extra
 
     def _ensure_fits(self, run: _Run, extra: int) -> None:
         """Nothing may leave this compactor above the window: fall back to truncation."""

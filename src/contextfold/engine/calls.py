@@ -105,13 +105,14 @@ class SessionCalls:
             or not math.isfinite(input_tokens)
         ):
             raise ConfigError(f"input_tokens must be a finite number, got {input_tokens!r}")
-        # the scale applies to message tokens: take out what was not messages (tool schemas,
-        # injected evidence), which the provider counted too
-        message_tokens = int(input_tokens) - ctx.last_fixed
-        if message_tokens <= 0:
+        # the fixed prefix (leading system messages, tool schemas) and the messages after it
+        # (with the injected evidence) are calibrated apart
+        fixed = ctx.last_prefix + ctx.last_schema
+        messages = ctx.last_estimate - ctx.last_prefix + ctx.last_injection
+        if messages <= 0:
             return ctx.calibration.scale
         with self._ctx.units.lock:
-            scale = ctx.calibration.observe(ctx.last_estimate, message_tokens)
+            scale = ctx.calibration.observe(messages, int(input_tokens), fixed=fixed)
             try:
                 ctx.save_calibration()
             except ContextFoldError as exc:  # the scale is re-learned from the next calls

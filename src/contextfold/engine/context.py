@@ -86,8 +86,13 @@ class SessionContext:
     last_prepare: CompactionRecord | None = field(init=False, default=None)
     #: view tokens of the last prepare() (what calibration compares the provider's count to)
     last_estimate: int = field(init=False, default=0)
-    #: tokens of the last call that calibration must not scale (tool schemas, injection)
+    #: tokens of the last call besides its messages (tool schemas calibrated, injection)
     last_fixed: int = field(init=False, default=0)
+    #: uncalibrated tokens of the last call's leading system messages, tool schemas and
+    #: injected evidence (calibration compares each part apart)
+    last_prefix: int = field(init=False, default=0)
+    last_schema: int = field(init=False, default=0)
+    last_injection: int = field(init=False, default=0)
     #: window minus the last view (with schemas and output reserve): room for evidence
     room: int = field(init=False, default=0)
     #: event seq of each history position (a lazily reopened session; else None)
@@ -136,7 +141,12 @@ class SessionContext:
         return self.view.history[index]
 
     def schema_tokens(self, tools: Sequence[Mapping[str, object]] | None) -> int:
-        """Tokens of the tool schemas sent with the messages (cached per set of schemas)."""
+        """Tokens of the tool schemas sent with the messages (calibrated like the system
+        prompt: see :class:`~contextfold.core.tokens.Calibration`)."""
+        return self.calibration.apply_fixed(self.raw_schema_tokens(tools))
+
+    def raw_schema_tokens(self, tools: Sequence[Mapping[str, object]] | None) -> int:
+        """Uncalibrated tokens of the tool schemas (cached per set of schemas)."""
         if not tools:
             return 0
         if isinstance(tools, str | bytes) or not all(isinstance(t, Mapping) for t in tools):
@@ -149,6 +159,12 @@ class SessionContext:
     def extra_tokens(self, tools: Sequence[Mapping[str, object]] | None) -> int:
         """What a call adds to the view: the reserve for the answer and the tool schemas."""
         return self.config.reserve_output_tokens + self.schema_tokens(tools)
+
+    def bind_calibration(self, calibration: Calibration) -> None:
+        """Use ``calibration`` from now on (the compactor measures with it too)."""
+        self.calibration = calibration
+        self.compactor.scale = calibration.apply
+        self.compactor.scale_fixed = calibration.apply_fixed
 
     def save_calibration(self) -> None:
         self.session.put_doc(

@@ -160,6 +160,7 @@ def reset(ctx: SessionContext) -> None:
     ctx.last_prepare = None
     ctx.last_estimate = 0
     ctx.last_fixed = 0
+    ctx.last_prefix = ctx.last_schema = ctx.last_injection = 0
     ctx.room = ctx.window
     ctx.session_state = SessionState()
     reopen.load(ctx)
@@ -194,6 +195,7 @@ def _compactor(ctx: SessionContext) -> ProgressiveCompactor:
         summary_style=config.summary_style,
         summary_prompt=config.summary.summary_prompt if config.summary else None,
         scale=ctx.calibration.apply,
+        scale_fixed=ctx.calibration.apply_fixed,
         active_tasks=lambda: ctx.session_state.active_task_lines(),
         policies=offload_policies(config),
         stages=ctx.stages if ctx.stages is not None else preset_stages(config.preset),

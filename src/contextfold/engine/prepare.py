@@ -107,6 +107,7 @@ def finish(ctx: SessionContext, record: CompactionRecord) -> None:
     evidence and the compactor's state is saved (in the caller's unit of work)."""
     ctx.last_prepare = record
     ctx.last_estimate = ctx.view.view_tokens()
+    ctx.last_prefix = ctx.view.range_tokens(0, ctx.view.prefix_len)
     if record.changed:
         ctx.last_record = record
         ctx.recovery.after_compaction(record)
@@ -163,6 +164,7 @@ def render(ctx: SessionContext, record: CompactionRecord, schema_tokens: int) ->
     """The view as it stands now, with the evidence the newest user message asks for when it
     fits in the room left (evidence never pushes the view over the window)."""
     ctx.last_fixed = schema_tokens
+    ctx.last_injection = 0
     text = ctx.recovery.safe_injection()
     injection = None
     messages = None
@@ -173,6 +175,7 @@ def render(ctx: SessionContext, record: CompactionRecord, schema_tokens: int) ->
             injection = Injection(position=newest_user_position(messages), text=text, tokens=tokens)
             messages.insert(injection.position, injection.message())
             ctx.last_fixed += tokens
+            ctx.last_injection = tokens
     return PreparedView(
         tokens=ctx.compactor.view_tokens(),
         schema_tokens=schema_tokens,
@@ -186,6 +189,7 @@ def render(ctx: SessionContext, record: CompactionRecord, schema_tokens: int) ->
 def prepare(ctx: SessionContext, tools: ToolSchemas | None) -> tuple[CompactionRecord, int]:
     """Compact as needed for a call with ``tools``; the record and the schemas' tokens. The
     caller announces the record, then runs :func:`check_fits` and :func:`render`."""
+    ctx.last_schema = ctx.raw_schema_tokens(tools)
     schema_tokens = ctx.schema_tokens(tools)
     extra = ctx.config.reserve_output_tokens + schema_tokens
     return compact_now(ctx, extra), schema_tokens

@@ -281,13 +281,11 @@ def load_view_state(ctx: SessionContext) -> None:
             # the state is derived (the log is the truth): start the view over, say why
             ctx.recovery.note_problem(f"compactor state (event {last[0].seq}) ignored: {exc}")
             ctx.compactor.state = CompactorState()
-            ctx.calibration = Calibration()
-            ctx.compactor.scale = ctx.calibration.apply
+            ctx.bind_calibration(Calibration())
             reapply_offloads(ctx, {})
     if calibration is not None:
         with contextlib.suppress(ValueError, TypeError, KeyError):
-            ctx.calibration = Calibration.from_dict(calibration)
-            ctx.compactor.scale = ctx.calibration.apply
+            ctx.bind_calibration(Calibration.from_dict(calibration))
 
 
 def apply_state(ctx: SessionContext, data: Mapping[str, JSON]) -> None:
@@ -304,8 +302,7 @@ def apply_state(ctx: SessionContext, data: Mapping[str, JSON]) -> None:
     written = data.get("written")
     if isinstance(written, Mapping):
         ctx.compactor.written.restore(ctx.view, written)
-    ctx.calibration = Calibration.from_dict(_object(data.get("calibration", {}), "calibration"))
-    ctx.compactor.scale = ctx.calibration.apply
+    ctx.bind_calibration(Calibration.from_dict(_object(data.get("calibration", {}), "calibration")))
     ctx.set_window(LearnedWindow.from_dict(data.get("learned_window")))
     policies = _object(data.get("offload_policies", {}), "offload_policies")
     if not all(isinstance(p, str) for p in policies.values()):

@@ -60,7 +60,8 @@ def add_parser(
     p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
     p.add_argument(
         "--preset",
-        help="compaction preset: progressive (default), harness or spec (the design notes)",
+        help="compaction preset: progressive, harness or spec (the design notes); unset: "
+        "progressive with later Warn and Soft lines (62%% and 67%% of the room)",
     )
     p.add_argument(
         "--summarizer",

@@ -208,8 +208,10 @@ class OverflowContext(Protocol):
     session_id: str
     calibration: Calibration
     window: int
-    #: view tokens of the request that was sent (uncalibrated) and its unscaled part
+    #: view tokens of the request that was sent (uncalibrated), of its leading system
+    #: messages (uncalibrated) and of the rest of it (tool schemas, injection: calibrated)
     last_estimate: int
+    last_prefix: int
     last_fixed: int
 
 
@@ -229,10 +231,12 @@ def learn_from_overflow(
     """
     stated = stated_limit(exc)
     notes: list[str] = []
-    sent = cm.calibration.apply(cm.last_estimate) + cm.last_fixed
-    if stated is not None and stated.prompt_tokens and cm.last_estimate > 0:
-        ratio = (stated.prompt_tokens - cm.last_fixed) / cm.last_estimate
-        cal = cm.calibration
+    cal = cm.calibration
+    messages = cm.last_estimate - cm.last_prefix
+    fixed = cal.apply_fixed(cm.last_prefix) + cm.last_fixed
+    sent = cal.apply(messages) + fixed
+    if stated is not None and stated.prompt_tokens and messages > 0:
+        ratio = (stated.prompt_tokens - fixed) / messages
         if ratio > cal.scale:
             old = cal.scale
             cal.scale = min(cal.MAX_SCALE, ratio)
