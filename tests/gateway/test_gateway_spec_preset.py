@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from contextfold import ContextManager
 from contextfold.cli import build_parser
-from contextfold.core.config import ContextConfig, TierConfig
 from contextfold.core.records import Tier
 from contextfold.gateway.cli import config_from_args
-from contextfold.gateway.stores import AGENT_TIERS, gateway_preset
 from tests.gateway.gateway_helpers import long_trace, running
 from tests.gateway.test_gateway_openai import _check_upstream, _client, replay
 from tests.support.store_helpers import session_ids
@@ -22,19 +19,6 @@ def test_serve_accepts_preset_spec(tmp_path: Path) -> None:
         ["serve", "--upstream", "http://127.0.0.1:9", "--store", str(tmp_path), "--preset", "spec"]
     )
     assert config_from_args(args).preset == "spec"
-
-
-def test_serve_without_preset_uses_the_agent_tiers(tmp_path: Path) -> None:
-    """No --preset: the default preset with the gateway's later Warn and Soft lines; a preset
-    named on the command line is taken as it is."""
-    args = build_parser().parse_args(
-        ["serve", "--upstream", "http://127.0.0.1:9", "--store", str(tmp_path)]
-    )
-    chosen = gateway_preset(config_from_args(args).preset)
-    assert isinstance(chosen, ContextConfig) and chosen.tiers == AGENT_TIERS
-    assert (AGENT_TIERS.warn_threshold, AGENT_TIERS.soft_threshold) == (0.62, 0.67)
-    assert replace(AGENT_TIERS, warn_threshold=0.55, soft_threshold=0.60) == TierConfig()
-    assert gateway_preset("progressive") == "progressive"
 
 
 def test_gateway_with_preset_spec_compacts_at_the_notes_thresholds(tmp_path: Path) -> None:

@@ -60,8 +60,7 @@ def add_parser(
     p.add_argument("--window", type=int, dest="context_window", help="context window in tokens")
     p.add_argument(
         "--preset",
-        help="compaction preset: progressive, harness or spec (the design notes); unset: "
-        "progressive with later Warn and Soft lines (62%% and 67%% of the room)",
+        help="compaction preset: progressive (default), harness or spec (the design notes)",
     )
     p.add_argument(
         "--summarizer",

@@ -5,11 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from ..compaction.summarizers.base import Summarizer
-from ..core.config import ContextConfig, TierConfig, progressive
 from ..engine.manager import ContextManager
 from ..errors import ConfigError
 from ..extras import needs_extra
@@ -80,23 +78,6 @@ def open_shared_store(store: str) -> Store:
     return opened
 
 
-#: The gateway's tiers when no preset is chosen: the default preset's, with the Warn and Soft
-#: lines later (62% and 67% of the room the fixed prefix leaves, instead of 55% and 60%). An
-#: agent program behind the gateway does not know its view is compacted, and wraps its own
-#: reminders and previews around it: the messages it sends verbatim then still fill at least
-#: half of that room before a compaction (the library's defaults are the cheaper ones on
-#: replayed trajectories; see docs/benchmarks.md).
-AGENT_TIERS = replace(TierConfig(), warn_threshold=0.62, soft_threshold=0.67)
-
-
-def gateway_preset(name: str | None) -> str | ContextConfig:
-    """The preset the gateway's sessions use: ``name``, or the default preset with
-    :data:`AGENT_TIERS` when none is chosen."""
-    if name is not None:
-        return name
-    return replace(progressive(), tiers=AGENT_TIERS)
-
-
 def open_manager(
     config: GatewayConfig,
     store: Store,
@@ -108,18 +89,16 @@ def open_manager(
         store=store,
         session_id=session_id,
         context_window=window,
-        preset=gateway_preset(config.preset),
+        preset=config.preset,
         summarizer=summarizer,
         agent_id="gateway",
     )
 
 
 __all__ = [
-    "AGENT_TIERS",
     "LEARNED",
     "SerialSQLiteStore",
     "check_store",
-    "gateway_preset",
     "is_database_url",
     "open_manager",
     "open_shared_store",
