@@ -452,7 +452,7 @@ class Recovery:
         if self._toolbox is None:
             box = ToolBox([self._read_offloaded_tool()])
             for tool in session_tools(
-                self.index,
+                lambda: self.index,  # opened when a session tool runs
                 agent_id=self.ctx.agent_id,
                 allow_agents=self.ctx.config.allow_agents,
             ):

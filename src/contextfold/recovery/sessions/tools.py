@@ -10,7 +10,7 @@ an error, never a path escape.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from ...core.messages import Message
 from ...core.paths import check_session_id
@@ -212,18 +212,20 @@ def _session_search(index: SessionIndex, scope: _Scope, args: Mapping[str, objec
 
 
 def session_tools(
-    index: SessionIndex,
+    index: SessionIndex | Callable[[], SessionIndex],
     *,
     agent_id: str,
     allow_agents: Collection[str] = (),
     max_result_chars: int = DEFAULT_MAX_CHARS,
 ) -> list[Tool]:
-    """The three session tools for one agent."""
+    """The three session tools for one agent. ``index`` may be a function that returns the
+    index, called when a tool runs: building the tools (for their schemas) then opens nothing."""
     scope = _Scope(agent_id, allow_agents)
+    opened = index if callable(index) else (lambda: index)
 
     def session_list(args: Mapping[str, object]) -> str:
         target = scope.target(args)
-        metas = index.list_sessions(target)
+        metas = opened().list_sessions(target)
         who = "all allowed agents" if target is None else f"agent {target!r}"
         if not metas:
             return f"No sessions for {who}."
@@ -236,10 +238,10 @@ def session_tools(
         return "\n".join(lines)
 
     def session_history(args: Mapping[str, object]) -> str:
-        return _session_history(index, scope, args, max_result_chars)
+        return _session_history(opened(), scope, args, max_result_chars)
 
     def session_search(args: Mapping[str, object]) -> str:
-        return _session_search(index, scope, args)
+        return _session_search(opened(), scope, args)
 
     agent_prop = {
         "type": "string",
