@@ -23,6 +23,7 @@ from ..errors import ContextFoldError
 from .artifacts import files_section
 from .common import COMPACTION_KIND, _Run, bound_anchors, clip_text, render_sections_message
 from .summarizers.base import Summarizer, SummaryRequest
+from .summarizers.extractive import ExtractiveSummarizer
 from .summarizers.transcript import truncate_tool_arguments
 
 if TYPE_CHECKING:
@@ -62,6 +63,22 @@ def drop_range(comp: ProgressiveCompactor, run: _Run, start: int, end: int, why:
     run.summarized += end - start
 
 
+#: the messages of a long range the extractive summary reads: its first ones (where the task
+#: is set) and its newest ones; what lies between stays in the log and the evidence index
+EXTRACTIVE_HEAD = 64
+EXTRACTIVE_TAIL = 1_536
+
+
+def extractive_span(msgs: Sequence[Message]) -> Sequence[Message]:
+    """What the extractive (no-LLM) summary of ``msgs`` reads: all of a range up to
+    ``EXTRACTIVE_HEAD + EXTRACTIVE_TAIL`` messages, else its head and its newest messages,
+    so a first request carrying a long history is summarized in bounded time (its summary is
+    bounded anyway)."""
+    if len(msgs) <= EXTRACTIVE_HEAD + EXTRACTIVE_TAIL:
+        return msgs
+    return [*msgs[:EXTRACTIVE_HEAD], *msgs[-EXTRACTIVE_TAIL:]]
+
+
 def summarize(
     comp: ProgressiveCompactor, run: _Run, start: int, end: int, *, use_llm: bool
 ) -> None:
@@ -75,10 +92,12 @@ def summarize(
                 run.errors.append(f"memory flush failed: {exc}")
             else:
                 _log.debug("memory flush failed (skipped): %s", exc)
-    to_send: Sequence[Message] = msgs
+    summarizer = comp.summarizer if use_llm else comp.fallback_summarizer
+    extractive = isinstance(summarizer, ExtractiveSummarizer)
+    to_send: Sequence[Message] = extractive_span(msgs) if extractive else msgs
     if comp.truncate_args is not None:
         to_send = truncate_tool_arguments(
-            msgs,
+            to_send,
             tools=comp.truncate_args.tools,
             max_length=comp.truncate_args.max_arg_length,
             text=comp.truncate_args.truncation_text,
@@ -92,7 +111,6 @@ def summarize(
         max_summary_tokens=max(256, min(4_000, int(comp.working_window * 0.06))),
         notes=tuple(comp.active_tasks() if comp.active_tasks else ()),
     )
-    summarizer = comp.summarizer if use_llm else comp.fallback_summarizer
     text = ""
     try:
         text = _summarize(summarizer, request, run.tier.value)
