@@ -7,6 +7,7 @@ Provider wire formats live in :mod:`contextfold.core.wire`; everything inside th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -203,20 +204,25 @@ def _check_call(call: ToolCall, j: int, seen: set[str], index: int | None) -> No
     if not call.name:
         raise InvalidMessageError(f"tool call {call.id!r} has no function name", index=index)
     try:
-        parsed = json.loads(call.arguments or "{}")
-    except (TypeError, ValueError) as exc:
-        raise InvalidMessageError(
-            f"tool call {call.id!r} ({call.name}): arguments are not valid JSON ({exc})",
-            index=index,
-        ) from None
-    except RecursionError:
-        problem: str | None = f"is nested deeper than {MAX_NESTING} levels"
-    else:
-        problem = _json_problem(parsed)
+        problem = _arguments_problem(call.arguments)
+    except TypeError:  # not hashable, so not text
+        problem = _arguments_problem.__wrapped__(call.arguments)
     if problem is not None:
         raise InvalidMessageError(
             f"tool call {call.id!r} ({call.name}): arguments {problem}", index=index
         )
+
+
+@functools.lru_cache(maxsize=8192)  # a message is checked as it is parsed and as it is added
+def _arguments_problem(arguments: str) -> str | None:
+    """Why a tool call's ``arguments`` are not a JSON text that can be stored exactly."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except (TypeError, ValueError) as exc:
+        return f"are not valid JSON ({exc})"
+    except RecursionError:
+        return f"is nested deeper than {MAX_NESTING} levels"
+    return _json_problem(parsed)
 
 
 def _scalar_problem(value: object) -> str | None:
@@ -258,14 +264,26 @@ def _json_problem(value: object) -> str | None:
     return None
 
 
+_UNICODE_PROBLEM = (
+    "text is not valid Unicode (lone surrogates); decode tool output with "
+    "errors='replace' before adding it"
+)
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _unicode_problem(value: object) -> str | None:
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        return (
-            "text is not valid Unicode (lone surrogates); decode tool output with "
-            "errors='replace' before adding it"
-        )
+        return _UNICODE_PROBLEM
     return None
 
 
@@ -293,6 +311,14 @@ def check_encodable(msg: Message, index: int | None = None) -> None:
     stored as JSON and read back exactly: plain JSON values only, no cycles, at most
     :data:`MAX_NESTING` levels deep, finite numbers, valid Unicode."""
     for where, value in _fields(msg):
+        if value is None or type(value) is str:
+            if value is None or value.isascii() or _utf8(value):
+                continue
+            raise InvalidMessageError(f"{where} {_UNICODE_PROBLEM}", index=index)
+        if type(value) is list and all(type(v) is str for v in value):
+            if all(v.isascii() or _utf8(v) for v in value):  # a tool call's id, name, args
+                continue
+            raise InvalidMessageError(f"{where} {_UNICODE_PROBLEM}", index=index)
         problem = _json_problem(value)
         if isinstance(value, str) and value.isascii():
             continue

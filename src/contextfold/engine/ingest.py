@@ -60,10 +60,31 @@ def append(ctx: SessionContext, parsed: list[Message], tokens: list[int]) -> Non
     entries = ctx.log.append(parsed, start, tokens, index=not bulk)
     if bulk:
         ctx.recovery.deferred.queue_rows(start, len(parsed), first_event, entries[0].ts)
+    for i, ids in _answered_within(parsed).items():
+        ctx.view.expect_answers(start + i, ids)  # final view form at once, counted once
     for i, msg in enumerate(parsed):
-        ctx.view.append(msg, start + i)
+        ctx.view.append(msg, start + i, checked=True)
         if msg.role == "tool":
             offload_on_arrival(ctx, start + i)
+
+
+def _answered_within(parsed: Sequence[Message]) -> dict[int, set[str]]:
+    """The assistant messages of ``parsed`` whose tool calls are all answered by the results
+    that follow them in ``parsed`` (index -> call ids)."""
+    out: dict[int, set[str]] = {}
+    owner: int | None = None
+    got: set[str] = set()
+    for i, msg in enumerate(parsed):
+        if msg.role == "tool":
+            if owner is not None and msg.tool_call_id:
+                got.add(msg.tool_call_id)
+            continue
+        if owner is not None and len(got) == len(parsed[owner].tool_calls):
+            out[owner] = got
+        owner, got = (i, set()) if msg.tool_calls else (None, set())
+    if owner is not None and len(got) == len(parsed[owner].tool_calls):
+        out[owner] = got
+    return out
 
 
 def offload_on_arrival(ctx: SessionContext, index: int) -> None:
