@@ -71,3 +71,34 @@ def test_a_shutdown_between_chunks_leaves_the_record(tmp_path: Path) -> None:
     assert list(store_vectors.pending_blocks(backend, "s")) == ["s/cb-1"]
     assert backend.docs(semantic.NAMESPACE) == {}
     backend.close()
+
+
+def test_the_encoder_pauses_between_layers_and_a_stop_there_leaves_the_record(
+    tmp_path: Path,
+) -> None:
+    """The background filing checks ``stop`` after every layer of every text (a request
+    that arrives waits for one layer, not for a chunk of texts); the vectors are the same."""
+    backend = open_store(str(tmp_path / "ws"))
+    store = EvidenceStore(SessionStore(backend, "s", "a"))
+    index_block(store, session_messages())
+    calls: list[int] = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) > 3  # a shutdown within the first text
+
+    assert store_vectors.file_pending(backend, "s", stop=stop) == 0
+    assert 1 < len(calls) <= 4
+    assert list(store_vectors.pending_blocks(backend, "s")) == ["s/cb-1"]
+    paused: list[int] = []
+    assert store_vectors.file_pending(backend, "s", stop=lambda: bool(paused.append(1))) == 6
+    assert len(paused) >= 6 * 6  # six texts of six layers each
+    once = open_store(str(tmp_path / "ws2"))
+    index_block(EvidenceStore(SessionStore(once, "s", "a")), session_messages())
+    assert store_vectors.file_pending(once, "s") == 6
+    assert (
+        once.docs(semantic.NAMESPACE)["s/cb-1"]["v"]
+        == backend.docs(semantic.NAMESPACE)["s/cb-1"]["v"]
+    )
+    backend.close()
+    once.close()

@@ -17,7 +17,7 @@ import contextlib
 import importlib.util
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,7 +170,7 @@ class Encoder:
         mid = _gelu(self._dense(a, f"{pre}intermediate.dense"))
         return self._norm(self._dense(mid, f"{pre}output.dense") + a, f"{pre}output.LayerNorm")
 
-    def _one(self, ids: Sequence[int]) -> _Array:
+    def _one(self, ids: Sequence[int], between: Callable[[], None] | None = None) -> _Array:
         """The unit vector of one token sequence (mean of the last layer, normalised)."""
         import numpy as np
 
@@ -184,13 +184,17 @@ class Encoder:
         x = self._norm(x, "embeddings.LayerNorm")
         for i in range(self.layers):
             x = self._layer(x, i)
+            if between is not None:
+                between()
         pooled = x.mean(0)
         out: _Array = (pooled / max(float(np.linalg.norm(pooled)), 1e-12)).astype(np.float32)
         return out
 
-    def encode(self, texts: Sequence[str]) -> Matrix:
+    def encode(self, texts: Sequence[str], between: Callable[[], None] | None = None) -> Matrix:
         """One unit vector per text (rows in order), at most :data:`MAX_TOKENS` tokens each.
-        Each text is run alone (no padding), so its vector never depends on the others."""
+        Each text is run alone (no padding), so its vector never depends on the others.
+        ``between`` is called after each layer of each text (a background caller pauses
+        there for requests, a few milliseconds apart; what it raises ends the encoding)."""
         import numpy as np
 
         out = np.zeros((len(texts), DIM), dtype=np.float32)
@@ -198,7 +202,7 @@ class Encoder:
             return out
         with self._one_thread():
             for r, e in enumerate(self.tokenizer.encode_batch(list(texts))):
-                out[r] = self._one(e.ids)
+                out[r] = self._one(e.ids, between)
         return out
 
     def _one_thread(self) -> contextlib.AbstractContextManager[object]:

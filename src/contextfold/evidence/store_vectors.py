@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PENDING = "evidence-vectors-pending"
-#: texts encoded between two checks of ``stop`` (about 15 ms each: a request that arrives
-#: meanwhile shares the process with at most this many)
-CHUNK = 2
+#: texts encoded between two checks of ``stop`` outside the encoder (it also calls ``stop``
+#: after each layer of each text, a few milliseconds apart: a request that arrives meanwhile
+#: waits for at most one layer)
+CHUNK = 16
 
 
 def defer_block(
@@ -66,6 +67,10 @@ def pending_blocks(store: Store, session_id: str) -> dict[str, dict[str, object]
     return {key: dict[str, object](doc) for key, doc in docs.items()}
 
 
+class _Stopped(Exception):
+    """``stop()`` said to give up, within a text."""
+
+
 def _encode(texts: list[str], stop: Callable[[], bool]) -> list[object] | None:
     """The vectors of ``texts`` in chunks (each text is encoded alone, so chunking changes
     nothing); None when the model is missing, fails, or ``stop()`` says to give up."""
@@ -74,11 +79,18 @@ def _encode(texts: list[str], stop: Callable[[], bool]) -> list[object] | None:
         return None
     parts: list[object] = []
     t0 = time.perf_counter()
+
+    def between() -> None:
+        if stop():
+            raise _Stopped
+
     for i in range(0, len(texts), CHUNK):
         if stop():
             return None
         try:
-            parts.append(enc.encode(texts[i : i + CHUNK]))
+            parts.append(enc.encode(texts[i : i + CHUNK], between))
+        except _Stopped:
+            return None
         except Exception as exc:  # the model is optional: never a reason to fail a request
             log.warning("semantic vectors not computed: %s", exc)
             return None
