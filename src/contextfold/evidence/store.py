@@ -24,7 +24,6 @@ from . import semantic, store_vectors
 from .block_fields import CompactionFields
 from .classify import (
     classify,
-    extract_anchors,
     link_summary_item,
     link_summary_items,
     summary_hints,
@@ -55,6 +54,7 @@ from .store_restore import (
     _preview,
     sha256_hex,
 )
+from .warm import anchors_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -68,15 +68,6 @@ def command_of(name: str, arguments: str) -> str:
     """A short human form of a tool call: the shell command for bash-like tools, else the tool
     with its path and short arguments (``Read /src/app.ts offset=10``)."""
     return call_fields(name, arguments).command[:MAX_COMMAND_CHARS]
-
-
-def _anchors(text: str, call: CallFields | None) -> tuple[str, ...]:
-    """The text's anchors; a shell command adds its own, a file tool the files it named."""
-    if call is None or call.shell:
-        return extract_anchors(text, call.command if call is not None else None)
-    found = extract_anchors(text)
-    extra = tuple(f"file:{p}" for p in call.paths if f"file:{p}" not in found)
-    return found + extra
 
 
 # --------------------------------------------------------------------------- the store
@@ -175,7 +166,7 @@ class EvidenceStore(RestoreBodies):
             agent_run_id=agent_run_id,
             parent_message_uuid=parent_message_uuid,
             content_types=classify(text, role),
-            anchors=_anchors(text, call),
+            anchors=anchors_of(text, call),
             sha256=sha,
             chars=len(text),
             preview=_preview(text),

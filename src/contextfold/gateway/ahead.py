@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from ..core.tokens import count_message
 from ..engine.filing import file_deferred, index_deferred
 from ..errors import ContextFoldError
+from ..evidence.warm import warm
 from ..storage import ConcurrentWriteError
 from .metrics import Metrics
 from .session import Prepared, Session
@@ -53,6 +54,16 @@ def compact_ahead(
         return False
     sess.unreported = record
     return True
+
+
+#: the newest history messages whose outputs are classified ahead after each answer
+WARM_TAIL = 8
+
+
+def warm_newest(sess: Session, stop: Callable[[], bool]) -> int:
+    """Classify and anchor the newest outputs of the conversation (remembered by their text),
+    so that a compaction on a later request's path finds that work done (:mod:`..evidence.warm`)."""
+    return warm(sess.cm.context.view.history[-WARM_TAIL:], stop)
 
 
 def reported(sess: Session, prepared: Prepared) -> Prepared:
@@ -126,6 +137,8 @@ class AheadWork:
             await loop.run_in_executor(
                 self.threads, index_deferred, sess.cm.context, self.interrupted
             )
+            # what indexing the newest outputs will derive from their text alone, now
+            await loop.run_in_executor(self.threads, warm_newest, sess, self.interrupted)
         except ConcurrentWriteError as exc:  # another replica wrote: reopened when next needed
             log_event("compact_ahead_failed", session=sess.session_id, error=str(exc))
             self.registry.forget(sess.key)
