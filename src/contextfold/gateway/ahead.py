@@ -60,9 +60,17 @@ def compact_ahead(
 WARM_TAIL = 8
 
 
+#: outputs are classified ahead once a compaction is due within about this many turns
+WARM_TURNS = 4
+
+
 def warm_newest(sess: Session, stop: Callable[[], bool]) -> int:
     """Classify and anchor the newest outputs of the conversation (remembered by their text),
-    so that a compaction on a later request's path finds that work done (:mod:`..evidence.warm`)."""
+    so that a compaction on a later request's path finds that work done (:mod:`..evidence.warm`).
+    Only once compactions are near: a conversation far from its window would do it for
+    nothing."""
+    if not sess.cm.compaction_due(WARM_TURNS * max(sess.lookahead.tokens, 1)):
+        return 0
     return warm(sess.cm.context.view.history[-WARM_TAIL:], stop)
 
 
