@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,22 @@ from contextfold.core.messages import user
 def test_extractive_span_keeps_short_ranges_whole() -> None:
     msgs = [user(f"m{i}") for i in range(EXTRACTIVE_HEAD + EXTRACTIVE_TAIL)]
     assert extractive_span(msgs) is msgs
+
+
+def test_extractive_span_never_parts_a_call_from_its_result() -> None:
+    from contextfold.core.messages import ToolCall, assistant, tool
+
+    msgs = []
+    for i in range(2_000):
+        msgs += [
+            assistant("", [ToolCall(id=f"c{i}", name="bash", arguments="{}")]),
+            tool(f"c{i}", "x"),
+        ]
+    span = extractive_span(msgs)
+    assert span[EXTRACTIVE_HEAD - 1].role == "tool" or span[EXTRACTIVE_HEAD].role != "tool"
+    assert all(m.role != "tool" or span[j - 1].tool_calls for j, m in enumerate(span) if j), (
+        "a result lost its call"
+    )
 
 
 def test_extractive_span_of_a_long_range_is_its_head_and_tail() -> None:
@@ -51,8 +68,11 @@ def test_a_long_first_request_is_summarized_from_its_head_and_tail(
     cm = ContextManager(workspace=tmp_path, session_id="s", context_window=16_000)
     cm.add_many(msgs)
     view = cm.prepare()
-    assert seen and max(seen) <= EXTRACTIVE_HEAD + EXTRACTIVE_TAIL
+    assert seen and max(seen) <= EXTRACTIVE_HEAD + EXTRACTIVE_TAIL + 2  # a call keeps its result
     text = json.dumps(view)
+    # the summary counts the whole range, not only what it read
+    assert re.search(r"Compacted (\d+) messages", text)
+    assert int(re.search(r"Compacted (\d+) messages", text).group(1)) > 3_000  # type: ignore[union-attr]
     assert "Fix the failing tests of the parser package." in text
     assert "Please go on." in text
     # what the summary did not read is still recoverable

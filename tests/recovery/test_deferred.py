@@ -207,32 +207,12 @@ def test_queued_jobs_that_fail_leave_the_reader_reading(
     cm.close()
 
 
-def _with_facts(turns: int = 150) -> list[dict[str, object]]:
-    msgs = long_history(turns)
-    msgs.insert(60, {"role": "user", "content": "The parser must keep Python 3.8 support."})
-    msgs.insert(
-        61, {"role": "assistant", "content": "The root cause is the tokenizer's lookahead."}
-    )
-    return msgs
-
-
-def _facts_request(tmp: Path) -> ContextManager:
-    cm = ContextManager(workspace=tmp, session_id="s", context_window=WINDOW)
-    cm.add_many(_with_facts())
-    cm.prepare()
-    return cm
-
-
 def _call(name: str, args: dict[str, object]) -> dict[str, object]:
     return {
         "id": "c",
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(args)},
     }
-
-
-def _fact_texts(cm: ContextManager) -> list[str]:
-    return sorted(f.text for f in cm.context.recovery._open_memory().facts())
 
 
 def test_tool_schemas_leave_the_queued_jobs_for_later(tmp_path: Path) -> None:
@@ -243,30 +223,3 @@ def test_tool_schemas_leave_the_queued_jobs_for_later(tmp_path: Path) -> None:
     assert len(cm.context.store.docs(NAMESPACE, prefix="s/")) == queued
     hits = cm.handle_tool_call(_call("session_search", {"query": "marker88"}))
     assert "marker88" in str(hits["content"])  # the tool itself runs the jobs first
-
-
-def test_facts_of_a_long_range_are_read_after_the_answer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cm = _facts_request(tmp_path / "later")
-    assert not _fact_texts(cm), "the long range's facts were read on the request's path"
-    kinds = [j.get("kind") for j in cm.context.store.docs(NAMESPACE, prefix="s/").values()]
-    assert "facts" in kinds
-    # a memory tool reads the queued facts first
-    out = cm.handle_tool_call(_call("memory_search", {"query": "Python 3.8 support"}))
-    assert "Python 3.8" in str(out["content"])
-    assert not cm.context.recovery.deferred.has_facts
-    monkeypatch.setattr("contextfold.recovery.hooks.DEFER_MIN", 10**9)
-    monkeypatch.setattr("contextfold.engine.ingest.DEFER_MIN", 10**9)
-    now = _facts_request(tmp_path / "now")
-    assert _fact_texts(cm) == _fact_texts(now) != []
-
-
-def test_facts_queued_before_a_crash_are_read_by_the_next_open(tmp_path: Path) -> None:
-    _facts_request(tmp_path)  # "crashes" before the jobs ran
-    from contextfold.engine.filing import index_deferred
-
-    again = ContextManager(workspace=tmp_path, session_id="s", context_window=WINDOW)
-    assert again.context.recovery.deferred.has_facts
-    index_deferred(again.context)
-    assert any("Python 3.8" in t for t in _fact_texts(again))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import uuid as uuidlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..core import telemetry
@@ -76,7 +77,12 @@ def extractive_span(msgs: Sequence[Message]) -> Sequence[Message]:
     bounded anyway)."""
     if len(msgs) <= EXTRACTIVE_HEAD + EXTRACTIVE_TAIL:
         return msgs
-    return [*msgs[:EXTRACTIVE_HEAD], *msgs[-EXTRACTIVE_TAIL:]]
+    head, tail = EXTRACTIVE_HEAD, len(msgs) - EXTRACTIVE_TAIL
+    while head < tail and msgs[head].role == "tool":  # a call keeps its results
+        head += 1
+    while tail < len(msgs) and msgs[tail].role == "tool":
+        tail += 1
+    return [*msgs[:head], *msgs[tail:]]
 
 
 def summarize(
@@ -110,6 +116,7 @@ def summarize(
         prompt=comp.summary_prompt,
         max_summary_tokens=max(256, min(4_000, int(comp.working_window * 0.06))),
         notes=tuple(comp.active_tasks() if comp.active_tasks else ()),
+        omitted=len(msgs) - len(to_send),
     )
     text = ""
     try:
@@ -125,6 +132,9 @@ def summarize(
             drop_range(comp, run, start, end, "the LLM summary failed")
             return
         summarizer = comp.fallback_summarizer
+        if not extractive:  # the extractive fallback reads the head and tail of a long range
+            span = extractive_span(to_send)
+            request = replace(request, messages=span, omitted=len(msgs) - len(span))
         text = _summarize(summarizer, request, run.tier.value)
         run.summarizer_name = type(summarizer).__name__ + " (fallback)"
     if summarizer is not comp.fallback_summarizer:

@@ -203,14 +203,19 @@ def _check_call(call: ToolCall, j: int, seen: set[str], index: int | None) -> No
     seen.add(call.id)
     if not call.name:
         raise InvalidMessageError(f"tool call {call.id!r} has no function name", index=index)
-    try:
-        problem = _arguments_problem(call.arguments)
-    except TypeError:  # not hashable, so not text
-        problem = _arguments_problem.__wrapped__(call.arguments)
+    args = call.arguments
+    if type(args) is str and len(args) <= ARGS_CACHED_CHARS:
+        problem = _arguments_problem(args)
+    else:  # long texts are not kept alive by the cache (nor is anything unhashable)
+        problem = _arguments_problem.__wrapped__(args)
     if problem is not None:
         raise InvalidMessageError(
             f"tool call {call.id!r} ({call.name}): arguments {problem}", index=index
         )
+
+
+#: tool-call arguments up to this long are validated once per text (remembered)
+ARGS_CACHED_CHARS = 4_096
 
 
 @functools.lru_cache(maxsize=8192)  # a message is checked as it is parsed and as it is added

@@ -132,7 +132,7 @@ class WorkspaceTools:
         # memory as this agent sees it (never written from here)
         reader = SessionStore(self.store, "workspace-tools", self.agent_id)
         for tool in memory_tools(MemoryStore(reader, read_agents=tuple(self.allow_agents))):
-            box.register(self._indexed_first(tool))  # facts a long first request queued
+            box.register(tool)
         self.toolbox = box
 
     # ------------------------------------------------------------------ calling

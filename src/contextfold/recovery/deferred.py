@@ -1,6 +1,5 @@
 """Evidence indexing deferred past the answer: the compact blocks (pointers, full-text rows,
-exact keys) of a long first request, and the facts its summarized range flushes to memory,
-built after the answer instead of on its path.
+exact keys) of a long first request, built after the answer instead of on its path.
 
 The evidence index is derived state: every message it points into is in the session's log and
 every offloaded body is a blob, both committed with the compaction. So when a compaction (or
@@ -22,14 +21,12 @@ While jobs are queued, any further indexing is queued behind them (the blocks ke
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.messages import Message
 from ..core.records import CompactionRecord, OffloadEntry
-from ..core.tools import Tool
 from ..evidence.fields import describe
 from ..evidence.model import CompactBlock
 from ..jsontypes import JSON, JSONObject
@@ -130,13 +127,8 @@ class DeferredEvidence:
         """Whether indexing jobs wait (new indexing then queues behind them)."""
         return bool(self.jobs)
 
-    @property
-    def has_facts(self) -> bool:
-        """Whether a queued job still has facts to read into memory."""
-        return any(job.get("kind") == "facts" for _, job in self.jobs)
-
     def _cover(self, job: Mapping[str, object]) -> None:
-        if job.get("kind") in ("rows", "facts"):
+        if job.get("kind") == "rows":
             return
         history = self.recovery.ctx.view.history
         for i in _positions(job.get("positions")):
@@ -253,14 +245,6 @@ class DeferredEvidence:
             event = first_event + a - start
             self.queue({"kind": "rows", "positions": [[a, b]], "event": event, "ts": ts})
 
-    def queue_facts(self, msgs: Sequence[Message]) -> None:
-        """Queue reading the facts of ``msgs`` (of the history) into memory, in jobs of
-        :data:`ROW_MESSAGES` messages: what the memory flush before a summary does at once."""
-        uuids = self.recovery.ctx.view.uuids
-        positions = sorted(uuids[m.uuid] for m in msgs if m.uuid in uuids)
-        for a in range(0, len(positions), ROW_MESSAGES):
-            self.queue({"kind": "facts", "positions": _ranges(positions[a : a + ROW_MESSAGES])})
-
     def queue(self, job: JSONObject) -> None:
         """Record ``job`` in the current unit of work (committed with what it indexes)."""
         session = self.recovery.ctx.session
@@ -343,12 +327,6 @@ class DeferredEvidence:
             self._rows(job)
             return
         recovery = self.recovery
-        if job.get("kind") == "facts":
-            history = recovery.ctx.view.history
-            recovery.flush_facts(
-                [history[i] for i in _positions(job.get("positions")) if i < len(history)]
-            )
-            return
         history = recovery.ctx.view.history
         msgs = [history[i] for i in _positions(job.get("positions")) if i < len(history)]
         raw = job.get("offloaded")
@@ -378,16 +356,4 @@ class DeferredEvidence:
         )
 
 
-def facts_first(deferred: DeferredEvidence, tool: Tool) -> Tool:
-    """``tool`` (a memory tool) run after the facts still queued are in memory."""
-    inner = tool.handler
-
-    def handler(args: Mapping[str, object]) -> str:
-        if deferred.has_facts:
-            deferred.run()
-        return inner(args)
-
-    return dataclasses.replace(tool, handler=handler)
-
-
-__all__ = ["DEFER_MIN", "JOB_MESSAGES", "NAMESPACE", "DeferredEvidence", "Offloaded", "facts_first"]
+__all__ = ["DEFER_MIN", "JOB_MESSAGES", "NAMESPACE", "DeferredEvidence", "Offloaded"]

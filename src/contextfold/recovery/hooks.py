@@ -27,7 +27,7 @@ from ..evidence.store import EvidenceStore
 from ..evidence.tools import recall_tool
 from ..jsontypes import JSON
 from .context import RecoveryContext
-from .deferred import DEFER_MIN, DeferredEvidence, facts_first, recall_lines
+from .deferred import DEFER_MIN, DeferredEvidence, recall_lines
 from .memory import MemoryStore, choose_fact_extractor, memory_tools
 from .memory_admin import memory_admin_tools
 from .offload_tool import read_offloaded_tool
@@ -162,8 +162,6 @@ class Recovery:
 
     @property
     def memory(self) -> MemoryStore:
-        if self.deferred.has_facts:
-            self.deferred.run()  # facts of a long first request not yet read
         return self._open_memory()
 
     def _open_memory(self) -> MemoryStore:
@@ -202,14 +200,8 @@ class Recovery:
         """Flush before compacting: facts go to memory before their messages leave the view."""
         if self.fact_extractor is None or not self.ctx.config.flushes_before_compact:
             return
-        if len(msgs) >= DEFER_MIN and self.enabled:
-            self.deferred.queue_facts(msgs)  # a long first request: read after the answer
-        else:
-            self.flush_facts(msgs)
-
-    def flush_facts(self, msgs: Sequence[Message]) -> None:
-        """The facts of ``msgs`` into memory (now, or as a deferred job runs)."""
-        if self.fact_extractor is not None and (facts := self.fact_extractor.extract(list(msgs))):
+        facts = self.fact_extractor.extract(list(msgs))
+        if facts:
             self._open_memory().flush(facts)
 
     def index_range(
@@ -469,7 +461,7 @@ class Recovery:
             ):
                 box.register(tool)
             for tool in [
-                *(facts_first(self.deferred, t) for t in memory_tools(self._open_memory())),
+                *memory_tools(self._open_memory()),
                 *memory_admin_tools(self, self.ctx.units, lambda: list(self.ctx.view.history)),
             ]:
                 box.register(tool)

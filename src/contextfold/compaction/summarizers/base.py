@@ -34,6 +34,9 @@ class SummaryRequest:
     max_summary_tokens: int = 2_000
     #: Extra context the summarizer may use (e.g. the todo list); never required.
     notes: Sequence[str] = field(default_factory=tuple)
+    #: Messages of the range left out of ``messages`` (the middle of a very long range the
+    #: extractive summary does not read); they are counted as compacted all the same.
+    omitted: int = 0
 
 
 @runtime_checkable

@@ -296,7 +296,8 @@ class ExtractiveSummarizer:
         if earlier:
             lines.append("Earlier: " + clip(" ".join(earlier), max(100, int(600 * scale))))
         lines.append(
-            f"Compacted {len(msgs)} messages ({n_user} user, {n_asst} assistant, {n_tool} tool results); "
+            f"Compacted {len(msgs) + request.omitted} messages ({n_user} user, {n_asst} assistant, "
+            f"{n_tool} tool results{_read_of(request.omitted)}); "
             f"{len(steps)} tool calls, {fails} failed."
         )
         source = [f for f in files if not _is_scratch(f)]
@@ -404,3 +405,7 @@ def _hard_bound(text: str, limit: int, style: str) -> str:
 
 
 __all__ = ["ExtractiveSummarizer"]
+
+
+def _read_of(omitted: int) -> str:
+    return f" of those read; {omitted} in between are in the log" if omitted else ""
