@@ -253,3 +253,39 @@ def test_vector_filing_waits_while_a_request_is_prepared() -> None:
         closer.join(5)
         assert passed == [False, True]  # closing: give up, the rest stays pending
     work.filing.shutdown(wait=True)
+
+
+def test_outputs_are_classified_ahead_only_once_a_compaction_is_near(tmp_path: Path) -> None:
+    """After an answer the newest outputs are classified ahead (remembered by their text) when
+    a compaction is due within a few turns; a conversation far from its window is left alone."""
+    from types import SimpleNamespace
+
+    from contextfold.core import textmemo
+    from contextfold.engine.ahead import Lookahead
+
+    def session(window: int) -> Any:
+        cm = ContextManager(workspace=tmp_path / str(window), session_id="s", context_window=window)
+        cm.add_many([SYSTEM, {"role": "user", "content": "Fix the failing tests"}])
+        look = Lookahead()
+        for n in range(4):
+            call = {
+                "id": f"c{n}",
+                "type": "function",
+                "function": {"name": "run", "arguments": "{}"},
+            }
+            body = "\n".join(f"line {j} of run {n} {random.random()}" for j in range(60))
+            cm.add_many(
+                [
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": f"c{n}", "content": body},
+                ]
+            )
+            look.note(cm.context.view.view_tokens())
+        return SimpleNamespace(cm=cm, lookahead=look)
+
+    textmemo.clear()
+    far = session(1_000_000)
+    assert gw_ahead.warm_newest(far, lambda: False) == 0
+    near = session(WINDOW)
+    assert near.cm.compaction_due(gw_ahead.WARM_TURNS * max(near.lookahead.tokens, 1))
+    assert gw_ahead.warm_newest(near, lambda: False) > 0

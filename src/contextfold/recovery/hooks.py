@@ -162,9 +162,6 @@ class Recovery:
 
     @property
     def memory(self) -> MemoryStore:
-        return self._open_memory()
-
-    def _open_memory(self) -> MemoryStore:
         if self._memory is None:
             self._memory = MemoryStore(
                 self.ctx.session,
@@ -202,7 +199,7 @@ class Recovery:
             return
         facts = self.fact_extractor.extract(list(msgs))
         if facts:
-            self._open_memory().flush(facts)
+            self.memory.flush(facts)
 
     def index_range(
         self,
@@ -461,7 +458,7 @@ class Recovery:
             ):
                 box.register(tool)
             for tool in [
-                *memory_tools(self._open_memory()),
+                *memory_tools(self.memory),
                 *memory_admin_tools(self, self.ctx.units, lambda: list(self.ctx.view.history)),
             ]:
                 box.register(tool)

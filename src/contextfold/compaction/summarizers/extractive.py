@@ -404,8 +404,9 @@ def _hard_bound(text: str, limit: int, style: str) -> str:
     return result[:limit] if len(result) > limit else result
 
 
-__all__ = ["ExtractiveSummarizer"]
-
-
 def _read_of(omitted: int) -> str:
+    """How the count line says that the middle of a long range was not read."""
     return f" of those read; {omitted} in between are in the log" if omitted else ""
+
+
+__all__ = ["ExtractiveSummarizer"]
