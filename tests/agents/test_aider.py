@@ -70,6 +70,31 @@ def test_aider_short_session(tmp_path: Path, store: str) -> None:
     )
 
 
+def check_requests(script: AiderScript) -> None:
+    """Every upstream request holds aider's files block and the output of the run the user
+    asks about in that turn."""
+    for text in script.main_requests:
+        assert "def total(values):" in text, "a request lost aider's files block"
+    for k, text in script.notes:
+        assert marker(k) in text, f"the request about run {k} lacks run {k}'s output"
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("store", STORES)
+def test_aider_long_session(tmp_path: Path, store: str) -> None:
+    """48 turns whose outputs come to three times the limit: the window is learned from the
+    first refusal, and the compaction that recovery makes for it keeps the newest turns, so the
+    output the user asks about next is still in the request (before, the recovery kept the
+    newest message alone)."""
+    with stack(tmp_path, store, limit=LIMIT) as st:
+        script = aider_session(tmp_path, st, Plan(runs=24), times=3)
+        figures = check_session(st, route="/v1/chat/completions")
+        branches = sum(v for k, v in st.metrics().items() if "branches_total" in k)
+    print({**figures, "summaries": script.summaries, "branches": branches})
+    assert branches == 0, f"the gateway opened {branches} branches for one aider session"
+    check_requests(script)
+
+
 def _store_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -192,10 +217,7 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     print({"store": store, "whole": whole, "grown": grown, "distinct": distinct})
     print({"ratio": round(grown / distinct, 2), "whole_ratio": round(whole / distinct, 2)})
     assert branches == 0, f"the gateway opened {branches} branches for one aider session"
-    for text in script.main_requests:
-        assert "def total(values):" in text, "a request lost aider's files block"
-    for k, text in script.notes:
-        assert marker(k) in text, f"the request about run {k} lacks run {k}'s output"
+    check_requests(script)
     # (measured: embedded 1.94x to 1.98x, PostgreSQL 4.18x; before each output's indexed text
     # was kept once (embedded) and the GIN index lost its pending list (PostgreSQL) 2.17x and
     # 7.05x. What stays on both: each output is in two full-text indexes, as a session message

@@ -47,6 +47,27 @@ def test_legal_cuts_never_split_tool_pairs() -> None:
     assert v.legal_cut_at_or_after(3) == 5
 
 
+def test_the_kept_tail_counts_messages_of_the_view_only() -> None:
+    """A client that rewrites its newest message every turn (aider stuffs a reminder into it
+    and sends it without it the next turn) leaves retracted copies in the history's tail: the
+    tail of ``min_tail`` messages is counted in the view, not in the history."""
+    msgs = [Message(role="system", content="s"), Message(role="user", content="task")]
+    for k in range(4):
+        msgs += [
+            Message(role="user", content=f"output {k}"),
+            Message(role="assistant", content="Ok."),
+            Message(role="user", content=f"note {k} + reminder"),
+            Message(role="user", content=f"note {k}"),
+            Message(role="assistant", content=f"noted {k}"),
+        ]
+    v = build(*msgs)
+    assert v.tail_start(4) == len(v) - 4
+    v.retract([i for i, m in enumerate(v.history) if m.text.endswith("+ reminder")])
+    start = v.tail_start(4)
+    visible = [v.history[i].text for i in range(start, len(v)) if i not in v.retracted]
+    assert visible == ["output 3", "Ok.", "note 3", "noted 3"]
+
+
 def test_pending_calls_are_stripped_from_view_until_answered() -> None:
     v = build(
         Message(role="user", content="go"),

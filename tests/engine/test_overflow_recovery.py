@@ -17,6 +17,7 @@ from contextfold.core.messages import check_view
 from contextfold.core.records import Tier
 from contextfold.core.wire import from_openai, to_anthropic
 from contextfold.errors import ContextOverflowError
+from contextfold.providers.limits import WindowLearnedWarning
 from contextfold.testing import OVERFLOW_PROVIDERS, OverflowingModel, message_tokens, overflow_error
 from tests.support.http_fakes import (
     FakeLLMServer,
@@ -106,6 +107,42 @@ def test_overflow_recovers_after_exactly_one_compaction(tmp_path: Path) -> None:
     assert "overflow" in rec.reason
     assert snapshot(cm) == before  # nothing in the history is lost
     assert [r.strategy for r in records(tmp_path, "o")] == ["overflow_recovery"]
+
+
+def test_a_stated_window_the_newest_turns_fit_in_keeps_them(tmp_path: Path) -> None:
+    """The error states a window smaller than the one the view was built for: the view is
+    compacted as the tiers would have for that window (Full: the head summarized, the newest
+    messages verbatim), not cut to the newest message, so the output a question is about stays
+    in view; the next turn appends to it without compacting again."""
+    cm = loaded(tmp_path)
+    newest = [m for m in cm.history if m.role != "system"][-6:]
+    model = OverflowingModel(limit=24_000, reply="changelog updated")
+    with pytest.warns(WindowLearnedWarning, match="lowered from 128000 to 24000"):
+        cm.call(model)
+    assert model.overflows == 1 and model.token_counts[1] <= 24_000
+    retry = model.calls[1]
+    valid(retry)
+    assert retry[0] == SYSTEM and TASK in retry and retry[-1] == NEWEST
+    kept = [d.get("content") for d in retry]
+    assert all(m.content in kept for m in newest if m.role == "tool"), "a newest output was cut"
+    rec = cm.last_prepare
+    assert rec is not None and rec.tier is Tier.FULL and "overflow" in rec.reason
+    assert any("lowered from 128000 to 24000" in n for n in (rec.reason, *rec.notes))
+    cm.add({"role": "assistant", "content": "changelog updated"})
+    cm.add({"role": "user", "content": "Thanks. Anything left?"})
+    cm.prepare()
+    assert cm.last_prepare is not None and not cm.last_prepare.changed  # no second compaction
+
+
+def test_an_inferred_window_gets_the_hard_recovery(tmp_path: Path) -> None:
+    """An error without numbers only bounds the window from above (95% of what was sent):
+    the newest group alone is kept, so the retry fits whatever the real limit is."""
+    cm = loaded(tmp_path)
+    model = OverflowingModel(limit=3_000, provider="ollama", reply="ok")
+    with pytest.warns(WindowLearnedWarning, match="inferred"):
+        cm.call(model)
+    assert model.overflows == 1 and len(model.calls[1]) <= 6
+    assert cm.last_prepare is not None and cm.last_prepare.strategy == "overflow_recovery"
 
 
 def test_the_next_prepare_continues_from_the_recovered_view(tmp_path: Path) -> None:
@@ -247,7 +284,9 @@ def test_every_provider_error_style_triggers_recovery(tmp_path: Path, provider: 
     model = OverflowingModel(limit=8_000, provider=provider)
     assert cm.call(model) == {"role": "assistant", "content": "ok"}
     assert model.overflows == 1 and len(model.calls) == 2
-    assert cm.last_prepare is not None and cm.last_prepare.strategy == "overflow_recovery"
+    # a stated window the newest turns fit in gets a Full compaction for it, else the hard
+    # recovery (the newest group alone) runs
+    assert cm.last_prepare is not None and "overflow" in cm.last_prepare.reason
 
 
 @pytest.mark.parametrize("provider", OVERFLOW_PROVIDERS)
@@ -264,7 +303,9 @@ def test_scripted_provider_errors_trigger_recovery(tmp_path: Path, provider: str
         return step
 
     assert cm.call(fn) == {"role": "assistant", "content": "fine"}
-    assert sizes[0] == 63 and sizes[1] <= 6
+    # the newest group alone (6 messages at most), or the summary and the newest 6 messages
+    # when the error stated a window they fit in (llama.cpp and vLLM state 32768)
+    assert sizes[0] == 63 and sizes[1] <= (10 if provider in ("vllm", "llamacpp") else 6)
 
 
 def test_acall_recovers_the_same_way(tmp_path: Path) -> None:

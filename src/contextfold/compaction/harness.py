@@ -30,12 +30,31 @@ def run_trigger(
 
 
 def recover_overflow(
-    comp: ProgressiveCompactor, *, extra_tokens: int = 0, note: str | None = None
+    comp: ProgressiveCompactor,
+    *,
+    extra_tokens: int = 0,
+    note: str | None = None,
+    learned: bool = False,
 ) -> CompactionRecord:
     """Overflow recovery: keep only the newest message group verbatim (plus the pinned system
-    prompt and user messages) and one compact summary of everything else."""
+    prompt and user messages) and one compact summary of everything else.
+
+    ``learned``: the error stated a window smaller than the one the view was built for, so the
+    view was not compacted too little but for a window the model does not have. When a Full
+    compaction for the window now known (the head summarized, the newest messages kept
+    verbatim) leaves the view below the Warn line, that runs instead: the newest turns (the
+    output a question is about) stay in view and the next turns append to it."""
     v = comp.view
     comp.measure_fixed(extra_tokens)
+    if learned:
+        tail = v.tail_start(comp.cfg.min_tail_messages)
+        if tail > v.boundary and comp.tier_for(comp._projected(tail, extra_tokens)) is Tier.NONE:
+            reason = f"context overflow reported by the model: compacted for its {comp.window}-token window"
+            return comp.run(
+                extra_tokens=extra_tokens,
+                force=Tier.FULL,
+                reason=f"{reason} ({note})" if note else reason,
+            )
     before = comp.view_tokens(extra_tokens)
     run = _Run(
         tier=Tier.EMERGENCY,

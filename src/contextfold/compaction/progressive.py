@@ -371,10 +371,10 @@ class ProgressiveCompactor(Measure):
         return run_trigger(self, trig, extra_tokens=extra_tokens)
 
     def recover_overflow(
-        self, *, extra_tokens: int = 0, note: str | None = None
+        self, *, extra_tokens: int = 0, note: str | None = None, learned: bool = False
     ) -> CompactionRecord:
         """Overflow recovery; see :func:`harness.recover_overflow`."""
-        return recover_overflow(self, extra_tokens=extra_tokens, note=note)
+        return recover_overflow(self, extra_tokens=extra_tokens, note=note, learned=learned)
 
     # ------------------------------------------------------------------ records
     def _record(self, run: _Run, after: int, extra: int, *, persist: bool) -> CompactionRecord:

@@ -18,6 +18,7 @@ class CutPoints:
     prefix_len: int
     boundary: int
     tool_ids: list[str | None]
+    retracted: set[int]
     _open_calls: dict[str, int]
     _call_index: dict[str, int]
     _results: dict[str, int]
@@ -45,9 +46,16 @@ class CutPoints:
         return i
 
     def tail_start(self, min_tail: int) -> int:
-        """Start of the kept tail: at least ``min_tail`` messages, never splitting a tool pair."""
-        n = len(self.history)
-        return self.legal_cut_at_or_before(n - min_tail, self.boundary)
+        """Start of the kept tail: at least ``min_tail`` messages of the view (messages the
+        client retracted do not count), never splitting a tool pair."""
+        i = len(self.history)
+        if not self.retracted:
+            return self.legal_cut_at_or_before(i - min_tail, self.boundary)
+        kept = 0
+        while i > self.boundary and kept < min_tail:
+            i -= 1
+            kept += i not in self.retracted
+        return self.legal_cut_at_or_before(i, self.boundary)
 
     def call_positions(self) -> dict[str, int]:
         """Every tool call id of the history -> its 0-based number in call order (ids are

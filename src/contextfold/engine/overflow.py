@@ -30,7 +30,9 @@ def recover(ctx: SessionContext, exc: Exception, tools: ToolSchemas | None) -> C
         if learned is not None:
             ctx.set_window(learned)
         extra = ctx.extra_tokens(tools)
-        record = ctx.compactor.recover_overflow(extra_tokens=extra, note=note)
+        # a window the error stated (an inferred one only bounds it from above)
+        stated = learned is not None and bool(learned.kind)
+        record = ctx.compactor.recover_overflow(extra_tokens=extra, note=note, learned=stated)
         if ctx.compactor.view_tokens(extra) > ctx.window:
             # the same safety net as prepare(): the retry never goes out above the window
             finish(ctx, record)
