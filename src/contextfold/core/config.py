@@ -301,7 +301,9 @@ class ContextConfig:
     summary: SummaryTriggerConfig | None = None
     eviction: EvictionConfig | None = None
     truncate_args: TruncateArgsConfig | None = field(default_factory=TruncateArgsConfig)
-    #: Overflow recovery: on a context-overflow error, compact hard and retry once.
+    #: Overflow recovery: on a context-overflow error, compact and retry once (for a window the
+    #: error states, as the tiers would for it when the newest turns fit; else hard, keeping
+    #: the newest message group and a summary).
     overflow_recovery: bool = True
     recovery: RecoveryConfig | None = field(default_factory=RecoveryConfig)
     #: Summary format: five structured anchors or four sections (intent, summary, artifacts,
