@@ -500,6 +500,24 @@ def test_calibration_learns_the_fixed_prefix_apart_from_the_messages() -> None:
     assert back.last == (12_000, 20_000, round(12_000 * 1.15 + 20_000 * 0.8))
 
 
+def test_small_messages_after_a_large_prefix_do_not_take_its_error() -> None:
+    """Claude Code's first calls: 2K tokens of messages after 8.5K of tool schemas that the
+    provider counts at 1.3 times the estimate, the messages at 0.8 times, and the messages
+    growing too little to pair two calls. What the count leaves after the prefix (at the scale
+    the first call set) holds the prefix's error; weighed by the messages' share of the
+    request, the messages' scale moves little instead of climbing towards 1.5."""
+    cal = Calibration()
+    fixed = 8_500
+    for messages in (2_200, 2_270, 2_350, 2_490):
+        cal.observe(messages, round(fixed * 1.3 + messages * 0.8), fixed=fixed)
+    assert cal.scale < 1.2, cal.to_dict()  # (1.45 unweighed)
+    # and the paired calls that follow still teach both scales
+    for messages in range(16_000, 60_000, 2_800):
+        cal.observe(messages, round(fixed * 1.3 + messages * 0.8), fixed=fixed)
+    assert cal.scale == pytest.approx(0.8, abs=0.02)
+    assert cal.fixed_scale == pytest.approx(1.3, abs=0.05)
+
+
 def test_calibration_of_an_earlier_release_reads_with_one_scale() -> None:
     back = Calibration.from_dict({"scale": 0.9, "observations": 4})
     assert back.fixed_scale == 0.9 and back.last is None

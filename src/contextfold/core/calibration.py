@@ -23,7 +23,8 @@ class Calibration:
       ratio (the difference of the counts over the difference of the estimates), and the rest
       of the count is the fixed prefix's;
     * otherwise the count less the fixed prefix (at its current scale) gives the messages'
-      ratio; the first call of all sets both scales to the request's overall ratio.
+      ratio, weighed by their share of the request (what is left also holds the prefix's
+      error); the first call of all sets both scales to the request's overall ratio.
 
     Each scale moves towards its reading by an exponential moving average; impossible readings
     are ignored and both scales stay within [0.5, 2.0]. With ``fixed=0`` it is one scale for
@@ -64,8 +65,9 @@ class Calibration:
             raise ConfigError(f"{what} must be a finite number, not {value!r}")
         return min(cls.MAX_SCALE, max(cls.MIN_SCALE, float(value)))
 
-    def _move(self, current: float, ratio: float) -> float:
-        updated = (1.0 - self.ALPHA) * current + self.ALPHA * ratio
+    def _move(self, current: float, ratio: float, weight: float = 1.0) -> float:
+        alpha = self.ALPHA * weight
+        updated = (1.0 - alpha) * current + alpha * ratio
         return min(self.MAX_SCALE, max(self.MIN_SCALE, updated))
 
     def observe(self, estimated: int, actual: int, *, fixed: int = 0) -> float:
@@ -108,7 +110,9 @@ class Calibration:
             return
         rest = (actual - self.fixed_scale * fixed) / estimated
         if self.MIN_RATIO <= rest <= self.MAX_RATIO:
-            self.scale = self._move(self.scale, rest)
+            # the rest carries the fixed prefix's error too: weighed by the messages' share, so
+            # a few small messages after a large prefix do not take that error for theirs
+            self.scale = self._move(self.scale, rest, estimated / (estimated + fixed))
 
     def apply(self, estimated: int) -> int:
         """Calibrated tokens of messages after the fixed prefix."""
