@@ -218,7 +218,7 @@ def test_aider_rewrites_make_no_branch(tmp_path: Path, store: str) -> None:
     print({"ratio": round(grown / distinct, 2), "whole_ratio": round(whole / distinct, 2)})
     assert branches == 0, f"the gateway opened {branches} branches for one aider session"
     check_requests(script)
-    # (measured: embedded 1.94x to 1.98x, PostgreSQL 4.18x; before each output's indexed text
+    # (measured: embedded 1.86x to 1.98x, PostgreSQL 4.05x to 4.18x; before each output's indexed text
     # was kept once (embedded) and the GIN index lost its pending list (PostgreSQL) 2.17x and
     # 7.05x. What stays on both: each output is in two full-text indexes, as a session message
     # and as evidence, whose BM25 statistics are per namespace; on PostgreSQL its tsvectors
