@@ -510,7 +510,9 @@ def test_small_messages_after_a_large_prefix_do_not_take_its_error() -> None:
     fixed = 8_500
     for messages in (2_200, 2_270, 2_350, 2_490):
         cal.observe(messages, round(fixed * 1.3 + messages * 0.8), fixed=fixed)
-    assert cal.scale < 1.2, cal.to_dict()  # (1.45 unweighed)
+    assert cal.scale < 1.2, cal.to_dict()  # (1.45 when the messages took it all)
+    total = cal.apply(2_490) + cal.apply_fixed(fixed)
+    assert total == pytest.approx(fixed * 1.3 + 2_490 * 0.8, rel=0.05)  # the whole count, nearly
     # and the paired calls that follow still teach both scales
     for messages in range(16_000, 60_000, 2_800):
         cal.observe(messages, round(fixed * 1.3 + messages * 0.8), fixed=fixed)

@@ -35,9 +35,9 @@ TASK = {"role": "user", "content": "Please fix the bug in src/app.py."}
 NEWEST = {"role": "user", "content": "Now also update the changelog, please."}
 
 
-def turns(n: int, words: int = 250) -> list[dict[str, Any]]:
+def turns(n: int, words: int = 250, first: int = 0) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for i in range(n):
+    for i in range(first, first + n):
         out.append(
             {
                 "role": "assistant",
@@ -114,12 +114,17 @@ def test_a_stated_window_the_newest_turns_fit_in_keeps_them(tmp_path: Path) -> N
     compacted as the tiers would have for that window (Full: the head summarized, the newest
     messages verbatim), not cut to the newest message, so the output a question is about stays
     in view; the next turn appends to it without compacting again."""
-    cm = loaded(tmp_path)
+    cfg = progressive().with_(tiers=LATE_COMPACTION_TIERS)
+    cm = ContextManager(workspace=tmp_path, session_id="o", context_window=128_000, config=cfg)
+    # the newest outputs are past the offload threshold (4,000 characters): kept verbatim all
+    # the same, they are what the next question is about
+    cm.add_many([SYSTEM, TASK, *turns(27), *turns(3, words=700, first=27), NEWEST])
     newest = [m for m in cm.history if m.role != "system"][-6:]
-    model = OverflowingModel(limit=24_000, reply="changelog updated")
-    with pytest.warns(WindowLearnedWarning, match="lowered from 128000 to 24000"):
+    assert all(len(m.text) > 4_000 for m in newest if m.role == "tool")
+    model = OverflowingModel(limit=40_000, reply="changelog updated")
+    with pytest.warns(WindowLearnedWarning, match="lowered from 128000 to 40000"):
         cm.call(model)
-    assert model.overflows == 1 and model.token_counts[1] <= 24_000
+    assert model.overflows == 1 and model.token_counts[1] <= 40_000
     retry = model.calls[1]
     valid(retry)
     assert retry[0] == SYSTEM and TASK in retry and retry[-1] == NEWEST
@@ -127,11 +132,52 @@ def test_a_stated_window_the_newest_turns_fit_in_keeps_them(tmp_path: Path) -> N
     assert all(m.content in kept for m in newest if m.role == "tool"), "a newest output was cut"
     rec = cm.last_prepare
     assert rec is not None and rec.tier is Tier.FULL and "overflow" in rec.reason
-    assert any("lowered from 128000 to 24000" in n for n in (rec.reason, *rec.notes))
+    assert any("lowered from 128000 to 40000" in n for n in (rec.reason, *rec.notes))
     cm.add({"role": "assistant", "content": "changelog updated"})
     cm.add({"role": "user", "content": "Thanks. Anything left?"})
     cm.prepare()
     assert cm.last_prepare is not None and not cm.last_prepare.changed  # no second compaction
+
+
+def test_a_stated_window_the_estimate_was_already_below_gets_the_hard_recovery(
+    tmp_path: Path,
+) -> None:
+    """The error states a limit but not the prompt's size, and by the estimate the request was
+    already below that limit: the estimate is proven low, so no margin of it is trusted and the
+    newest group alone is kept (the retry is never the request that failed)."""
+    cm = ContextManager(
+        tmp_path, "s", 128_000, config=progressive().with_(tiers=LATE_COMPACTION_TIERS)
+    )
+    cm.add_many([SYSTEM, TASK, *turns(12), NEWEST])
+    assert cm.view_tokens < 24_000
+    steps: list[Any] = [
+        overflow_error("openai", "This model's maximum context length is 24000 tokens."),
+        {"role": "assistant", "content": "fine"},
+    ]
+    sizes: list[int] = []
+
+    def fn(view: list[dict[str, Any]]) -> Any:
+        sizes.append(len(view))
+        step = steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    with pytest.warns(WindowLearnedWarning):
+        assert cm.call(fn) == {"role": "assistant", "content": "fine"}
+    assert sizes[1] <= 6 < sizes[0]
+    assert cm.last_prepare is not None and cm.last_prepare.strategy == "overflow_recovery"
+
+
+def test_the_harness_preset_keeps_its_own_recovery(tmp_path: Path) -> None:
+    """A session without tiers (the harness preset) gets no tier compaction from a stated
+    window: its overflow recovery is the newest group and a summary."""
+    cm = loaded(tmp_path, config=harness(overflow_recovery=True))
+    model = OverflowingModel(limit=24_000, reply="ok")
+    with pytest.warns(WindowLearnedWarning):
+        cm.call(model)
+    assert cm.last_prepare is not None and cm.last_prepare.strategy == "overflow_recovery"
+    assert len(model.calls[1]) <= 6
 
 
 def test_an_inferred_window_gets_the_hard_recovery(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ compactor's offload and summarize steps."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..core.config import SummaryTriggerConfig
@@ -29,6 +30,32 @@ def run_trigger(
     return CompactionPipeline(harness_stages(trig)).run(comp, extra_tokens=extra_tokens)
 
 
+def _compact_for_window(
+    comp: ProgressiveCompactor, extra: int, note: str | None
+) -> CompactionRecord | None:
+    """The Full compaction for a window an error stated, or None when it does not apply: the
+    estimate must agree with the error (the view counts above that window; else it is
+    proven low and no margin is to be trusted), the newest messages must fit below the Warn
+    line, and the run must change the view. The kept tail stays verbatim (the tail offload is
+    off for this run: the newest outputs are what the next question is about)."""
+    v = comp.view
+    tail = v.tail_start(comp.cfg.min_tail_messages)
+    if tail <= v.boundary or comp.view_tokens(extra) <= comp.window:
+        return None
+    if comp.tier_for(comp._projected(tail, extra)) is not Tier.NONE:
+        return None
+    cfg = comp.cfg
+    reason = f"context overflow reported by the model: compacted for its {comp.window}-token window"
+    comp.cfg = replace(cfg, offload_tail=False)
+    try:
+        record = comp.run(
+            extra_tokens=extra, force=Tier.FULL, reason=f"{reason} ({note})" if note else reason
+        )
+    finally:
+        comp.cfg = cfg
+    return record if record.changed else None
+
+
 def recover_overflow(
     comp: ProgressiveCompactor,
     *,
@@ -47,14 +74,9 @@ def recover_overflow(
     v = comp.view
     comp.measure_fixed(extra_tokens)
     if learned:
-        tail = v.tail_start(comp.cfg.min_tail_messages)
-        if tail > v.boundary and comp.tier_for(comp._projected(tail, extra_tokens)) is Tier.NONE:
-            reason = f"context overflow reported by the model: compacted for its {comp.window}-token window"
-            return comp.run(
-                extra_tokens=extra_tokens,
-                force=Tier.FULL,
-                reason=f"{reason} ({note})" if note else reason,
-            )
+        record = _compact_for_window(comp, extra_tokens, note)
+        if record is not None:
+            return record
     before = comp.view_tokens(extra_tokens)
     run = _Run(
         tier=Tier.EMERGENCY,

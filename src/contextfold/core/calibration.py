@@ -22,9 +22,10 @@ class Calibration:
     * two calls with the same fixed prefix and messages of different sizes give the messages'
       ratio (the difference of the counts over the difference of the estimates), and the rest
       of the count is the fixed prefix's;
-    * otherwise the count less the fixed prefix (at its current scale) gives the messages'
-      ratio, weighed by their share of the request (what is left also holds the prefix's
-      error); the first call of all sets both scales to the request's overall ratio.
+    * otherwise the count's error is shared by the two parts by their share of the request
+      (the count less the prefix at its scale reads the messages' ratio, the count less the
+      messages the prefix's); the first call of all sets both scales to the request's overall
+      ratio.
 
     Each scale moves towards its reading by an exponential moving average; impossible readings
     are ignored and both scales stay within [0.5, 2.0]. With ``fixed=0`` it is one scale for
@@ -108,11 +109,15 @@ class Calibration:
             if self.MIN_RATIO <= rest <= self.MAX_RATIO:
                 self.fixed_scale = self._move(self.fixed_scale, rest)
             return
-        rest = (actual - self.fixed_scale * fixed) / estimated
-        if self.MIN_RATIO <= rest <= self.MAX_RATIO:
-            # the rest carries the fixed prefix's error too: weighed by the messages' share, so
-            # a few small messages after a large prefix do not take that error for theirs
-            self.scale = self._move(self.scale, rest, estimated / (estimated + fixed))
+        # one count for two unknowns: its error is shared by the two parts by their size, so
+        # a few small messages after a large prefix do not take the prefix's error for theirs
+        messages = (actual - self.fixed_scale * fixed) / estimated
+        prefix = (actual - self.scale * estimated) / fixed
+        share = estimated / (estimated + fixed)
+        if self.MIN_RATIO <= messages <= self.MAX_RATIO:
+            self.scale = self._move(self.scale, messages, share)
+        if self.MIN_RATIO <= prefix <= self.MAX_RATIO:
+            self.fixed_scale = self._move(self.fixed_scale, prefix, 1.0 - share)
 
     def apply(self, estimated: int) -> int:
         """Calibrated tokens of messages after the fixed prefix."""

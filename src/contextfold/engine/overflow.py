@@ -1,7 +1,8 @@
 """Overflow handling: a provider said the request was over its context window.
 
 :func:`recover` learns what the error says (the window, the prompt size the provider
-counted), compacts hard and returns the record; :func:`retry_view` also gives the view to
+counted), compacts (for a stated window as the tiers would for it when the newest turns fit,
+else hard) and returns the record; :func:`retry_view` also gives the view to
 retry with, never the request that just failed. Manual compaction (``/compact``) is here too:
 it is the same forced run of the compactor.
 """
@@ -31,7 +32,8 @@ def recover(ctx: SessionContext, exc: Exception, tools: ToolSchemas | None) -> C
             ctx.set_window(learned)
         extra = ctx.extra_tokens(tools)
         # a window the error stated (an inferred one only bounds it from above)
-        stated = learned is not None and bool(learned.kind)
+        # (the tiers' compaction only where the session has tiers: not the harness preset)
+        stated = learned is not None and bool(learned.kind) and ctx.config.tiers is not None
         record = ctx.compactor.recover_overflow(extra_tokens=extra, note=note, learned=stated)
         if ctx.compactor.view_tokens(extra) > ctx.window:
             # the same safety net as prepare(): the retry never goes out above the window
