@@ -64,6 +64,20 @@ def turns(n: int, words: int = 250, first: int = 0) -> list[dict[str, Any]]:
     return out
 
 
+def scripted(steps: list[Any], sizes: list[int]) -> Any:
+    """A model that plays ``steps`` (an error is raised, anything else returned) and notes the
+    length of each view it is given in ``sizes``."""
+
+    def fn(view: list[dict[str, Any]]) -> Any:
+        sizes.append(len(view))
+        step = steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    return fn
+
+
 def loaded(tmp_path: Path, **kw: Any) -> ContextManager:
     """A 128k-window session of ~50,000 tokens: prepare() does not compact it (seed 000's
     thresholds; the default's 64K working window would compact it before any call)."""
@@ -155,14 +169,7 @@ def test_a_stated_window_the_estimate_was_already_below_gets_the_hard_recovery(
         {"role": "assistant", "content": "fine"},
     ]
     sizes: list[int] = []
-
-    def fn(view: list[dict[str, Any]]) -> Any:
-        sizes.append(len(view))
-        step = steps.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
+    fn = scripted(steps, sizes)
     with pytest.warns(WindowLearnedWarning):
         assert cm.call(fn) == {"role": "assistant", "content": "fine"}
     assert sizes[1] <= 6 < sizes[0]
@@ -340,14 +347,7 @@ def test_scripted_provider_errors_trigger_recovery(tmp_path: Path, provider: str
     cm = loaded(tmp_path)
     steps: list[Any] = [overflow_error(provider), {"role": "assistant", "content": "fine"}]
     sizes: list[int] = []
-
-    def fn(view: list[dict[str, Any]]) -> Any:
-        sizes.append(len(view))
-        step = steps.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
+    fn = scripted(steps, sizes)
     assert cm.call(fn) == {"role": "assistant", "content": "fine"}
     # the newest group alone (6 messages at most), or the summary and the newest 6 messages
     # when the error stated a window they fit in (llama.cpp and vLLM state 32768)
