@@ -23,7 +23,7 @@ def kept_tail(run: CompactionRun, trig: SummaryTriggerConfig) -> int:
                 break
             b = prev
         return b
-    return v.legal_cut_at_or_before(n - trig.keep_messages, v.boundary)
+    return v.tail_start(trig.keep_messages)  # messages of the view: retracted ones do not count
 
 
 class TriggerStage:
