@@ -124,15 +124,45 @@ def test_deferred_work_stops_between_jobs(tmp_path: Path) -> None:
 
     queued = len(cm.context.recovery.deferred.jobs)
     assert queued > 2
-    ran = index_deferred(cm.context, lambda: True)  # a request arrived: one batch, then stop
-    assert 0 < ran < queued
+    first = cm.context.recovery.deferred.jobs[0][1]
+    ran = index_deferred(cm.context, lambda: True)  # a request arrived: one unit, then stop
     left = cm.context.store.docs(NAMESPACE, prefix="s/")
+    assert len(left) == queued - ran < queued or left[min(left)] != first  # some work committed
     assert len(left) == queued - ran  # each batch is committed with its jobs removed
     # a reopen continues where the work stopped, and ends with the same index
     again = ContextManager(workspace=tmp_path, session_id="s", context_window=WINDOW)
     assert len(again.context.recovery.deferred.jobs) == len(left)
     index_deferred(again.context)
     assert not again.context.recovery.deferred.active
+
+
+def test_a_long_job_of_rows_runs_in_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full-text rows of a long first request are written a few at a time, so a request
+    of the conversation waits for one short unit: a stop leaves the rest of the job queued
+    (numbered as before), and what a reopen then writes is what writing at once gives."""
+    from contextfold.engine.filing import index_deferred
+
+    cm = first_request(tmp_path)
+    jobs = cm.context.recovery.deferred.jobs
+    key, job = next((k, j) for k, j in jobs if j.get("kind") == "rows")
+    count = sum(b - a for a, b in job["positions"])  # type: ignore[misc, union-attr]
+    assert count > deferred.RUN_ROWS
+    while cm.context.recovery.deferred.jobs[0][0] != key:  # the jobs before it
+        index_deferred(cm.context, lambda: True)
+    index_deferred(cm.context, lambda: True)  # one part, then a request arrives
+    rest = cm.context.store.docs(NAMESPACE, prefix="s/")[key]
+    assert sum(b - a for a, b in rest["positions"]) == count - deferred.RUN_ROWS  # type: ignore[misc, union-attr, index]
+    assert rest["event"] == job["event"] + deferred.RUN_ROWS  # type: ignore[operator, index]
+    again = ContextManager(workspace=tmp_path, session_id="s", context_window=WINDOW)
+    index_deferred(again.context)
+    assert not again.context.recovery.deferred.active
+    monkeypatch.setattr("contextfold.recovery.hooks.DEFER_MIN", 10**9)
+    monkeypatch.setattr("contextfold.engine.ingest.DEFER_MIN", 10**9)
+    now = first_request(tmp_path / "now")
+    for query in ("marker3", "marker88", "token_140_7", "Please go on"):
+        got = again.context.recovery.index.search(query, session_id="s")
+        want = now.context.recovery.index.search(query, session_id="s")
+        assert [(h.seq, h.snippet) for h in got] == [(h.seq, h.snippet) for h in want], query
 
 
 def test_search_across_sessions_runs_the_other_sessions_queued_jobs(tmp_path: Path) -> None:

@@ -42,6 +42,10 @@ DEFER_MIN = 256
 JOB_MESSAGES = 12
 #: messages per job of full-text rows of logged messages (cheaper per message)
 ROW_MESSAGES = 96
+#: full-text rows written per unit of work by the work that gives way to requests (a job of
+#: rows is split as it runs, the rest staying queued): the commit of 96 rows held the session
+#: for 10-30 ms, which a request of the conversation arriving meanwhile waited for
+RUN_ROWS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,16 +286,24 @@ class DeferredEvidence:
     # ------------------------------------------------------------------ running
     def run(self, stop: Callable[[], bool] | None = None) -> int:
         """Run the queued jobs in order, each in a unit of its own; ``stop()`` (checked
-        between jobs) leaves the rest queued. How many jobs ran."""
+        between units) leaves the rest queued, and with it a long job of rows runs in parts of
+        :data:`RUN_ROWS`. How many jobs ran (to the end)."""
         done = 0
+        ran = False  # at least one unit runs before ``stop()`` is heeded
         recovery = self.recovery
         units = recovery.ctx.units
         while self.jobs:
-            if stop is not None and done and stop():
+            if stop is not None and ran and stop():
                 break
+            ran = True
+            if stop is not None and self._run_rows_part():
+                continue  # work that gives way to requests: rows a few at a time
             batch, size = 0, 0  # small jobs (one output each) run together
             while batch < len(self.jobs) and (not batch or size < JOB_MESSAGES):
-                size += sum(1 for _ in _positions(self.jobs[batch][1].get("positions")))
+                count = sum(1 for _ in _positions(self.jobs[batch][1].get("positions")))
+                if batch and stop is not None and count > RUN_ROWS:
+                    break  # a long job of rows runs in parts of its own
+                size += count
                 batch += 1
             with units.unit():
                 for key, job in self.jobs[:batch]:
@@ -302,6 +314,29 @@ class DeferredEvidence:
         if not self.jobs:
             self.covered.clear()
         return done
+
+    def _run_rows_part(self) -> bool:
+        """When the first job writes more than :data:`RUN_ROWS` full-text rows: write the first
+        of them in a unit of their own, the job keeping the rest (under the same key, in the
+        same unit). False when the job is not such a job."""
+        key, job = self.jobs[0]
+        if job.get("kind") != "rows":
+            return False
+        positions = list(_positions(job.get("positions")))
+        if len(positions) <= RUN_ROWS:
+            return False
+        head, tail = positions[:RUN_ROWS], positions[RUN_ROWS:]
+        event = _int(job.get("event"))
+        rest: JSONObject = {
+            **job,
+            "positions": _ranges(tail),
+            "event": event - positions[0] + tail[0],  # the event of the rest's first message
+        }
+        with self.recovery.ctx.units.unit():
+            self._rows({**job, "positions": _ranges(head)})
+            self.recovery.ctx.session.put_doc(NAMESPACE, key, rest)
+        self.jobs[0] = (key, rest)
+        return True
 
     def _rows(self, job: Mapping[str, object]) -> None:
         """The full-text rows of logged messages, as the log's append writes them."""
