@@ -30,10 +30,11 @@ def file_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> int
     return file_pending(ctx.store, ctx.session_id, stop)
 
 
-def index_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> int:
+def index_deferred(ctx: SessionContext, stop: Callable[[], bool] | None = None) -> int:
     """Run the evidence indexing a long first request deferred past its answer (under the
-    session's lock; ``stop()`` leaves the rest queued between jobs, see
-    :mod:`contextfold.recovery.deferred`); how many jobs ran."""
+    session's lock). ``stop()``: the work gives way to requests (checked between units of
+    work, the rest left queued, long jobs of rows written in parts, see
+    :mod:`contextfold.recovery.deferred`); None: everything now. How many jobs ran."""
     recovery = ctx.recovery
     with ctx.units.lock:
         return recovery.deferred.run(stop) if recovery.deferred.active else 0

@@ -9,8 +9,10 @@ positions, the offloaded bodies' paths and sha256, the summary items and the rec
 committed in the same unit of work. The jobs are run, in order, each in a unit of its own that
 appends exactly the block indexing at once would have appended and deletes the job:
 
-- after the answer, by the gateway's work prepared ahead (it stops between jobs when a request
-  arrives: the rest waits for the next turn);
+- after the answer, by the gateway's work prepared ahead (it stops between units of work when
+  a request arrives: the rest waits for the next turn; a long job of full-text rows is then
+  written a few rows per unit, its progress kept in memory, so after a crash it runs again
+  whole, rewriting the same rows);
 - synchronously, before anything reads the evidence (a search, a recall, an injection): a
   query never runs on an index that lacks what it should find;
 - by whoever opens the session next, when a crash came first: the job documents are found in
@@ -70,6 +72,10 @@ def _ranges(positions: Sequence[int]) -> list[JSON]:
     return out
 
 
+def _is_rows(job: Mapping[str, object]) -> bool:
+    return job.get("kind") == "rows"
+
+
 def _positions(ranges: object) -> Iterator[int]:
     if not isinstance(ranges, list):
         return
@@ -110,6 +116,9 @@ class DeferredEvidence:
         self.pending: JSONObject | None = None
         #: (seq, n) of the newest job key given (keys sort in queue order)
         self._last = (-1, -1)
+        #: key -> rows written so far of a job of rows run in parts (in memory only: after a
+        #: crash the job runs again whole, rewriting the same rows)
+        self.written: dict[str, int] = {}
 
     # ------------------------------------------------------------------ the queue
     @property
@@ -296,12 +305,19 @@ class DeferredEvidence:
             if stop is not None and ran and stop():
                 break
             ran = True
-            if stop is not None and self._run_rows_part():
-                continue  # work that gives way to requests: rows a few at a time
+            part = self._run_rows_part() if stop is not None else None
+            if part is not None:  # work that gives way to requests: rows a few at a time
+                done += part
+                continue
             batch, size = 0, 0  # small jobs (one output each) run together
             while batch < len(self.jobs) and (not batch or size < JOB_MESSAGES):
                 count = sum(1 for _ in _positions(self.jobs[batch][1].get("positions")))
-                if batch and stop is not None and count > RUN_ROWS:
+                if (
+                    batch
+                    and stop is not None
+                    and count > RUN_ROWS
+                    and _is_rows(self.jobs[batch][1])
+                ):
                     break  # a long job of rows runs in parts of its own
                 size += count
                 batch += 1
@@ -315,37 +331,43 @@ class DeferredEvidence:
             self.covered.clear()
         return done
 
-    def _run_rows_part(self) -> bool:
-        """When the first job writes more than :data:`RUN_ROWS` full-text rows: write the first
-        of them in a unit of their own, the job keeping the rest (under the same key, in the
-        same unit). False when the job is not such a job."""
+    def _run_rows_part(self) -> int | None:
+        """When the first job writes more than :data:`RUN_ROWS` full-text rows: write the next
+        of them in a unit of their own; the last part also removes the job. 1 when the job is
+        done, 0 when rows of it are left, None when the job is not such a job."""
         key, job = self.jobs[0]
-        if job.get("kind") != "rows":
-            return False
+        if not _is_rows(job):
+            return None
         positions = list(_positions(job.get("positions")))
-        if len(positions) <= RUN_ROWS:
-            return False
-        head, tail = positions[:RUN_ROWS], positions[RUN_ROWS:]
-        event = _int(job.get("event"))
-        rest: JSONObject = {
-            **job,
-            "positions": _ranges(tail),
-            "event": event - positions[0] + tail[0],  # the event of the rest's first message
-        }
+        start = self.written.get(key, 0)
+        if not start and len(positions) <= RUN_ROWS:
+            return None
+        end = start + RUN_ROWS
+        last = end >= len(positions)
         with self.recovery.ctx.units.unit():
-            self._rows({**job, "positions": _ranges(head)})
-            self.recovery.ctx.session.put_doc(NAMESPACE, key, rest)
-        self.jobs[0] = (key, rest)
-        return True
+            self._rows(job, positions[start:end])
+            if last:
+                self.recovery.ctx.session.put_doc(NAMESPACE, key, None)
+        if last:
+            del self.jobs[0]
+            self.written.pop(key, None)
+            return 1
+        self.written[key] = end
+        return 0
 
-    def _rows(self, job: Mapping[str, object]) -> None:
-        """The full-text rows of logged messages, as the log's append writes them."""
+    def _rows(self, job: Mapping[str, object], part: Sequence[int] | None = None) -> None:
+        """The full-text rows of logged messages, as the log's append writes them (``part``:
+        only those positions of the job's)."""
         session = self.recovery.ctx.session
         history = self.recovery.ctx.view.history
-        positions = [i for i in _positions(job.get("positions")) if i < len(history)]
+        listed = list(_positions(job.get("positions")))
+        if not listed:
+            return
+        # the job's event numbers count from its first listed position
+        first, ts = _int(job.get("event")) - listed[0], _text(job.get("ts"))
+        positions = [i for i in (listed if part is None else part) if i < len(history)]
         if not positions:
             return
-        first, ts = _int(job.get("event")) - positions[0], _text(job.get("ts"))
         docs = [
             search_doc(
                 session.session_id,
@@ -358,7 +380,7 @@ class DeferredEvidence:
         session.index(docs)
 
     def _index(self, job: Mapping[str, object]) -> None:
-        if job.get("kind") == "rows":
+        if _is_rows(job):
             self._rows(job)
             return
         recovery = self.recovery
