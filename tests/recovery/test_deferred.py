@@ -135,12 +135,20 @@ def test_deferred_work_stops_between_jobs(tmp_path: Path) -> None:
     assert not again.context.recovery.deferred.active
 
 
-def test_a_long_job_of_rows_runs_in_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_long_job_of_rows_runs_in_parts(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The full-text rows of a long first request are written a few at a time by the work that
     gives way to requests, so a request of the conversation waits for one short unit: a stop
-    leaves the job queued whole (its progress is in memory), a reopen runs it again whole, and
-    both end with what writing at once gives."""
+    leaves the job queued whole (its progress is in memory), a reopen runs it again whole (the
+    same rows written again), a search runs it whole at once, and each ends with what writing
+    at once gives. On a folder and on PostgreSQL."""
     from contextfold.engine.filing import index_deferred
+
+    def opened(sid: str, history: bool = True) -> ContextManager:
+        cm = ContextManager(store=store_url, session_id=sid, context_window=WINDOW)
+        if history:
+            cm.add_many(long_history())
+            cm.prepare()
+        return cm
 
     def to_first_part(cm: ContextManager) -> str:
         jobs = cm.context.recovery.deferred.jobs
@@ -150,28 +158,40 @@ def test_a_long_job_of_rows_runs_in_parts(tmp_path: Path, monkeypatch: pytest.Mo
             index_deferred(cm.context, lambda: True)
         index_deferred(cm.context, lambda: True)  # one part, then a request arrives
         assert cm.context.recovery.deferred.written == {key: deferred.RUN_ROWS}
-        assert cm.context.store.docs(NAMESPACE, prefix="s/")[key] == job  # queued, whole
+        prefix = f"{cm.session_id}/"
+        assert cm.context.store.docs(NAMESPACE, prefix=prefix)[key] == job  # queued, whole
         return key
 
-    parts = first_request(tmp_path / "parts")
+    parts = opened("parts")
     key = to_first_part(parts)
     index_deferred(parts.context, lambda: True)
     assert parts.context.recovery.deferred.written == {key: 2 * deferred.RUN_ROWS}
     while parts.context.recovery.deferred.active:
         index_deferred(parts.context, lambda: False)
     assert not parts.context.recovery.deferred.written
-    to_first_part(first_request(tmp_path / "crash"))  # then "crashes"
-    again = ContextManager(workspace=tmp_path / "crash", session_id="s", context_window=WINDOW)
+    searched = opened("searched")
+    to_first_part(searched)
+    index_deferred(searched.context)  # everything now, as a search needs it: whole jobs
+    assert not searched.context.recovery.deferred.active
+    assert not searched.context.recovery.deferred.written
+    crashed = opened("crash")
+    to_first_part(crashed)
+    crashed.close()  # "crashes" after a part
+    again = opened("crash", history=False)
     index_deferred(again.context)  # the job runs again whole
     assert not again.context.recovery.deferred.active
     monkeypatch.setattr("contextfold.recovery.hooks.DEFER_MIN", 10**9)
     monkeypatch.setattr("contextfold.engine.ingest.DEFER_MIN", 10**9)
-    now = first_request(tmp_path / "now")
+    now = opened("now")
+    assert not now.context.recovery.deferred.active
     for query in ("marker3", "marker88", "token_140_7", "Please go on"):
-        want = now.context.recovery.index.search(query, session_id="s")
-        for done in (parts, again):
-            got = done.context.recovery.index.search(query, session_id="s")
+        want = now.context.recovery.index.search(query, session_id="now")
+        assert want, query
+        for done in (parts, searched, again):
+            got = done.context.recovery.index.search(query, session_id=done.session_id)
             assert [(h.seq, h.snippet) for h in got] == [(h.seq, h.snippet) for h in want], query
+    for cm in (parts, searched, again, now):
+        cm.close()
 
 
 def test_search_across_sessions_runs_the_other_sessions_queued_jobs(tmp_path: Path) -> None:

@@ -31,8 +31,8 @@ def recover(ctx: SessionContext, exc: Exception, tools: ToolSchemas | None) -> C
         if learned is not None:
             ctx.set_window(learned)
         extra = ctx.extra_tokens(tools)
-        # a window the error stated (an inferred one only bounds it from above)
-        # (the tiers' compaction only where the session has tiers: not the harness preset)
+        # a window the error stated (an inferred one only bounds it from above), for a session
+        # with tiers (the harness preset keeps its own recovery)
         stated = learned is not None and bool(learned.kind) and ctx.config.tiers is not None
         record = ctx.compactor.recover_overflow(extra_tokens=extra, note=note, learned=stated)
         if ctx.compactor.view_tokens(extra) > ctx.window:

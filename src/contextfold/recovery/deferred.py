@@ -325,6 +325,8 @@ class DeferredEvidence:
                 for key, job in self.jobs[:batch]:
                     self._index(job)
                     recovery.ctx.session.put_doc(NAMESPACE, key, None)
+            for key, _ in self.jobs[:batch]:
+                self.written.pop(key, None)  # a job begun in parts, run whole (a search)
             del self.jobs[:batch]
             done += batch
         if not self.jobs:
