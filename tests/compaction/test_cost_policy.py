@@ -83,6 +83,68 @@ def test_stale_outputs_leave_in_few_batches_and_stay_recoverable(tmp_path: Path)
     assert last[1]["content"] == TASK
 
 
+def test_older_previews_are_shortened_in_a_stale_batch(tmp_path: Path) -> None:
+    """Outputs offloaded with a preview are shortened to a brief placeholder by a later stale
+    batch once the agent moved past them: the stubs of a long session do not pile up in the
+    view. Each output stays recoverable, byte-exact, and a reopened session shows the same
+    view."""
+    cm = manager(tmp_path)
+    cm.add({"role": "user", "content": TASK})
+    originals: dict[str, str] = {}
+    views: list[list[dict[str, Any]]] = []
+    for k in range(95):  # wide lines: a preview of them is long
+        lines = [f"line {k}.{j} " + "w" * 190 for j in range((5_000 if k % 2 else 2_000) // 200)]
+        msg = {"role": "tool", "tool_call_id": f"c{k}", "content": "\n".join(lines)}
+        originals[f"c{k}"] = msg["content"]
+        cm.add_many([call(k, "bash", {"command": f"pytest -k case_{k}"}), msg])
+        views.append(cm.prepare(copy=True))
+    last = views[-1]
+    assert check_pairs(last) == []
+    tool_msgs = [m for m in last if m["role"] == "tool"]
+    brief = [m for m in tool_msgs if "Preview (first 2 lines)" in m["content"]]
+    previews = [m for m in tool_msgs if "[offloaded:" in m["content"] and m not in brief]
+    assert len(brief) > len(previews) > 0, [m["content"][:80] for m in tool_msgs]
+    for m in brief:
+        assert len(m["content"]) < 500
+        assert cm.recover_tool_result(m["tool_call_id"]) == originals[m["tool_call_id"]]
+    # the newest outputs are untouched
+    assert [m["content"] for m in tool_msgs[-5:]] == [
+        originals[m["tool_call_id"]] for m in tool_msgs[-5:]
+    ]
+    # batches, not one rewrite per call
+    rewrites = [i for i in range(1, len(views)) if not is_extension(views[i - 1], views[i])]
+    assert len(rewrites) <= len(views) // 10
+    again = ContextManager(
+        tmp_path,
+        "s",
+        100_000,
+        config=cm.config,
+        token_counter=QuarterCounter(),
+        fact_extractor=None,
+    )
+    assert again.view_messages == cm.view_messages
+
+
+def test_a_later_part_of_the_candidates_pays_when_the_whole_does_not(tmp_path: Path) -> None:
+    """The batch is the largest run of candidates, from some point to the newest, that pays
+    for its cache miss: a few old, small candidates far back do not hold back a batch of
+    large recent ones."""
+    from contextfold.compaction.stale import _paying_batch
+
+    cm = manager(tmp_path, stale_batch_ratio=0.5, stale_min_gain=100)
+    cm.add({"role": "user", "content": TASK})
+    for k in range(12):
+        cm.add_many([call(k, "bash", {"command": f"ls {k}"}), result(k, 4_000)])
+    comp = cm.context.compactor
+    v = comp.view
+    tools = [i for i in range(len(v)) if v.history[i].role == "tool"]
+    old, recent = tools[0], tools[-4:-1]
+    cands = [(old, 50)] + [(i, v.tokens_of(i)) for i in recent]
+    batch = _paying_batch(comp, cands)
+    assert batch == cands[1:]
+    assert _paying_batch(comp, [(old, 50)]) == []
+
+
 def test_no_batch_when_it_does_not_pay(tmp_path: Path) -> None:
     cm = manager(tmp_path, stale_batch_ratio=1.0)
     cm.add({"role": "user", "content": TASK})

@@ -60,6 +60,8 @@ class OffloadPolicy:
     threshold: int
     style: str = "preview"
     preview_lines: int = 10
+    #: characters of each preview line kept
+    line_chars: int = 300
     head_chars: int = 2_000
     tail_chars: int = 2_000
     exclude_tools: tuple[str, ...] = ()
@@ -99,7 +101,7 @@ def placeholder(entry: OffloadEntry, text: str, policy: OffloadPolicy) -> str:
             f"using offset/limit]"
         )
     lines = text.split("\n")
-    preview = "\n".join(line[:300] for line in lines[: policy.preview_lines])
+    preview = "\n".join(line[: policy.line_chars] for line in lines[: policy.preview_lines])
     return (
         f"[offloaded: {entry.path} | {entry.lines} lines / {_kb(entry.bytes)} | sha256 "
         f"{entry.sha256[:16]}]\nPreview (first {min(policy.preview_lines, len(lines))} lines):\n"

@@ -121,6 +121,10 @@ class ProgressiveCompactor(Measure):
                 exclude_tools=OWN_TOOLS,
             ),
             "tight": TIGHT_POLICY,
+            # the placeholder a stale batch leaves of an older preview (see compaction.stale)
+            "brief": replace(
+                COMPACTION_POLICY, name="brief", threshold=0, preview_lines=2, line_chars=120
+            ),
             "squeeze": replace(
                 EMERGENCY_POLICY,
                 name="squeeze",
@@ -134,6 +138,8 @@ class ProgressiveCompactor(Measure):
         self.written = WrittenFiles()
         #: Other offload stores whose files count as offloaded references (eviction root).
         self.extra_stores: list[OffloadStore] = []
+        #: tokens of each brief placeholder a stale batch may put in place of a preview
+        self.brief_tokens: dict[str, int] = {}
 
     @classmethod
     def standalone(

@@ -9,6 +9,12 @@ only when the tokens they free are at least ``stale_batch_ratio`` of the tokens 
 of them to the end of the view: the miss is then repaid within a few calls, and the prefix
 stays stable in between. Offloaded outputs are written byte-exact first (sha256), as every
 other offload, so each one stays recoverable.
+
+The previews of outputs offloaded earlier are candidates too: a long session's stubs (a path,
+sizes and ten lines each) would otherwise pile up until a summary folds them. A batch shortens
+them to a brief placeholder (two short lines) in the same rewrite. The batch is the largest run
+of candidates, from some point to the newest, that pays: a rewrite costs the same from any
+point on, so old candidates that free little never hold back a batch of recent ones.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import TYPE_CHECKING
 from ..core.records import OffloadEntry
 from ..errors import ContextFoldError
 from .common import calls_json
-from .offload import OffloadPolicy, offloadable_text
+from .offload import OffloadPolicy, offloadable_text, placeholder
 
 if TYPE_CHECKING:
     from .common import _Run
@@ -26,6 +32,12 @@ if TYPE_CHECKING:
 
 #: About what a preview placeholder costs (path, sizes, sha256 and the first lines).
 PLACEHOLDER_TOKENS = 120
+#: Tokens a brief placeholder must free in place of a preview for the preview to be shortened.
+BRIEF_MIN_GAIN = 50
+#: The policies whose placeholders a stale batch shortens to a brief one: previews of outputs
+#: offloaded earlier (the agent has moved past them too; the whole output stays one
+#: ``read_offloaded`` away). Pinned, eviction and emergency placeholders are left as they are.
+BRIEFED = frozenset({"compaction", "stale", "ingest"})
 #: Characters of each long argument the shortened call keeps (head and tail).
 ARGS_KEPT = 600
 #: contextfold's own tools: their output is already a page of stored text.
@@ -56,6 +68,9 @@ def stale_candidates(comp: ProgressiveCompactor, policy: OffloadPolicy) -> list[
         form = v.forms[j]
         if form.role == "tool":
             if form.metadata.get("cf_offloaded"):
+                gain = _brief_gain(comp, j)
+                if gain:
+                    out.append((j, gain))
                 continue
             text = offloadable_text(form.content)
             if text is None or not policy.applies(text, comp._tool_name(j)):
@@ -70,6 +85,50 @@ def stale_candidates(comp: ProgressiveCompactor, policy: OffloadPolicy) -> list[
     return out
 
 
+def _paying_batch(
+    comp: ProgressiveCompactor, cands: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The candidates from the oldest one on whose batch pays for its cache miss (the tokens
+    freed reach ``stale_batch_ratio`` of the view from it on, and ``stale_min_gain``): the
+    largest such batch, as a rewrite costs the same from any point on. Empty when none does."""
+    v, cfg = comp.view, comp.cfg
+    freed = sum(t for _, t in cands)
+    for k, (index, gain) in enumerate(cands):
+        if freed < cfg.stale_min_gain:
+            break
+        if freed >= cfg.stale_batch_ratio * v.range_tokens(index, len(v)):
+            return cands[k:]
+        freed -= gain
+    return []
+
+
+def _brief_gain(comp: ProgressiveCompactor, index: int) -> int:
+    """Tokens a brief placeholder frees in place of the preview at ``index`` (0: none, or
+    fewer than ``BRIEF_MIN_GAIN``: not worth rewriting the message for)."""
+    call_id = comp.view.history[index].tool_call_id or ""
+    entry = comp.offload.get(call_id) if comp.offload is not None else None
+    if entry is None:
+        return 0
+    if comp.state.offload_policies.get(call_id, entry.policy) not in BRIEFED:
+        return 0
+    brief = comp.brief_tokens.get(call_id)
+    if brief is None:
+        text = placeholder(entry, comp.view.history[index].text, comp.policies["brief"])
+        brief = comp.brief_tokens[call_id] = comp.count_text(text)
+    gain = comp.view.tokens_of(index) - brief
+    return gain if gain >= BRIEF_MIN_GAIN else 0
+
+
+def _shorten(comp: ProgressiveCompactor, index: int) -> bool:
+    """Put a brief placeholder in place of the preview at ``index`` (the entry is stored)."""
+    assert comp.offload is not None
+    entry = comp.offload.get(comp.view.history[index].tool_call_id or "")
+    if entry is None:
+        return False
+    comp.apply_offload(index, entry, comp.policies["brief"])
+    return True
+
+
 def offload_stale(comp: ProgressiveCompactor, run: _Run, *, force: bool = False) -> int:
     """Move the stale candidates out of the view when the batch pays for its cache miss (or
     ``force``). Returns how many messages changed."""
@@ -82,17 +141,18 @@ def offload_stale(comp: ProgressiveCompactor, run: _Run, *, force: bool = False)
     ):
         return 0  # a small view stays as it is (no rewrite, no cache miss): nothing to look at
     cands = stale_candidates(comp, policy)
+    if not force:
+        cands = _paying_batch(comp, cands)
     if not cands:
         return 0
     freed = sum(t for _, t in cands)
     suffix = v.range_tokens(cands[0][0], len(v))
-    if not force and (
-        freed < comp.cfg.stale_batch_ratio * suffix or freed < comp.cfg.stale_min_gain
-    ):
-        return 0
     done = 0
     for i, _ in cands:
         original = v.history[i]
+        if v.forms[i].metadata.get("cf_offloaded"):
+            done += _shorten(comp, i)
+            continue
         if original.role != "tool":
             before = len(run.offloaded)
             comp._squeeze_one(
@@ -116,7 +176,7 @@ def offload_stale(comp: ProgressiveCompactor, run: _Run, *, force: bool = False)
         done += 1
     if done:
         run.notes.append(
-            f"{done} stale tool outputs and call arguments (older than the newest "
+            f"{done} stale tool outputs, call arguments and previews (older than the newest "
             f"{comp.cfg.stale_after} results) offloaded together: about {freed} tokens, "
             f"{freed / max(1, suffix):.0%} of the view after the first of them"
         )

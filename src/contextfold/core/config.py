@@ -78,7 +78,8 @@ class TierConfig:
     #: ``stale_min_chars`` (and long call arguments) are offloaded in one batch once the tokens
     #: they free reach ``stale_batch_ratio`` of the view from the first of them on (and
     #: ``stale_min_gain`` tokens), so the cache miss of the rewrite pays for itself, and only
-    #: once the messages reach the Warn line (a small view is left as it is). 0 turns it off.
+    #: once the messages reach the Warn line (a small view is left as it is). The same batch
+    #: shortens the previews of older offloaded outputs to two short lines. 0 turns it off.
     stale_after: int = 5
     stale_min_chars: int = 1_000
     stale_batch_ratio: float = 0.35
