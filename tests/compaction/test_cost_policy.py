@@ -125,6 +125,58 @@ def test_older_previews_are_shortened_in_a_stale_batch(tmp_path: Path) -> None:
     assert again.view_messages == cm.view_messages
 
 
+def _wide(k: int, lines: int) -> dict[str, Any]:
+    text = "\n".join(f"row {k}.{j} " + "w" * 290 for j in range(lines))
+    return {"role": "tool", "tool_call_id": f"c{k}", "content": text}
+
+
+def test_a_batch_that_only_shortens_previews_is_a_stored_warn_run(tmp_path: Path) -> None:
+    """Outputs offloaded on arrival (their ten-line previews in the view) and nothing new to
+    offload: the batch that shortens their previews is a Warn compaction like any other,
+    stored, so a reopened session shows the same view."""
+    cm = manager(tmp_path, window=40_000, warn_escalates=False)
+    cm.add({"role": "user", "content": TASK})
+    cm.add({"role": "assistant", "content": "x" * 74_000})
+    for k in range(4):  # above the ingest threshold: offloaded with a preview at once
+        cm.add_many([call(k, "bash", {"command": f"cat f{k}"}), _wide(k, 40)])
+    for k in range(4, 10):
+        cm.add_many([call(k, "bash", {"command": f"ls {k}"}), result(k, 100)])
+    view = cm.prepare(copy=True)
+    record = cm.last_prepare
+    assert record is not None and record.changed and record.tier is Tier.WARN, record
+    shown = [m for m in view if m["role"] == "tool" and "Preview (first 2 lines)" in m["content"]]
+    assert [m["tool_call_id"] for m in shown] == ["c0", "c1", "c2", "c3"]
+    again = ContextManager(
+        tmp_path, "s", 40_000, config=cm.config, token_counter=QuarterCounter(), fact_extractor=None
+    )
+    assert again.view_messages == cm.view_messages
+
+
+def test_a_retracted_output_is_never_offloaded_under_its_reused_call_id(tmp_path: Path) -> None:
+    """A client's rewrite retracts an output and sends another one under the same call id:
+    only the one in the view is offloaded, so its stub names its own bytes."""
+    cm = manager(tmp_path, window=40_000, warn_escalates=False)
+    cm.add({"role": "user", "content": TASK})
+    cm.add({"role": "assistant", "content": "h" * 70_000})
+    a = "\n".join(f"A {j} " + "a" * 90 for j in range(95))
+    b = "\n".join(f"B {j} " + "b" * 90 for j in range(95))
+    again_call = call(0, "bash", {"command": "cat f0"})
+    cm.add_many([again_call, {"role": "tool", "tool_call_id": "c0", "content": a}])
+    cm.add({"role": "assistant", "content": "m" * 16_000})
+    cm.add({"role": "user", "content": "go on"})
+    cm.rewrite(
+        [2, 3],
+        [again_call, {"role": "tool", "tool_call_id": "c0", "content": b}],
+        note={"why": "t"},
+    )
+    for k in range(1, 7):
+        cm.add_many([call(k, "bash", {"command": f"ls {k}"}), result(k, 100)])
+    cm.prepare()
+    assert cm.recover_tool_result("c0") == b
+    stub = next(m for m in cm.view_messages if m.role == "tool" and m.tool_call_id == "c0")
+    assert stub.text.startswith("[offloaded:") and "B 0" in stub.text
+
+
 def test_a_later_part_of_the_candidates_pays_when_the_whole_does_not(tmp_path: Path) -> None:
     """The batch is the largest run of candidates, from some point to the newest, that pays
     for its cache miss: a few old, small candidates far back do not hold back a batch of

@@ -125,6 +125,8 @@ class _Run:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     offloaded: list[OffloadEntry] = field(default_factory=list)
+    #: previews of outputs offloaded before that a stale batch shortened
+    briefed: int = 0
     summarized: int = 0
     summary_text: str = ""
     anchors: tuple[Anchor, ...] = ()

@@ -89,7 +89,7 @@ class CompactionPipeline:
         if run.skipped:
             return None
         scratch = run.scratch
-        changed = bool(scratch.offloaded or scratch.summarized or scratch.errors)
+        changed = bool(scratch.offloaded or scratch.briefed or scratch.summarized or scratch.errors)
         persist = run.persist if run.persist is not None else changed
         return compactor._record(scratch, run.view_tokens(), extra_tokens, persist=persist)
 

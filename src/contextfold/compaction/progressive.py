@@ -138,7 +138,8 @@ class ProgressiveCompactor(Measure):
         self.written = WrittenFiles()
         #: Other offload stores whose files count as offloaded references (eviction root).
         self.extra_stores: list[OffloadStore] = []
-        #: tokens of each brief placeholder a stale batch may put in place of a preview
+        #: tokens of the brief placeholder a stale batch may put in place of a preview, by
+        #: call id and sha256 (-1: the stored entry is of another output)
         self.brief_tokens: dict[str, int] = {}
 
     @classmethod
@@ -238,7 +239,10 @@ class ProgressiveCompactor(Measure):
         if self.offload is None:
             return
         v = self.view
+        gone = v.retracted
         for i in range(start, end):
+            if i in gone:  # a client's rewrite took it out (its call id may be used again)
+                continue
             form = v.forms[i]
             text = offloadable_text(form.content) if form.role == "tool" else None
             if text is None:

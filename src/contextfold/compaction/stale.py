@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..core.records import OffloadEntry
 from ..errors import ContextFoldError
+from ..storage.util import sha256_hex
 from .common import calls_json
 from .offload import OffloadPolicy, offloadable_text, placeholder
 
@@ -60,11 +61,15 @@ def _stale_cut(comp: ProgressiveCompactor) -> int:
 def stale_candidates(comp: ProgressiveCompactor, policy: OffloadPolicy) -> list[tuple[int, int]]:
     """(index, tokens freed) of what may leave the view, oldest first: tool results older than
     the newest ``stale_after`` results that the policy would offload (large, plain text, not
-    offloaded yet), and long arguments of tool calls whose results are all in."""
+    offloaded yet) or whose preview a brief placeholder would shorten, and long arguments of
+    tool calls whose results are all in."""
     v = comp.view
     limit = comp.cfg.stale_min_chars
     out: list[tuple[int, int]] = []
+    gone = v.retracted
     for j in range(v.boundary, _stale_cut(comp)):
+        if j in gone:  # a client's rewrite took it out (its call id may be used again)
+            continue
         form = v.forms[j]
         if form.role == "tool":
             if form.metadata.get("cf_offloaded"):
@@ -111,10 +116,19 @@ def _brief_gain(comp: ProgressiveCompactor, index: int) -> int:
         return 0
     if comp.state.offload_policies.get(call_id, entry.policy) not in BRIEFED:
         return 0
-    brief = comp.brief_tokens.get(call_id)
+    key = f"{call_id}:{entry.sha256}"
+    brief = comp.brief_tokens.get(key)
     if brief is None:
-        text = placeholder(entry, comp.view.history[index].text, comp.policies["brief"])
-        brief = comp.brief_tokens[call_id] = comp.count_text(text)
+        original = comp.view.history[index].text
+        if (
+            sha256_hex(original.encode("utf-8", "surrogatepass")) != entry.sha256
+        ):  # the entry is of another output
+            brief = -1
+        else:
+            brief = comp.count_text(placeholder(entry, original, comp.policies["brief"]))
+        comp.brief_tokens[key] = brief
+    if brief < 0:
+        return 0
     gain = comp.view.tokens_of(index) - brief
     return gain if gain >= BRIEF_MIN_GAIN else 0
 
@@ -150,8 +164,10 @@ def offload_stale(comp: ProgressiveCompactor, run: _Run, *, force: bool = False)
     done = 0
     for i, _ in cands:
         original = v.history[i]
-        if v.forms[i].metadata.get("cf_offloaded"):
-            done += _shorten(comp, i)
+        if original.role == "tool" and v.forms[i].metadata.get("cf_offloaded"):
+            if _shorten(comp, i):
+                run.briefed += 1
+                done += 1
             continue
         if original.role != "tool":
             before = len(run.offloaded)

@@ -32,9 +32,9 @@ class TierStage:
         comp = run.compactor
         before = run.view_tokens()
         tier = run.force or comp.tier_for(before)
-        # outputs the stages before moved out (stale batches, a stage of the caller's): a
-        # run that did only that is a Warn run
-        moved = len(run.offloaded) - run.shortened
+        # outputs the stages before moved out or shortened (stale batches, a stage of the
+        # caller's): a run that did only that is a Warn run
+        moved = len(run.offloaded) - run.shortened + run.scratch.briefed
         run.stale_only = tier is Tier.NONE and moved > 0
         if run.stale_only:
             tier = Tier.WARN
