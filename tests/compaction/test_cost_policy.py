@@ -30,6 +30,13 @@ def manager(tmp_path: Path, window: int = 100_000, **tiers: Any) -> ContextManag
     )
 
 
+def reopened(cm: ContextManager, path: Path, window: int) -> ContextManager:
+    """The session of ``cm`` opened again from its store."""
+    return ContextManager(
+        path, "s", window, config=cm.config, token_counter=QuarterCounter(), fact_extractor=None
+    )
+
+
 def call(k: int, name: str, args: dict[str, Any], content: str | None = None) -> dict[str, Any]:
     return {
         "role": "assistant",
@@ -114,14 +121,7 @@ def test_older_previews_are_shortened_in_a_stale_batch(tmp_path: Path) -> None:
     # batches, not one rewrite per call
     rewrites = [i for i in range(1, len(views)) if not is_extension(views[i - 1], views[i])]
     assert len(rewrites) <= len(views) // 10
-    again = ContextManager(
-        tmp_path,
-        "s",
-        100_000,
-        config=cm.config,
-        token_counter=QuarterCounter(),
-        fact_extractor=None,
-    )
+    again = reopened(cm, tmp_path, 100_000)
     assert again.view_messages == cm.view_messages
 
 
@@ -146,10 +146,7 @@ def test_a_batch_that_only_shortens_previews_is_a_stored_warn_run(tmp_path: Path
     assert record is not None and record.changed and record.tier is Tier.WARN, record
     shown = [m for m in view if m["role"] == "tool" and "Preview (first 2 lines)" in m["content"]]
     assert [m["tool_call_id"] for m in shown] == ["c0", "c1", "c2", "c3"]
-    again = ContextManager(
-        tmp_path, "s", 40_000, config=cm.config, token_counter=QuarterCounter(), fact_extractor=None
-    )
-    assert again.view_messages == cm.view_messages
+    assert reopened(cm, tmp_path, 40_000).view_messages == cm.view_messages
 
 
 def test_a_retracted_output_is_never_offloaded_under_its_reused_call_id(tmp_path: Path) -> None:
@@ -225,14 +222,7 @@ def test_long_stale_arguments_are_shortened_naming_the_file(tmp_path: Path) -> N
     stored = json.loads(cm.recover_tool_result(f"args-{uuid}") or "[]")
     assert json.loads(stored[0]["arguments"]) == create
     # a reopened session shows the same view
-    again = ContextManager(
-        tmp_path,
-        "s",
-        100_000,
-        config=cm.config,
-        token_counter=QuarterCounter(),
-        fact_extractor=None,
-    )
+    again = reopened(cm, tmp_path, 100_000)
     assert again.view_messages() == cm.view_messages()
 
 
