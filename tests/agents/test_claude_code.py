@@ -215,7 +215,7 @@ def _check_part4(part4: dict[str, Any], verbatim: float) -> None:
 def test_claude_code_fixed_prefix_numbers(tmp_path: Path) -> None:
     """The issue's numbers for Claude Code's big fixed prefix in an 80K window: its system
     prompt and every tool schema up front (``ENABLE_TOOL_SEARCH=false``, its on-demand tool
-    loading off: about 17.5K tokens, measured 0.61). Once the conversation is
+    loading off: about 17.5K tokens, measured 0.57). Once the conversation is
     long the gateway compacts on at most 1 turn in 5; the messages it sends verbatim use at
     least half of the room the window leaves after the fixed prefix before it compacts;
     ``X-Contextfold-Compaction`` (the log's ``compaction`` field) is set on as many answers as
@@ -239,8 +239,8 @@ def test_claude_code_default_prefix_numbers(tmp_path: Path) -> None:
     """The same with Claude Code's default settings, which load most tools on demand (about
     10K tokens of system prompt and tools): the window leaves 70K, of which the tiers use the
     64K working window, so old outputs are offloaded when the messages reach 55% of 64K, 50%
-    of the 70K; the stubs of outputs offloaded before take a part of it (measured: 48% to 55%
-    at most; 46% to 49% when stale batches left older previews whole, 38% before the fixed
+    of the 70K; the stubs of outputs offloaded before take a part of it (measured: 48% at
+    most; 46% to 49% when stale batches left older previews whole, 38% before the fixed
     prefix was calibrated apart from the messages)."""
     figures = claude_session(tmp_path, "embedded", Plan(runs=90), None, times=3, limit=80_000)
     print(figures)
