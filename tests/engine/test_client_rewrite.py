@@ -138,6 +138,35 @@ def test_retracted_tool_calls_free_their_ids(store: Store, monkeypatch: pytest.M
     reopened.close()
 
 
+def test_an_output_offloaded_before_a_rewrite_stays_with_its_message(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output offloaded on arrival, then retracted by a rewrite that sends another output
+    under the same call id: the view shows the new output, before and after reopening (the
+    stored offload belongs to the retracted message, not to the call id's new result)."""
+    call = {"id": "c0", "type": "function", "function": {"name": "sh", "arguments": "{}"}}
+    big = "\n".join(f"A{j} " + "a" * 90 for j in range(200))  # offloaded when it arrives
+    cm = _open(store, 40_000)
+    cm.add({"role": "user", "content": "task"})
+    cm.add_many([{"role": "assistant", "content": None, "tool_calls": [call]}])
+    cm.add({"role": "tool", "tool_call_id": "c0", "content": big})
+    cm.add({"role": "user", "content": "go on"})
+    cm.rewrite(
+        [1, 2],
+        [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c0", "content": "B small output"},
+        ],
+    )
+    shown = [m.text for m in cm.view_messages if m.role == "tool"]
+    assert shown == ["B small output"]
+    cm.prepare()
+    cm.close()
+    for again in (_open(store, 40_000), _open_full(store, monkeypatch)):
+        assert [m.text for m in again.view_messages if m.role == "tool"] == shown
+        again.close()
+
+
 def test_a_bad_rewrite_changes_nothing(store: Store) -> None:
     cm = _open(store)
     cm.add_many([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])

@@ -79,7 +79,9 @@ def squeeze(comp: ProgressiveCompactor, run: _Run, extra: int) -> None:
     v = comp.view
     pinned: set[int | None] = {v.first_user, v.newest_user, *v.state_pins}
     big = max(400, min(2_000, comp.window // 2))  # characters: "long" in a small window too
-    order = sorted(range(v.boundary, len(v)), key=lambda i: -v.tokens_of(i))
+    # retracted positions are out of the view (and their call ids may be used again)
+    live = (i for i in range(v.boundary, len(v)) if i not in v.retracted)
+    order = sorted(live, key=lambda i: -v.tokens_of(i))
     for i in order:
         if comp.view_tokens(extra) <= comp.target_tokens:
             break

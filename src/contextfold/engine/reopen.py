@@ -35,6 +35,7 @@ from .state import load_state as load_session_state
 
 if TYPE_CHECKING:
     from ..core.records import OffloadEntry
+    from ..core.view import HistoryView
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 Head = tuple[str, str, str | None, tuple[str, ...], int]
@@ -353,7 +354,7 @@ def reapply_offloads(ctx: SessionContext, policies: Mapping[str, str]) -> None:
         idx = view.result_index(key)
         if idx is None and key.startswith(("msg-", "args-")):
             idx = view.uuids.get(key.split("-", 1)[1])
-        if idx is None:
+        if idx is None or not _entry_of(view, idx, entry):
             continue
         policy = policies.get(key, entry.policy)
         if view.is_loaded(idx):
@@ -363,6 +364,13 @@ def reapply_offloads(ctx: SessionContext, policies: Mapping[str, str]) -> None:
         ctx.deferred.append((idx, entry, policy))
         if deferred_policy(ctx, entry, policy):
             ctx.compactor.state.offload_policies[entry.tool_call_id] = policy
+
+
+def _entry_of(view: HistoryView, idx: int, entry: OffloadEntry) -> bool:
+    """Whether ``entry`` was written for the message at ``idx``: a client's rewrite may have
+    retracted the message it was written for and sent another under the same call id."""
+    own = view.uuids.get(entry.message_uuid) if entry.message_uuid else None
+    return own is None or own == idx
 
 
 def reapply_deferred(ctx: SessionContext) -> None:
