@@ -119,9 +119,15 @@ def upstream_ms(header: str | None, body: bytes) -> float:
 
 
 async def agent(
-    base: str, tag: str, n: int, turns: int, think: float, out: list[dict[str, Any]], key: str
+    client: Any,
+    base: str,
+    tag: str,
+    n: int,
+    turns: int,
+    think: float,
+    out: list[dict[str, Any]],
+    key: str,
 ) -> None:
-    import httpx
     import orjson
 
     rng = random.Random(f"{tag}-{n}")
@@ -138,57 +144,69 @@ async def agent(
         "content-type": "application/json",
     }
     await asyncio.sleep(rng.uniform(0, 0.05 + think))  # independent agents start apart
-    async with httpx.AsyncClient(timeout=120, trust_env=False) as client:
-        for turn in range(turns):
-            call = f"call_{tag}_{n}_{turn}"
-            data = orjson.dumps({"model": "gpt-bench", "messages": messages})
-            t0 = time.perf_counter()
-            resp = await client.post(
-                base + "/v1/chat/completions",
-                content=data,
-                headers={**headers, "x-bench-call": call},
-            )
-            body = resp.content
-            wall = (time.perf_counter() - t0) * 1000
-            ok = resp.status_code == 200
-            held = upstream_ms(resp.headers.get("x-upstream-ms"), body)
-            out.append(
-                {
-                    "ok": ok,
-                    "status": resp.status_code,
-                    "added_ms": wall - held,
-                    "compaction": resp.headers.get("x-contextfold-compaction"),
-                    "turn": turn,
-                }
-            )
-            if not ok:
-                return
-            answer = orjson.loads(body)["choices"][0]["message"]
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": answer.get("content"),
-                    "tool_calls": answer["tool_calls"],
-                }
-            )
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": answer["tool_calls"][0]["id"],
-                    "content": outputs[turn],
-                }
-            )
-            if think > 0:
-                await asyncio.sleep(think * rng.uniform(0.5, 1.5))
+    for turn in range(turns):
+        call = f"call_{tag}_{n}_{turn}"
+        data = orjson.dumps({"model": "gpt-bench", "messages": messages})
+        t0 = time.perf_counter()
+        resp = await client.post(
+            base + "/v1/chat/completions",
+            content=data,
+            headers={**headers, "x-bench-call": call},
+        )
+        body = resp.content
+        wall = (time.perf_counter() - t0) * 1000
+        ok = resp.status_code == 200
+        held = upstream_ms(resp.headers.get("x-upstream-ms"), body)
+        out.append(
+            {
+                "ok": ok,
+                "status": resp.status_code,
+                "added_ms": wall - held,
+                "compaction": resp.headers.get("x-contextfold-compaction"),
+                "turn": turn,
+                "timing": resp.headers.get("server-timing", ""),
+            }
+        )
+        if not ok:
+            return
+        answer = orjson.loads(body)["choices"][0]["message"]
+        messages.append(
+            {
+                "role": "assistant",
+                "content": answer.get("content"),
+                "tool_calls": answer["tool_calls"],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": answer["tool_calls"][0]["id"],
+                "content": outputs[turn],
+            }
+        )
+        if think > 0:
+            await asyncio.sleep(think * rng.uniform(0.5, 1.5))
 
 
 async def drive(
     base: str, tag: str, sessions: int, turns: int, think: float, key: str = ""
 ) -> tuple[list[dict[str, Any]], float]:
+    import httpx
+
     out: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    await asyncio.gather(*(agent(base, tag, n, turns, think, out, key) for n in range(sessions)))
-    return out, time.perf_counter() - t0
+    # each agent has a client (a connection) of its own, made before the clock starts: making
+    # one builds an SSL context, about 15 ms of this loop's time, which 50 agents starting
+    # together would otherwise add to each other's first request, whatever the proxy
+    clients = [httpx.AsyncClient(timeout=120, trust_env=False) for _ in range(sessions)]
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(agent(c, base, tag, n, turns, think, out, key) for n, c in enumerate(clients))
+        )
+        return out, time.perf_counter() - t0
+    finally:
+        for c in clients:
+            await c.aclose()
 
 
 async def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
@@ -326,6 +344,19 @@ def run_round(proxy: Proxy, tag: str, sessions: int, turns: int, think: float) -
         "cpu_ms_per_request": round(cpu * 1000 / max(1, len(results)), 1),
         "all": stats(added),
     }
+    by_turn: dict[int, list[float]] = {}
+    for r in ok:
+        by_turn.setdefault(int(r["turn"]), []).append(r["added_ms"])
+    summary["by_turn_p95"] = {t: round(pct(v, 0.95), 1) for t, v in sorted(by_turn.items())}
+    cut = pct(added, 0.95) if added else 0.0
+    slow: dict[str, list[float]] = {}
+    for r in ok:
+        if r["added_ms"] >= cut and r["timing"]:
+            for part in r["timing"].split(","):
+                name, _, dur = part.strip().partition(";dur=")
+                if dur:
+                    slow.setdefault(name, []).append(float(dur))
+    summary["slowest_5pct_phases_p50"] = {k: round(pct(v, 0.5), 1) for k, v in slow.items()}
     if proxy.name.startswith("contextfold"):
         summary["compaction_turns"] = stats([r["added_ms"] for r in ok if r["compaction"]])
         summary["other_turns"] = stats([r["added_ms"] for r in ok if not r["compaction"]])

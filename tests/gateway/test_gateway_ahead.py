@@ -255,6 +255,55 @@ def test_vector_filing_waits_while_a_request_is_prepared() -> None:
     work.filing.shutdown(wait=True)
 
 
+def _filed_vectors(tmp_path: Path, in_child: bool) -> dict[str, Any]:
+    """Run one conversation through a gateway; the vector documents its compactions filed,
+    once none is pending, and whether its child process (if any) stopped with it."""
+    from contextfold.evidence import semantic, store_vectors
+    from tests.support.waiting import wait_until
+
+    agent = Agent(11)
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW, vectors_process=in_child) as (
+        fake,
+        gw,
+    ):
+        fake.scripts["agent"] = _script(itertools.count())
+        pipeline = _gateway_of(gw).pipeline
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            for _ in range(30):
+                r = agent.turn(client)
+        session_id = r.headers["x-contextfold-session"]
+        store = pipeline.registry.store
+
+        def filed() -> bool:
+            return not store_vectors.pending_blocks(store, session_id) and bool(
+                store.docs(semantic.NAMESPACE, prefix=f"{session_id}/")
+            )
+
+        wait_until(filed, 120, "the vectors of the removed outputs to be filed")
+        encoder = pipeline.ahead.encoder
+        child = encoder._proc if encoder is not None else None
+        if in_child:
+            assert child is not None and child.poll() is None
+        else:
+            assert encoder is None
+        docs = store.docs(semantic.NAMESPACE, prefix=f"{session_id}/")
+    if child is not None:
+        assert child.poll() is not None, "the child stops with the gateway"
+    return {k.partition("/")[2]: v for k, v in docs.items()}
+
+
+def test_vectors_are_filed_after_the_answers_by_a_child_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vectors of what the compactions removed are filed after the answers: by a child
+    process at nice 19 (the default), which the gateway stops when it stops, or by the
+    filing thread itself (``vectors_process = false``); the same documents either way."""
+    monkeypatch.setenv("CONTEXTFOLD_SEMANTIC", "1")
+    in_child = _filed_vectors(tmp_path / "child", True)
+    in_thread = _filed_vectors(tmp_path / "thread", False)
+    assert len(in_child) >= 2 and in_child == in_thread
+
+
 def test_outputs_are_classified_ahead_only_once_a_compaction_is_near(tmp_path: Path) -> None:
     """After an answer the newest outputs are classified ahead (remembered by their text) when
     a compaction is due within a few turns; a conversation far from its window is left alone."""

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import ContextFoldError
-from ..evidence.store_vectors import file_pending
+from ..evidence.store_vectors import TextEncoder, file_pending
 from ..recovery.deferred import NAMESPACE as DEFERRED
 from ..storage import Store
 from ..storage.base import ConcurrentWriteError
@@ -23,11 +23,13 @@ def _never() -> bool:
     return False
 
 
-def file_deferred(ctx: SessionContext, stop: Callable[[], bool] = _never) -> int:
+def file_deferred(
+    ctx: SessionContext, stop: Callable[[], bool] = _never, encoder: TextEncoder | None = None
+) -> int:
     """File what the session's compactions left pending (committed records only; safe from any
-    thread, without the session's lock; ``stop()`` gives up between chunks); how many vectors
-    were filed."""
-    return file_pending(ctx.store, ctx.session_id, stop)
+    thread, without the session's lock; ``stop()`` gives up between chunks; ``encoder``
+    computes the vectors, None: the model in this process); how many vectors were filed."""
+    return file_pending(ctx.store, ctx.session_id, stop, encoder)
 
 
 def index_deferred(ctx: SessionContext, stop: Callable[[], bool] | None = None) -> int:

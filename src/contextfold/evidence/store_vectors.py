@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ContextFoldError
 from . import embed, semantic
@@ -30,6 +30,7 @@ from .model import CompactBlock, EvidencePointer
 if TYPE_CHECKING:
     from ..storage import Store
     from ..storage.session import SessionStore
+    from .embed import Matrix
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,21 @@ class _Stopped(Exception):
     """``stop()`` said to give up, within a text."""
 
 
-def _encode(texts: list[str], stop: Callable[[], bool]) -> list[object] | None:
+class TextEncoder(Protocol):
+    """What encodes the texts: :class:`.embed.Encoder` in this process, or
+    :class:`.embed_worker.WorkerEncoder` in a child process (the same vectors)."""
+
+    def encode(self, texts: Sequence[str], between: Callable[[], None] | None = None) -> Matrix:
+        """One unit vector per text; ``between`` is called between steps."""
+        ...
+
+
+def _encode(
+    texts: list[str], stop: Callable[[], bool], encoder: TextEncoder | None = None
+) -> list[object] | None:
     """The vectors of ``texts`` in chunks (each text is encoded alone, so chunking changes
     nothing); None when the model is missing, fails, or ``stop()`` says to give up."""
-    enc = embed.encoder()
+    enc = encoder if encoder is not None else embed.encoder()
     if enc is None:
         return None
     parts: list[object] = []
@@ -100,14 +112,18 @@ def _encode(texts: list[str], stop: Callable[[], bool]) -> list[object] | None:
 
 
 def _file_one(
-    store: Store, key: str, record: Mapping[str, object], stop: Callable[[], bool]
+    store: Store,
+    key: str,
+    record: Mapping[str, object],
+    stop: Callable[[], bool],
+    encoder: TextEncoder | None,
 ) -> int:
     ids, texts = record.get("ids"), record.get("texts")
     if not isinstance(ids, list) or not isinstance(texts, list) or len(ids) != len(texts):
         with store.transaction() as txn:
             txn.delete_doc(PENDING, key)  # damaged: that block ranks by its words alone
         return 0
-    parts = _encode([str(t) for t in texts], stop)
+    parts = _encode([str(t) for t in texts], stop, encoder)
     if parts is None:
         return 0
     with store.transaction() as txn:
@@ -129,19 +145,25 @@ def _never() -> bool:
     return False
 
 
-def file_pending(store: Store, session_id: str, stop: Callable[[], bool] = _never) -> int:
+def file_pending(
+    store: Store,
+    session_id: str,
+    stop: Callable[[], bool] = _never,
+    encoder: TextEncoder | None = None,
+) -> int:
     """Compute and write the vectors of every pending block of the session; how many vectors
-    were filed. Fails open: a storage error, or ``stop()`` (a shutdown) between chunks, leaves
-    the records for the next try."""
+    were filed. Fails open: a storage error, a failed encoder, or ``stop()`` (a shutdown)
+    between chunks, leaves the records for the next try. ``encoder``: what computes them
+    (None: the model in this process)."""
     if not semantic.enabled():
         return 0
     filed = 0
     try:
         for key, record in sorted(pending_blocks(store, session_id).items()):
-            filed += _file_one(store, key, record, stop)
+            filed += _file_one(store, key, record, stop, encoder)
     except ContextFoldError as exc:
         log.warning("semantic vectors of session %s not filed yet: %s", session_id, exc)
     return filed
 
 
-__all__ = ["PENDING", "defer_block", "file_pending", "pending_blocks"]
+__all__ = ["PENDING", "TextEncoder", "defer_block", "file_pending", "pending_blocks"]

@@ -19,6 +19,8 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from ..core.tokens import count_message
 from ..engine.filing import file_deferred, index_deferred
 from ..errors import ContextFoldError
+from ..evidence import semantic
+from ..evidence.embed_worker import WorkerEncoder
 from ..evidence.warm import warm
 from ..storage import ConcurrentWriteError
 from .metrics import Metrics
@@ -88,13 +90,23 @@ def reported(sess: Session, prepared: Prepared) -> Prepared:
 class AheadWork:
     """The compactions prepared ahead that are running (each holds its conversation's lock)."""
 
-    def __init__(self, registry: SessionRegistry, threads: Executor, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        threads: Executor,
+        metrics: Metrics,
+        *,
+        vectors_process: bool = False,
+    ) -> None:
         self.registry = registry
         self.threads = threads
         self.metrics = metrics
         self.tasks: set[asyncio.Task[None]] = set()
         #: one thread files the evidence vectors left pending (never a request's thread)
         self.filing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cf-filing")
+        #: the child process that computes the vectors at the lowest CPU priority (None: the
+        #: filing thread computes them, pausing while requests are being prepared)
+        self.encoder = WorkerEncoder() if vectors_process and semantic.enabled() else None
         self.closing = threading.Event()
         #: requests being prepared right now: the filing waits between chunks while any is
         #: (its CPU work would otherwise share the process with theirs)
@@ -120,6 +132,14 @@ class AheadWork:
         with self._idle:
             self._idle.wait_for(lambda: not self._serving or self.closing.is_set())
         return self.closing.is_set()
+
+    def _file(self, sess: Session) -> int:
+        """The vectors the conversation's compactions left pending. In the child process they
+        need not wait for requests (it never holds their interpreter lock, and the scheduler
+        gives it only what they leave of the cores); in this process they do."""
+        if self.encoder is None:
+            return file_deferred(sess.cm.context, self.yield_to_requests)
+        return file_deferred(sess.cm.context, self.closing.is_set, self.encoder)
 
     def interrupted(self) -> bool:
         """Whether deferred indexing should give way (a request is being prepared, or the
@@ -158,9 +178,7 @@ class AheadWork:
             turn.lock.release()
         # the evidence vectors its compactions left pending, after the lock (store_vectors)
         with contextlib.suppress(Exception):  # fails open: a search files what is left
-            await loop.run_in_executor(
-                self.filing, file_deferred, sess.cm.context, self.yield_to_requests
-            )
+            await loop.run_in_executor(self.filing, self._file, sess)
 
     async def aclose(self) -> None:
         """Wait for the running work (shutdown); vectors still pending stay pending."""
@@ -171,6 +189,8 @@ class AheadWork:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*list(self.tasks))
         self.filing.shutdown(wait=True)
+        if self.encoder is not None:
+            self.encoder.close()
 
 
 __all__ = ["AheadWork", "compact_ahead", "reported"]

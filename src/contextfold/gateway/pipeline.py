@@ -78,7 +78,9 @@ class Pipeline(RecordSteps, UpstreamSteps):
         #: (not from a task started on the loop's next round, behind everything queued there)
         self._threads = ThreadPoolExecutor(max_workers=64, thread_name_prefix="contextfold")
         #: the compactions prepared ahead, between an answer and the next request
-        self.ahead = AheadWork(self.registry, self._threads, metrics)
+        self.ahead = AheadWork(
+            self.registry, self._threads, metrics, vectors_process=config.vectors_process
+        )
 
     # ------------------------------------------------------------------ logging
     def _on_compaction(self, session_id: str, record: CompactionRecord) -> None:

