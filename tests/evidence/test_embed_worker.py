@@ -150,3 +150,92 @@ def test_a_child_that_cannot_start_leaves_the_records_pending(tmp_path: Path) ->
     assert list(store_vectors.pending_blocks(backend, "s")) == ["s/cb-1"]
     dying.close()
     backend.close()
+
+
+def test_close_ends_the_wait_for_a_child_that_does_not_answer(tmp_path: Path) -> None:
+    import threading
+
+    script = tmp_path / "hangs.py"
+    script.write_text("import sys, time\nsys.stdin.buffer.read(8)\ntime.sleep(3600)\n")
+    enc = WorkerEncoder([sys.executable, str(script)])
+    errors: list[BaseException] = []
+
+    def encode() -> None:
+        try:
+            enc.encode(["x"])
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=encode)
+    t.start()
+    deadline_ok = False
+    for _ in range(200):  # the child is started and waiting
+        if enc._proc is not None:
+            deadline_ok = True
+            break
+        t.join(0.05)
+    assert deadline_ok
+    enc.close()  # from another thread, while the encoding waits
+    t.join(10)
+    assert not t.is_alive(), "close() ends the wait"
+    assert len(errors) == 1 and isinstance(errors[0], EncoderWorkerError)
+
+
+def test_a_child_that_takes_too_long_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextfold.evidence import embed_worker
+
+    monkeypatch.setattr(embed_worker, "FIRST_TEXT_SECONDS", 0.5)
+    script = tmp_path / "hangs.py"
+    script.write_text("import sys, time\nsys.stdin.buffer.read(8)\ntime.sleep(3600)\n")
+    enc = WorkerEncoder([sys.executable, str(script)])
+    with pytest.raises(EncoderWorkerError, match="in time"):
+        enc.encode(["x"])
+    assert enc._proc is None
+    enc.close()
+
+
+def test_a_child_that_keeps_failing_is_not_started_again_at_once(tmp_path: Path) -> None:
+    dying = WorkerEncoder([sys.executable, "-c", "pass"])
+    with pytest.raises(EncoderWorkerError, match="gone"):
+        dying.encode(["x"])
+    with pytest.raises(EncoderWorkerError, match="not started again"):
+        dying.encode(["x"])  # at once, without a new child
+    assert dying._proc is None
+    dying.close()
+
+
+def test_what_the_child_prints_does_not_reach_the_answers() -> None:
+    noisy = (
+        "import sys; print('noise ' * 1000); sys.stdout.flush(); "
+        "from contextfold.evidence.embed_worker import main; raise SystemExit(main())"
+    )
+    enc = WorkerEncoder([sys.executable, "-c", noisy])
+    local = embed.encoder()
+    assert local is not None
+    assert np.array_equal(enc.encode(TEXTS[:2]), local.encode(TEXTS[:2]))
+    enc.close()
+
+
+def test_nothing_in_the_working_directory_is_imported_by_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway may run in an agent's workspace: a ``contextfold`` folder there is not
+    what the child imports."""
+    marker = tmp_path / "ran"
+    fake = tmp_path / "contextfold"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    enc = WorkerEncoder()
+    assert enc.encode(["x"]).shape == (1, embed.DIM)
+    enc.close()
+    assert not marker.exists()
+
+
+def test_a_long_text_gives_the_vector_it_gives_here(worker: WorkerEncoder) -> None:
+    text = "漢" * (2**20 // 3 + 10)  # over a megabyte of UTF-8
+    local = embed.encoder()
+    assert local is not None
+    assert np.array_equal(worker.encode([text]), local.encode([text]))

@@ -125,7 +125,7 @@ def _file_one(
         return 0
     parts = _encode([str(t) for t in texts], stop, encoder)
     if parts is None:
-        return 0
+        return -1
     with store.transaction() as txn:
         txn.put_doc(semantic.NAMESPACE, key, {"ids": [str(i) for i in ids], "v": _pack(parts)})
         txn.delete_doc(PENDING, key)
@@ -160,7 +160,10 @@ def file_pending(
     filed = 0
     try:
         for key, record in sorted(pending_blocks(store, session_id).items()):
-            filed += _file_one(store, key, record, stop, encoder)
+            got = _file_one(store, key, record, stop, encoder)
+            if got < 0:  # stopped, or the encoder failed: the rest stays pending too
+                break
+            filed += got
     except ContextFoldError as exc:
         log.warning("semantic vectors of session %s not filed yet: %s", session_id, exc)
     return filed

@@ -185,12 +185,12 @@ class AheadWork:
         self.closing.set()
         with self._idle:
             self._idle.notify_all()
+        if self.encoder is not None:  # a text being encoded fails at once: it stays pending
+            self.encoder.close()
         while self.tasks:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*list(self.tasks))
-        self.filing.shutdown(wait=True)
-        if self.encoder is not None:
-            self.encoder.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.filing.shutdown, True)
 
 
 __all__ = ["AheadWork", "compact_ahead", "reported"]
