@@ -275,14 +275,29 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> int:
         stdout.flush()
 
 
+def lowest_priority() -> None:
+    """Run only on what the other processes leave of the cores: nice 19, the idle
+    scheduling class where the system has it, and, where the kernel groups the processes of
+    a session for scheduling (autogroup, the default of most Linux desktops and servers),
+    this process's own group at nice 19 too (the child has a session of its own: without
+    that, its group would get as much of the cores as the gateway's)."""
+    with contextlib.suppress(OSError):
+        os.nice(19)
+    idle = getattr(os, "SCHED_IDLE", None)
+    if idle is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.sched_setscheduler(0, idle, os.sched_param(0))
+    with contextlib.suppress(OSError):
+        Path("/proc/self/autogroup").write_text("19")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``--out-fd N``: the pipe the vectors go to (the parent's); standard input the texts."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] != "--out-fd" or not args[1].isdigit():
         print("usage: python -m contextfold.evidence.embed_worker --out-fd N", file=sys.stderr)
         return 2
-    with contextlib.suppress(OSError):
-        os.nice(19)
+    lowest_priority()
     try:
         with os.fdopen(int(args[1]), "wb") as out:
             return serve(sys.stdin.buffer, out)
