@@ -40,7 +40,10 @@ from typing import IO, TYPE_CHECKING
 from ..errors import ContextFoldError
 
 if TYPE_CHECKING:
-    from .embed import Matrix
+    import numpy as np
+
+    #: rows of vectors, one a text (as :mod:`.embed` names it)
+    Matrix = np.ndarray[tuple[int, int], np.dtype[np.float32]]
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,13 @@ from . import embed, semantic
 from .model import CompactBlock, EvidencePointer
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..storage import Store
     from ..storage.session import SessionStore
-    from .embed import Matrix
+
+    #: rows of vectors, one a text (as :mod:`.embed` names it)
+    Matrix = np.ndarray[tuple[int, int], np.dtype[np.float32]]
 
 log = logging.getLogger(__name__)
 

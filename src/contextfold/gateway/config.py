@@ -76,8 +76,9 @@ class GatewayConfig:
     #: next request finds its view ready. False: every compaction happens on a request's path.
     compact_ahead: bool = True
     #: Compute the semantic vectors of what compactions removed in a child process at the
-    #: lowest CPU priority, after the answers: it uses only what the requests leave of the
-    #: cores. False: in a thread of the serving process. (Only with the ``semantic`` extra.)
+    #: lowest CPU priority, after the answers: it never holds the serving process's
+    #: interpreter lock, and the requests get the cores first. False: in a thread of the
+    #: serving process. (Only with the ``semantic`` extra.)
     vectors_process: bool = True
     #: Server processes sharing the port and the store; 0 (the default): one per core this
     #: process may use, at most 8, when the store is a workspace folder or PostgreSQL (one
