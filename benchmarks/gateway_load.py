@@ -357,6 +357,19 @@ def run_round(proxy: Proxy, tag: str, sessions: int, turns: int, think: float) -
                 if dur:
                     slow.setdefault(name, []).append(float(dur))
     summary["slowest_5pct_phases_p50"] = {k: round(pct(v, 0.5), 1) for k, v in slow.items()}
+    # what made each of those turns slow: its largest phase of the gateway's own
+    worst: dict[str, int] = {}
+    for r in ok:
+        if r["added_ms"] >= cut and r["timing"]:
+            phases = {}
+            for part in r["timing"].split(","):
+                name, _, dur = part.strip().partition(";dur=")
+                if dur and name not in ("contextfold", "upstream", "read"):
+                    phases[name] = float(dur)
+            if phases:
+                top = max(phases, key=lambda k: phases[k])
+                worst[top] = worst.get(top, 0) + 1
+    summary["slowest_5pct_largest_phase"] = worst
     if proxy.name.startswith("contextfold"):
         summary["compaction_turns"] = stats([r["added_ms"] for r in ok if r["compaction"]])
         summary["other_turns"] = stats([r["added_ms"] for r in ok if not r["compaction"]])

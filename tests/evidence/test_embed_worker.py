@@ -239,3 +239,42 @@ def test_a_long_text_gives_the_vector_it_gives_here(worker: WorkerEncoder) -> No
     local = embed.encoder()
     assert local is not None
     assert np.array_equal(worker.encode([text]), local.encode([text]))
+
+
+def test_a_long_text_to_a_child_that_does_not_read_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write waits with the same deadline as the answer: a child hung before it reads
+    its input never blocks the parent on a full pipe."""
+    from contextfold.evidence import embed_worker
+
+    monkeypatch.setattr(embed_worker, "FIRST_TEXT_SECONDS", 0.5)
+    script = tmp_path / "deaf.py"
+    script.write_text("import time\ntime.sleep(3600)\n")
+    enc = WorkerEncoder([sys.executable, str(script)])
+    with pytest.raises(EncoderWorkerError, match="in time"):
+        enc.encode(["x" * 1_000_000])  # far more than a pipe holds
+    enc.close()
+
+
+def test_the_child_is_reached_through_any_descriptor_number(worker: WorkerEncoder) -> None:
+    """A busy gateway holds many sockets: the child's pipe may get a descriptor above 1023,
+    which ``select()`` could not wait on."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1_200
+    if soft < wanted and (hard == resource.RLIM_INFINITY or hard >= wanted):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held: list[int] = []
+    try:
+        while len(held) < 1_100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        local = embed.encoder()
+        assert local is not None
+        assert np.array_equal(worker.encode(["high"]), local.encode(["high"]))
+        assert worker._out > 1023
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

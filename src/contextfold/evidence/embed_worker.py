@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
+import selectors
 import struct
 import subprocess
 import sys
@@ -62,6 +62,9 @@ BACKOFF_MIN = 1.0
 BACKOFF_MAX = 300.0
 #: the parent checks whether it is closing this often while it waits for an answer
 _POLL = 0.25
+#: a child that keeps using CPU past its deadline (it runs at the lowest priority: on busy
+#: cores it may get little of them) is given more time, up to this many times the deadline
+HARD_FACTOR = 10
 
 
 class EncoderWorkerError(ContextFoldError):
@@ -88,6 +91,34 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def _cpu_ticks(pid: int) -> int:
+    """The CPU time a process has used, in clock ticks (-1: unknown, not Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+class _Deadline:
+    """How long the parent waits for one text: ``seconds``, renewed as long as the child used
+    CPU in the time that passed (it is working, slowly), at most ``HARD_FACTOR`` times."""
+
+    def __init__(self, pid: int, seconds: float) -> None:
+        now = time.monotonic()
+        self.pid, self.seconds = pid, seconds
+        self.soft, self.hard = now + seconds, now + seconds * HARD_FACTOR
+        self.ticks = _cpu_ticks(pid)
+
+    def left(self) -> float:
+        now = time.monotonic()
+        if now >= self.soft:
+            ticks = _cpu_ticks(self.pid)
+            if ticks > self.ticks >= 0:
+                self.ticks, self.soft = ticks, now + self.seconds
+        return min(self.soft, self.hard) - now
+
+
 class WorkerEncoder:
     """:meth:`.embed.Encoder.encode` in a child process at nice 19, started on first use and
     again after it died (not sooner than a growing back-off after a failure). Safe from
@@ -108,11 +139,8 @@ class WorkerEncoder:
         proc = self._proc
         if proc is not None and proc.poll() is None:
             return proc
-        if proc is not None:  # died between two texts
-            answered = self._answered
+        if proc is not None:  # died between two texts (each failure within one is counted)
             self._stop(proc)
-            if not answered:  # it never answered: count it (a child that works is back)
-                self._failed()
         if self.closed:
             raise EncoderWorkerError("the vector encoding process is closed")
         wait = self._retry_at - time.monotonic()
@@ -138,12 +166,16 @@ class WorkerEncoder:
                 # handle; the child ends when its input closes
                 start_new_session=True,
             )
-        except OSError as exc:
+        except BaseException as exc:
             os.close(read_end)
+            if not isinstance(exc, OSError):
+                raise
             self._failed()
             raise EncoderWorkerError(f"could not start the vector encoding process: {exc}") from exc
         finally:
             os.close(write_end)
+        assert proc.stdin is not None
+        os.set_blocking(proc.stdin.fileno(), False)  # writes wait with a deadline too
         self._proc, self._out, self._answered = proc, read_end, False
         return proc
 
@@ -152,32 +184,48 @@ class WorkerEncoder:
         delay = min(BACKOFF_MAX, BACKOFF_MIN * 2 ** (self._failures - 1))
         self._retry_at = time.monotonic() + delay
 
-    def _read(self, fd: int, n: int, deadline: float) -> bytes:
-        """Exactly ``n`` bytes from the child, by ``deadline``; EOFError when it closed,
-        TimeoutError when it took too long or the encoder is closing."""
+    def _wait(self, fd: int, event: int, deadline: _Deadline) -> None:
+        """Until ``fd`` is ready for ``event``; TimeoutError when the child took too long or
+        the encoder is closing."""
+        with selectors.DefaultSelector() as sel:  # (any fd number, unlike select())
+            sel.register(fd, event)
+            while True:
+                if self.closed:
+                    raise TimeoutError("the encoder is closing")
+                left = deadline.left()
+                if left <= 0:
+                    raise TimeoutError("the vector encoding process did not answer in time")
+                if sel.select(min(_POLL, left)):
+                    return
+
+    def _write(self, fd: int, data: bytes, deadline: _Deadline) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait(fd, selectors.EVENT_WRITE, deadline)
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                continue
+
+    def _read(self, fd: int, n: int, deadline: _Deadline) -> bytes:
+        """Exactly ``n`` bytes from the child; EOFError when it closed."""
         out = bytearray()
         while len(out) < n:
-            if self.closed:
-                raise TimeoutError("the encoder is closing")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the vector encoding process did not answer in time")
-            ready, _, _ = select.select([fd], [], [], min(_POLL, left))
-            if ready:
-                chunk = os.read(fd, n - len(out))
-                if not chunk:
-                    raise EOFError("the vector encoding process closed its output")
-                out += chunk
+            self._wait(fd, selectors.EVENT_READ, deadline)
+            chunk = os.read(fd, n - len(out))
+            if not chunk:
+                raise EOFError("the vector encoding process closed its output")
+            out += chunk
         return bytes(out)
 
     def _one(self, text: str) -> bytes:
         proc = self._child()
         assert proc.stdin is not None
         data = text.encode("utf-8", "surrogatepass")
-        deadline = time.monotonic() + (TEXT_SECONDS if self._answered else FIRST_TEXT_SECONDS)
+        deadline = _Deadline(proc.pid, TEXT_SECONDS if self._answered else FIRST_TEXT_SECONDS)
         fd = self._out
         try:
-            proc.stdin.write(_frame(data))
+            self._write(proc.stdin.fileno(), _frame(data), deadline)
             (size,) = _LEN.unpack(self._read(fd, _LEN.size, deadline))
             if size == _FAILED:
                 (n,) = _LEN.unpack(self._read(fd, _LEN.size, deadline))
@@ -229,6 +277,10 @@ class WorkerEncoder:
                 with contextlib.suppress(OSError):
                     os.close(self._out)
                 self._out = -1
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def close(self) -> None:
         """Stop the child; a text being encoded in another thread fails at once (the
@@ -290,8 +342,15 @@ def lowest_priority() -> None:
     if idle is not None:
         with contextlib.suppress(OSError, AttributeError):
             os.sched_setscheduler(0, idle, os.sched_param(0))
-    with contextlib.suppress(OSError):
-        Path("/proc/self/autogroup").write_text("19")
+    group = Path("/proc/self/autogroup")
+    for _ in range(20):  # the kernel takes one such change per 100 ms on the whole machine
+        try:
+            group.write_text("19")
+            return
+        except BlockingIOError:
+            time.sleep(0.15)
+        except OSError:
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> int:

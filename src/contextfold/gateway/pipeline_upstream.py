@@ -81,6 +81,8 @@ class UpstreamSteps:
             f"upstream;dur={turn.upstream_seconds * 1000:.2f}",
         ]
         parts += [f"{k};dur={v * 1000:.2f}" for k, v in turn.timings.items()]
+        if turn.answered_at:  # from the upstream's answer to these headers
+            parts.append(f"answer;dur={(time.perf_counter() - turn.answered_at) * 1000:.2f}")
         out = {"x-contextfold-session": turn.session.session_id, "server-timing": ", ".join(parts)}
         record = turn.prepared.record
         if record is not None and record.changed:

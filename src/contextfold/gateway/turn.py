@@ -100,6 +100,8 @@ class Turn:
     commit: asyncio.Future[Committed] | None = None
     #: when the commit ended (perf_counter; 0: not yet)
     committed_at: float = 0.0
+    #: when the upstream's answer (its last byte, or its headers when streamed) arrived
+    answered_at: float = 0.0
     #: when the loop had the turn's view (perf_counter)
     resumed: float = 0.0
     #: set once the request is on its way upstream (the commit starts its work then)
@@ -128,7 +130,8 @@ async def forward_after_commit(
         turn.timings["render"] = t0 - turn.resumed
     if commit is None:
         resp = await call
-        turn.upstream_seconds += time.perf_counter() - t0
+        turn.answered_at = time.perf_counter()
+        turn.upstream_seconds += turn.answered_at - t0
         return resp
     done_at: list[float] = []
 
@@ -156,6 +159,7 @@ async def forward_after_commit(
             await late.aclose()
         raise
     resp = await sending
+    turn.answered_at = done_at[0]
     turn.upstream_seconds += done_at[0] - t0
     # what the commit held the answer beyond the upstream's (the rest of the wait until this
     # point is the event loop's own latency, counted in the added latency all the same)
