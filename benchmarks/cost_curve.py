@@ -25,6 +25,9 @@ from contextfold.bench.strategies import ContextFoldStrategy, Strategy  # noqa: 
 from contextfold.core.config import LATE_COMPACTION_TIERS, TierConfig, progressive  # noqa: E402
 
 DEFAULT = TierConfig()
+#: the default tiers, compacted between an answer and the next request as the gateway does
+#: (the same object: the curve tells the rows apart by it)
+AHEAD = replace(DEFAULT)
 CURVES: dict[int, list[tuple[str, TierConfig]]] = {
     32_000: [
         ("compaction late: 60/70/80%, target 30%, no stale batches", LATE_COMPACTION_TIERS),
@@ -40,6 +43,7 @@ CURVES: dict[int, list[tuple[str, TierConfig]]] = {
         ),
         ("soft 60%, target 15%", replace(DEFAULT, target_ratio=0.15)),
         ("default: warn 55%, soft 60%, full 75%, target 10%", DEFAULT),
+        ("default, compacted ahead as the gateway does", AHEAD),
         (
             "warn 40%, soft 50%, full 70%, target 10%",
             replace(DEFAULT, warn_threshold=0.40, soft_threshold=0.50, full_threshold=0.70),
@@ -54,16 +58,17 @@ CURVES: dict[int, list[tuple[str, TierConfig]]] = {
         ("working_window=96,000", replace(DEFAULT, working_window=96_000)),
         ("working_window=80,000", replace(DEFAULT, working_window=80_000)),
         ("default: working_window=64,000", DEFAULT),
+        ("default, compacted ahead as the gateway does", AHEAD),
         ("working_window=48,000", replace(DEFAULT, working_window=48_000)),
     ],
 }
 
 
-def _factory(tiers: TierConfig) -> Any:
+def _factory(tiers: TierConfig, ahead: bool = False) -> Any:
     config = progressive().with_(tiers=tiers)
 
     def build(window: int) -> Strategy:
-        return ContextFoldStrategy("progressive", window, config=config)
+        return ContextFoldStrategy("progressive", window, config=config, ahead=ahead)
 
     return build
 
@@ -75,7 +80,8 @@ def curve(window: int, traces: list[Path]) -> list[dict[str, Any]]:
     raw_in = sum(r["cumulative_input_tokens"] for r in raw)
     rows = []
     for label, tiers in CURVES[window]:
-        runs = [replay_one(d, "progressive", window, factory=_factory(tiers)) for d in data]
+        ahead = tiers is AHEAD
+        runs = [replay_one(d, "progressive", window, factory=_factory(tiers, ahead)) for d in data]
         calls = sum(r["calls"] for r in runs)
         left = sum(r["tool_outputs_left"] for r in runs)
         expected = sum(r["artifact_expected"] for r in runs)

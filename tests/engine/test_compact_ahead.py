@@ -95,9 +95,13 @@ def test_a_storage_failure_ahead_leaves_the_session_as_before() -> None:
 
 
 def test_the_lookahead_is_the_largest_growth_of_the_latest_turns() -> None:
-    from contextfold.engine.ahead import Lookahead
+    from contextfold.engine.ahead import MARGIN, Lookahead
 
-    look = Lookahead(keep=3)
+    default = Lookahead()
+    for total in (100, 400, 500):
+        default.note(total)
+    assert default.tokens == int(MARGIN * 300) and MARGIN > 1  # with a margin by default
+    look = Lookahead(keep=3, margin=1.0)
     assert look.tokens == 0  # nothing known yet: nothing foreseen
     for total in (100, 400, 500, 450, 1_450, 2_450):  # a rewrite shrank it once: no growth
         look.note(total)

@@ -227,9 +227,15 @@ class ContextFoldStrategy:
         summarizer: SummarizerSpec | None = None,
         *,
         config: ContextConfig | None = None,
+        ahead: bool = False,
     ) -> None:
-        """``config`` (a :class:`contextfold.core.config.ContextConfig`) replaces the preset's."""
+        """``config`` (a :class:`contextfold.core.config.ContextConfig`) replaces the preset's.
+        ``ahead``: compact ahead after each answer as the gateway does (the next turn's growth
+        foreseen by :class:`contextfold.engine.ahead.Lookahead`)."""
         self.name = preset
+        self._ahead = ahead
+        self._lookahead: Any = None
+        self._history_tokens = 0
         try:
             from .. import ContextManager  # type: ignore[attr-defined,unused-ignore]
         except ImportError:
@@ -265,8 +271,26 @@ class ContextFoldStrategy:
     def add(self, messages: Sequence[MsgDict]) -> None:
         for msg in messages:
             self._cm.add(dict(msg))
+            if self._ahead:
+                self._history_tokens += self._newest_tokens()
+                if msg.get("role") == "assistant" and self._lookahead is not None:
+                    # the answer is in; the agent runs its tool: the gateway's step
+                    self._cm.compact_ahead(self._lookahead.tokens)
+
+    def _newest_tokens(self) -> int:
+        """Tokens of the message just added (the conversation's growth, as the gateway
+        measures it between requests)."""
+        from ..core.tokens import count_message
+
+        return int(count_message(self._cm.counter, self._cm.history[-1]))
 
     def prepare(self) -> Step:
+        if self._ahead:
+            if self._lookahead is None:
+                from ..engine.ahead import Lookahead
+
+                self._lookahead = Lookahead()
+            self._lookahead.note(self._history_tokens)
         view = self._cm.prepare()
         rec = self._cm.last_record
         if rec is None or rec is self._last_record:

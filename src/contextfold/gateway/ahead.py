@@ -66,12 +66,20 @@ WARM_TAIL = 8
 WARM_TURNS = 4
 
 
+def compaction_near(sess: Session) -> bool:
+    """Whether a compaction is due within :data:`WARM_TURNS` turns of the foreseen growth
+    (turn by turn: a view the turns would take past the window is left to its request, so
+    ``compaction_due`` says no to that many turns at once)."""
+    step = max(sess.lookahead.tokens, 1)
+    return any(sess.cm.compaction_due(k * step) for k in range(1, WARM_TURNS + 1))
+
+
 def warm_newest(sess: Session, stop: Callable[[], bool]) -> int:
     """Classify and anchor the newest outputs of the conversation (remembered by their text),
     so that a compaction on a later request's path finds that work done (:mod:`..evidence.warm`).
     Only once compactions are near: a conversation far from its window would do it for
     nothing."""
-    if not sess.cm.compaction_due(WARM_TURNS * max(sess.lookahead.tokens, 1)):
+    if not compaction_near(sess):
         return 0
     return warm(sess.cm.context.view.history[-WARM_TAIL:], stop)
 
@@ -193,4 +201,4 @@ class AheadWork:
         await asyncio.get_running_loop().run_in_executor(None, self.filing.shutdown, True)
 
 
-__all__ = ["AheadWork", "compact_ahead", "reported"]
+__all__ = ["AheadWork", "compact_ahead", "compaction_near", "reported"]
