@@ -308,3 +308,31 @@ def test_contextfold_views_are_valid_and_fit(preset: str, tc: TokenCounter) -> N
     assert run["retained_first_user"] == run["retained_newest_user"] == run["calls"]
     assert run["tool_outputs_left"] > 0
     assert run["tool_outputs_recoverable"] == run["tool_outputs_left"]
+
+
+def test_compacted_ahead_as_the_gateway_does(tc: TokenCounter) -> None:
+    """``ahead=True``: after each answer the view is compacted when the next turn is expected
+    to need it (between ``add`` and ``prepare``); the views stay valid and within the window,
+    and without it ``add`` never compacts."""
+    files = trace_files()
+    deepseek = [p for p in files if p.name.startswith("deepseek__")] or files
+    msgs = load_trace(min(deepseek, key=lambda p: p.stat().st_size))
+    ahead_records = {}
+    for ahead in (False, True):
+        strat = ContextFoldStrategy("progressive", 6_000, ahead=ahead)
+        prev, made = 0, 0
+        try:
+            for i, m in enumerate(msgs):
+                if m["role"] != "assistant" or i == 0:
+                    continue
+                before = strat._cm.last_record
+                strat.add(msgs[prev:i])
+                made += strat._cm.last_record is not before  # compacted between the turns
+                prev = i
+                step = strat.prepare()
+                assert check_pairs(step.view) == []
+                assert tc.view(step.view) <= 6_000
+        finally:
+            strat.close()
+        ahead_records[ahead] = made
+    assert ahead_records[False] == 0 and ahead_records[True] > 0, ahead_records

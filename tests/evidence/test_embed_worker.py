@@ -44,6 +44,17 @@ def worker() -> Iterator[WorkerEncoder]:
     enc.close()
 
 
+#: a child that reads one frame's length and answers nothing, ever
+HANGS = "import sys, time\nsys.stdin.buffer.read(8)\ntime.sleep(3600)\n"
+
+
+def _child(tmp_path: Path, name: str, source: str) -> WorkerEncoder:
+    """An encoder whose child is the script ``source`` (standing in for a broken child)."""
+    script = tmp_path / name
+    script.write_text(source)
+    return WorkerEncoder([sys.executable, str(script)])
+
+
 def _nice(pid: int) -> int:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return int(fields[16])  # the 19th field of stat: nice
@@ -83,9 +94,7 @@ def test_a_dead_child_is_started_again(worker: WorkerEncoder) -> None:
 
 
 def test_a_child_that_dies_while_encoding_is_an_error_then_replaced(tmp_path: Path) -> None:
-    script = tmp_path / "dies.py"
-    script.write_text("import sys\nsys.stdin.buffer.read(4)\n")  # reads, answers nothing
-    enc = WorkerEncoder([sys.executable, str(script)])
+    enc = _child(tmp_path, "dies.py", "import sys\nsys.stdin.buffer.read(4)\n")  # no answer
     with pytest.raises(EncoderWorkerError, match="gone"):
         enc.encode(["x"])
     assert enc._proc is None
@@ -155,9 +164,7 @@ def test_a_child_that_cannot_start_leaves_the_records_pending(tmp_path: Path) ->
 def test_close_ends_the_wait_for_a_child_that_does_not_answer(tmp_path: Path) -> None:
     import threading
 
-    script = tmp_path / "hangs.py"
-    script.write_text("import sys, time\nsys.stdin.buffer.read(8)\ntime.sleep(3600)\n")
-    enc = WorkerEncoder([sys.executable, str(script)])
+    enc = _child(tmp_path, "hangs.py", HANGS)
     errors: list[BaseException] = []
 
     def encode() -> None:
@@ -187,9 +194,7 @@ def test_a_child_that_takes_too_long_is_killed(
     from contextfold.evidence import embed_worker
 
     monkeypatch.setattr(embed_worker, "FIRST_TEXT_SECONDS", 0.5)
-    script = tmp_path / "hangs.py"
-    script.write_text("import sys, time\nsys.stdin.buffer.read(8)\ntime.sleep(3600)\n")
-    enc = WorkerEncoder([sys.executable, str(script)])
+    enc = _child(tmp_path, "hangs.py", HANGS)
     with pytest.raises(EncoderWorkerError, match="in time"):
         enc.encode(["x"])
     assert enc._proc is None
@@ -249,9 +254,7 @@ def test_a_long_text_to_a_child_that_does_not_read_times_out(
     from contextfold.evidence import embed_worker
 
     monkeypatch.setattr(embed_worker, "FIRST_TEXT_SECONDS", 0.5)
-    script = tmp_path / "deaf.py"
-    script.write_text("import time\ntime.sleep(3600)\n")
-    enc = WorkerEncoder([sys.executable, str(script)])
+    enc = _child(tmp_path, "deaf.py", "import time\ntime.sleep(3600)\n")
     with pytest.raises(EncoderWorkerError, match="in time"):
         enc.encode(["x" * 1_000_000])  # far more than a pipe holds
     enc.close()
@@ -278,3 +281,62 @@ def test_the_child_is_reached_through_any_descriptor_number(worker: WorkerEncode
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_child_that_works_past_its_deadline_is_given_more_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the lowest priority on busy cores the child may be slow: while it uses CPU the
+    deadline is renewed (up to ten times), so it is not killed for being slow."""
+    from contextfold.evidence import embed_worker
+
+    monkeypatch.setattr(embed_worker, "FIRST_TEXT_SECONDS", 0.3)
+    busy = (
+        "import os, struct, sys, time\n"
+        "out = int(sys.argv[sys.argv.index('--out-fd') + 1])\n"
+        "(n,) = struct.unpack('<I', sys.stdin.buffer.read(4)); sys.stdin.buffer.read(n)\n"
+        "end = time.process_time() + 1.0\n"
+        "while time.process_time() < end:\n"
+        "    pass\n"
+        f"os.write(out, struct.pack('<I', {4 * embed.DIM}) + bytes({4 * embed.DIM}))\n"
+        "time.sleep(3600)\n"
+    )
+    enc = _child(tmp_path, "busy.py", busy)
+    got = enc.encode(["x"])  # a second of CPU against a deadline of 0.3 s
+    assert got.shape == (1, embed.DIM) and not got.any()
+    enc.close()
+
+
+def test_the_child_gets_no_secret_of_the_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "env.txt"
+    dump = (
+        "import os, sys\n"
+        f"open({str(out)!r}, 'w').write('\\n'.join(sorted(os.environ)))\n"
+        "sys.stdin.buffer.read(4)\n"
+    )
+    for name in (
+        "OPENAI_API_KEY",
+        "CONTEXTFOLD_GATEWAY_AUTH_TOKEN",
+        "CONTEXTFOLD_STORE",
+        "DATABASE_URL",
+        "AWS_SECRET_ACCESS_KEY",
+        "PGPASSWORD",
+    ):
+        monkeypatch.setenv(name, "s3cret")
+    enc = _child(tmp_path, "env.py", dump)
+    with pytest.raises(EncoderWorkerError):
+        enc.encode(["x"])
+    enc.close()
+    names = set(out.read_text().split("\n"))
+    assert "PATH" in names and names.isdisjoint(
+        {
+            "OPENAI_API_KEY",
+            "CONTEXTFOLD_GATEWAY_AUTH_TOKEN",
+            "CONTEXTFOLD_STORE",
+            "DATABASE_URL",
+            "AWS_SECRET_ACCESS_KEY",
+            "PGPASSWORD",
+        }
+    ), names

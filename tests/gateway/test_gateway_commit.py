@@ -237,6 +237,8 @@ def test_a_slow_commit_holds_the_answer_and_counts_as_added_latency(postgres: Ta
             assert float(timing["commit"]) >= 400  # held for the commit beyond the upstream
             assert float(timing["contextfold"]) >= float(timing["commit"])
             assert float(timing["upstream"]) < 400
+            # from the upstream's answer to the response's headers: the commit's wait is in it
+            assert float(timing["answer"]) >= float(timing["commit"]) - 1
             if not stream:
                 answer = json.loads(body)["choices"][0]["message"]
                 messages += [answer, {"role": "user", "content": "three"}]

@@ -4,8 +4,9 @@ The gateway files the vectors of what its compactions removed after each answer
 (:mod:`.store_vectors`). Encoding is the costliest work a gateway process does (about 25 ms of
 CPU per output), and in a thread of the serving process it competes with the requests twice:
 for the cores, and for the interpreter lock, which a thread of low priority holds while the
-scheduler keeps it waiting (the requests then wait for it). In a child process run at nice 19
-the encoding uses only what the requests leave of the cores, and never holds their lock.
+scheduler keeps it waiting (the requests then wait for it). A child process at the lowest
+priority never holds their lock, and the scheduler gives the requests the cores first (on
+busy cores the encoding still slows them somewhat: docs/performance.md has the figures).
 
 The child runs the same :class:`.embed.Encoder` on the same numpy with one BLAS thread, so a
 text gives the same vector bit for bit as in the serving process. It reads texts from its
@@ -25,8 +26,8 @@ Run as ``python -m contextfold.evidence.embed_worker --out-fd N`` (the gateway s
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
+import re
 import selectors
 import struct
 import subprocess
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
 
     #: rows of vectors, one a text (as :mod:`.embed` names it)
     Matrix = np.ndarray[tuple[int, int], np.dtype[np.float32]]
-
-log = logging.getLogger(__name__)
 
 _LEN = struct.Struct("<I")
 #: the length a failed encoding is answered with (followed by the error's text)
@@ -75,10 +74,17 @@ def _frame(payload: bytes) -> bytes:
     return _LEN.pack(len(payload)) + payload
 
 
+#: variables the child does not get: it encodes texts and needs no credential or store address
+_PRIVATE = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|_URL$|_DSN$|^CONTEXTFOLD_", re.I)
+
+
 def _child_env() -> dict[str, str]:
-    """The child's environment: BLAS on one thread (as :class:`.embed.Encoder` runs it), and
-    the import path as the parent resolved it (the child runs in another folder)."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    """The child's environment: the parent's without anything that may hold a secret (keys,
+    tokens, store URLs, the gateway's own settings), BLAS on one thread (as
+    :class:`.embed.Encoder` runs it), and the import path as the parent resolved it (the child
+    runs in another folder)."""
+    env = {k: v for k, v in os.environ.items() if not _PRIVATE.search(k)}
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if env.get("PYTHONPATH"):
         parts = env["PYTHONPATH"].split(os.pathsep)
         env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in parts if p)

@@ -144,7 +144,7 @@ class AheadWork:
     def _file(self, sess: Session) -> int:
         """The vectors the conversation's compactions left pending. In the child process they
         need not wait for requests (it never holds their interpreter lock, and the scheduler
-        gives it only what they leave of the cores); in this process they do."""
+        gives the requests the cores first); in this process they do."""
         if self.encoder is None:
             return file_deferred(sess.cm.context, self.yield_to_requests)
         return file_deferred(sess.cm.context, self.closing.is_set, self.encoder)
