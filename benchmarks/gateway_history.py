@@ -59,7 +59,7 @@ import sys, time
 sys.path[:0] = [{root!r}, {src!r}]
 from tests.gateway.gateway_fakes import FakeUpstream
 from tests.gateway.gateway_fake_wire import Reply
-fake = FakeUpstream(port={port}, keep=False)
+fake = FakeUpstream(port={port}, keep=False, latency={latency})
 fake.default = lambda call: Reply(text="Done. Next I will run the tests again.")
 fake.start()
 print("ready", flush=True)
@@ -202,7 +202,12 @@ def _drop(schema: tuple[str, str] | None) -> None:
 
 
 def run_store(
-    kind: str, lengths: list[int], follow_ups: int, window: int, profile: str | None
+    kind: str,
+    lengths: list[int],
+    follow_ups: int,
+    window: int,
+    profile: str | None,
+    upstream_ms: float = 0.0,
 ) -> list[dict[str, Any]]:
     """One gateway on a fresh store of ``kind``: a warm-up, then each history length."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -210,7 +215,9 @@ def run_store(
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="cf-gateway-history-") as tmp:
         store, schema = _store_for(kind, tmp)
-        code = FAKE.format(root=str(ROOT), src=str(ROOT / "src"), port=fake_port)
+        code = FAKE.format(
+            root=str(ROOT), src=str(ROOT / "src"), port=fake_port, latency=upstream_ms / 1000
+        )
         fake = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
         cmd = [*gateway_cmd(profile), "serve", "--upstream"]
         gateway = subprocess.Popen(
@@ -264,6 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--follow-ups", type=int, default=10)
     ap.add_argument("--window", type=int, default=128_000)
     ap.add_argument(
+        "--upstream-ms",
+        type=float,
+        default=0.0,
+        help="the fake upstream's time per answer (default 0: at once)",
+    )
+    ap.add_argument(
         "--stores",
         default="embedded,postgresql",
         help="comma separated: embedded (a fresh workspace folder), postgresql (a fresh schema "
@@ -285,7 +298,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         try:
-            results += run_store(kind, lengths, args.follow_ups, args.window, args.profile)
+            results += run_store(
+                kind, lengths, args.follow_ups, args.window, args.profile, args.upstream_ms
+            )
         except (ImportError, OSError) as exc:  # no psycopg, no server: said, not hidden
             skipped[kind] = f"{type(exc).__name__}: {exc}"
             print(f"  skipped: {skipped[kind]}", flush=True)

@@ -255,6 +255,47 @@ def test_vector_filing_waits_while_a_request_is_prepared() -> None:
     work.filing.shutdown(wait=True)
 
 
+def test_the_ahead_work_gives_way_while_a_request_body_arrives(tmp_path: Path) -> None:
+    """From the moment a request arrives (before its body has), the work done ahead is told to
+    give way: the unit it is finishing then overlaps the body's arrival, and the request
+    rarely waits for the conversation's lock (a 21 MB body takes 30 ms or more to arrive)."""
+    from tests.support.waiting import wait_until
+
+    agent = Agent(11)
+    arrived, finish = threading.Event(), threading.Event()
+
+    def body() -> Iterator[bytes]:
+        import json
+
+        data = json.dumps({"model": "gpt-fake", "messages": agent.messages}).encode()
+        yield data[:10]
+        arrived.set()
+        assert finish.wait(30)
+        yield data[10:]
+
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
+        fake.scripts["agent"] = _script(itertools.count())
+        work = _gateway_of(gw).pipeline.ahead
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            agent.turn(client)
+            assert not work.interrupted()
+            out: list[httpx.Response] = []
+            sender = threading.Thread(
+                target=lambda: out.append(
+                    client.post("/v1/chat/completions", content=body(), headers=HEADERS)
+                )
+            )
+            sender.start()
+            try:
+                assert arrived.wait(30)
+                wait_until(work.interrupted, 10, "the ahead work told to give way to the request")
+            finally:
+                finish.set()
+                sender.join(60)
+            assert out and out[0].status_code == 200, out
+            wait_until(lambda: not work.interrupted(), 10, "no request being served any more")
+
+
 def _filed_vectors(tmp_path: Path, in_child: bool) -> dict[str, Any]:
     """Run one conversation through a gateway; the vector documents its compactions filed,
     once none is pending, and whether its child process (if any) stopped with it."""

@@ -156,7 +156,10 @@ class Gateway:
         async def endpoint(request: Request) -> Response:
             started = time.perf_counter()
             REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
-            response = await self._run(request, adapter)
+            # work done ahead gives way from the moment a request arrives: a long body's
+            # arrival then covers the unit of work it is finishing
+            with self.pipeline.ahead.serving():
+                response = await self._run(request, adapter)
             self.metrics.inc(
                 "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
             )
