@@ -296,6 +296,35 @@ def test_the_ahead_work_gives_way_while_a_request_body_arrives(tmp_path: Path) -
             wait_until(lambda: not work.interrupted(), 10, "no request being served any more")
 
 
+def test_the_ahead_work_is_not_held_back_while_the_upstream_answers(tmp_path: Path) -> None:
+    """Once a request's view has gone upstream the work done ahead need not give way: at 50
+    agents some request is always waiting for its answer, and the work would never run."""
+    from tests.support.waiting import wait_until
+
+    agent = Agent(13)
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
+        fake.scripts["agent"] = _script(itertools.count())
+        work = _gateway_of(gw).pipeline.ahead
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            agent.turn(client)
+            before = len(fake.received)
+            out: list[httpx.Response] = []
+            slow = {**HEADERS, "x-fake-latency-ms": "3000"}
+            body = {"model": "gpt-fake", "messages": agent.messages}
+            sender = threading.Thread(
+                target=lambda: out.append(
+                    client.post("/v1/chat/completions", json=body, headers=slow)
+                )
+            )
+            sender.start()
+            try:
+                wait_until(lambda: len(fake.received) > before, 30, "the request upstream")
+                assert not work.interrupted(), "held back while the upstream answers"
+            finally:
+                sender.join(60)
+            assert out and out[0].status_code == 200, out
+
+
 def _filed_vectors(tmp_path: Path, in_child: bool) -> dict[str, Any]:
     """Run one conversation through a gateway; the vector documents its compactions filed,
     once none is pending, and whether its child process (if any) stopped with it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -95,6 +96,25 @@ def reported(sess: Session, prepared: Prepared) -> Prepared:
     return replace(prepared, record=ahead)
 
 
+class Arriving:
+    """A request counted as being served from its arrival until :meth:`release` (once)."""
+
+    def __init__(self, work: AheadWork) -> None:
+        self._work: AheadWork | None = work
+        work._enter()
+
+    def release(self) -> None:
+        work, self._work = self._work, None
+        if work is not None:
+            work._leave()
+
+
+#: the arrival of the request this task serves (None: none is marked)
+ARRIVAL: contextvars.ContextVar[Arriving | None] = contextvars.ContextVar(
+    "contextfold_arrival", default=None
+)
+
+
 class AheadWork:
     """The compactions prepared ahead that are running (each holds its conversation's lock)."""
 
@@ -121,18 +141,42 @@ class AheadWork:
         self._serving = 0
         self._idle = threading.Condition()
 
-    @contextlib.contextmanager
-    def serving(self) -> Iterator[None]:
-        """Mark a request being prepared: the vector filing pauses until none is."""
+    def _enter(self) -> None:
         with self._idle:
             self._serving += 1
+
+    def _leave(self) -> None:
+        with self._idle:
+            self._serving -= 1
+            if not self._serving:
+                self._idle.notify_all()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Mark a request being prepared: the vector filing pauses until none is. The
+        request's :class:`Arriving` mark (if any) ends here: its preparation has begun."""
+        self._enter()
+        arrival = ARRIVAL.get()
+        if arrival is not None:
+            arrival.release()
         try:
             yield
         finally:
-            with self._idle:
-                self._serving -= 1
-                if not self._serving:
-                    self._idle.notify_all()
+            self._leave()
+
+    @contextlib.contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Mark a request from its first byte until its preparation begins (or it ends without
+        one): the work done ahead gives way meanwhile, so that the unit it is finishing
+        overlaps the body's arrival instead of the request waiting for the conversation's
+        lock. Not while the upstream answers: that would starve the work at every load."""
+        arrival = Arriving(self)
+        token = ARRIVAL.set(arrival)
+        try:
+            yield
+        finally:
+            arrival.release()
+            ARRIVAL.reset(token)
 
     def yield_to_requests(self) -> bool:
         """Between two chunks of filing: wait until no request is being prepared; True (give

@@ -158,7 +158,7 @@ class Gateway:
             REQUEST_STARTED.set(started)  # the added latency counts reading and parsing too
             # work done ahead gives way from the moment a request arrives: a long body's
             # arrival then covers the unit of work it is finishing
-            with self.pipeline.ahead.serving():
+            with self.pipeline.ahead.arriving():
                 response = await self._run(request, adapter)
             self.metrics.inc(
                 "contextfold_gateway_requests_total", route=route, status=str(response.status_code)
