@@ -332,3 +332,49 @@ def test_the_child_gets_no_secret_of_the_gateway(
     enc.close()
     names = set(out.read_text().split("\n"))
     assert "PATH" in names and names.isdisjoint(secrets), names
+
+
+def _waits_for_a_lock(pid: int) -> bool:
+    """Whether process ``pid`` waits for a file lock (a blocked request in /proc/locks)."""
+    return any(
+        "->" in line and line.split("->", 1)[1].split()[3] == str(pid)
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_the_children_compute_one_vector_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every encoding process of a user on the machine (one per serving process) takes its
+    turn on one lock file: the vectors never take more than one core from the requests."""
+    import fcntl
+    import threading
+
+    from contextfold.evidence.embed_worker import lock_path
+    from tests.support.waiting import wait_until
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert lock_path().parent == tmp_path
+    first, second = WorkerEncoder(), WorkerEncoder()
+    try:
+        first.encode(["loaded"])
+        second.encode(["loaded"])
+        fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # this test's turn: neither child may compute
+        got: list[object] = []
+        thread = threading.Thread(target=lambda: got.append(first.encode(["my turn"])))
+        thread.start()
+        try:
+            proc = first._proc
+            assert proc is not None
+            wait_until(lambda: _waits_for_a_lock(proc.pid), 30, "the child to wait its turn")
+            assert not got
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            thread.join(60)
+        assert len(got) == 1 and np.array_equal(got[0], second.encode(["my turn"]))
+    finally:
+        first.close()
+        second.close()

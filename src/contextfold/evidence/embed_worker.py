@@ -32,6 +32,7 @@ import selectors
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -318,6 +319,7 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> int:
     from .embed import encoder
 
     enc = encoder()
+    turn = _one_at_a_time()
     while True:
         head = stdin.read(_LEN.size)
         if not head or len(head) != _LEN.size:
@@ -328,12 +330,56 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> int:
             text = data.decode("utf-8", "surrogatepass")
             if enc is None:
                 raise RuntimeError("the semantic extra is not installed")
-            vec = enc.encode([text])[0]
+            with turn:
+                vec = enc.encode([text])[0]
             stdout.write(_frame(vec.astype("<f4").tobytes()))
         except Exception as exc:  # reported to the parent, which fails open
             why = repr(exc).encode("utf-8", "replace")[:_MAX_WHY]
             stdout.write(_LEN.pack(_FAILED) + _frame(why))
         stdout.flush()
+
+
+def lock_path() -> Path:
+    """The file the encoding processes of one user on this machine take turns by: at most one
+    of them computes a vector at a time, whatever the number of serving processes, so the
+    vectors never take more than one core from the requests."""
+    folder = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(folder) / f"contextfold-vectors-{uid}.lock"
+
+
+class _Turn:
+    """The machine-wide turn of :func:`lock_path` (an exclusive ``flock``), held while one
+    vector is computed; without ``fcntl`` or the file, no turn is taken."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> None:
+        if self.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+
+def _one_at_a_time() -> _Turn:
+    try:
+        import fcntl  # noqa: F401  (POSIX only)
+
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(lock_path(), flags, 0o600)
+    except (ImportError, OSError):  # no turns: each process computes on its own
+        return _Turn(None)
+    if os.fstat(fd).st_uid != os.getuid():  # another user's file (a shared temp folder)
+        os.close(fd)
+        return _Turn(None)
+    return _Turn(fd)
 
 
 def lowest_priority() -> None:
