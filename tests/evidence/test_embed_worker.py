@@ -334,25 +334,17 @@ def test_the_child_gets_no_secret_of_the_gateway(
     assert "PATH" in names and names.isdisjoint(secrets), names
 
 
-def _waits_for_a_lock(pid: int) -> bool:
-    """Whether process ``pid`` waits for a file lock (a blocked request in /proc/locks)."""
-    return any(
-        "->" in line and line.split("->", 1)[1].split()[3] == str(pid)
-        for line in Path("/proc/locks").read_text().splitlines()
-    )
-
-
-@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+@pytest.mark.skipif(sys.platform == "win32", reason="the turns need fcntl")
 def test_the_children_compute_one_vector_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every encoding process of a user on the machine (one per serving process) takes its
-    turn on one lock file: the vectors never take more than one core from the requests."""
+    turn on one lock file: the vectors never take more than one core from the requests. A
+    child waits for its turn (here: while the test holds it), then computes."""
     import fcntl
     import threading
 
-    from contextfold.evidence.embed_worker import lock_path
-    from tests.support.waiting import wait_until
+    from contextfold.evidence.embed_worker import TURN_WAIT_SECONDS, lock_path
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert lock_path().parent == tmp_path
@@ -360,16 +352,14 @@ def test_the_children_compute_one_vector_at_a_time(
     try:
         first.encode(["loaded"])
         second.encode(["loaded"])
-        fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock_path(), os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX)  # this test's turn: neither child may compute
         got: list[object] = []
         thread = threading.Thread(target=lambda: got.append(first.encode(["my turn"])))
         thread.start()
         try:
-            proc = first._proc
-            assert proc is not None
-            wait_until(lambda: _waits_for_a_lock(proc.pid), 30, "the child to wait its turn")
-            assert not got
+            thread.join(TURN_WAIT_SECONDS / 5)  # well before the child would go on anyway
+            assert thread.is_alive() and not got, "the child computed while not its turn"
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -378,3 +368,36 @@ def test_the_children_compute_one_vector_at_a_time(
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the turns need fcntl")
+def test_a_turn_held_for_ever_delays_a_child_only_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child holding the turn may be starved, hung or stopped: another waits at most
+    TURN_WAIT_SECONDS, within its deadline, and computes anyway (it is not killed for
+    waiting). A lock file others may open is not used."""
+    import fcntl
+    import time
+
+    from contextfold.evidence import embed_worker
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    path = embed_worker.lock_path()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    enc = WorkerEncoder()
+    try:
+        t0 = time.monotonic()
+        got = enc.encode(["the turn is never given"])
+        waited = time.monotonic() - t0
+        assert got.shape == (1, embed.DIM)
+        assert embed_worker.TURN_WAIT_SECONDS <= waited < embed_worker.FIRST_TEXT_SECONDS
+        assert enc._failures == 0
+    finally:
+        enc.close()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    os.chmod(path, 0o644)  # readable by others: anyone could hold the turn
+    turn = embed_worker._one_at_a_time()
+    assert turn.fd is None

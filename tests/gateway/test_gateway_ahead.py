@@ -325,6 +325,79 @@ def test_the_ahead_work_is_not_held_back_while_the_upstream_answers(tmp_path: Pa
             assert out and out[0].status_code == 200, out
 
 
+def test_a_side_request_does_not_hold_back_the_ahead_work_while_upstream(
+    tmp_path: Path,
+) -> None:
+    """A request of a turn route that is not a turn (Gemini CLI's JSON-mode side calls, its
+    token counts) goes upstream without a preparation: its arrival mark ends there."""
+    from tests.support.waiting import wait_until
+
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "is the next speaker the model?"}]}],
+        "generationConfig": {"responseMimeType": "application/json"},
+    }
+    headers = {"x-goog-api-key": "k", "x-fake-latency-ms": "3000"}
+    with running(tmp_path) as (fake, gw):
+        work = _gateway_of(gw).pipeline.ahead
+        out: list[httpx.Response] = []
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            sender = threading.Thread(
+                target=lambda: out.append(
+                    client.post(
+                        "/v1beta/models/gemini-2.5-flash:generateContent",
+                        json=body,
+                        headers=headers,
+                    )
+                )
+            )
+            sender.start()
+            try:
+                wait_until(lambda: len(fake.received) > 0, 30, "the side call upstream")
+                assert not work.interrupted(), "held back while a side call's upstream answers"
+            finally:
+                sender.join(60)
+        assert out and out[0].status_code == 200, out.__repr__()[:300]
+
+
+def test_a_body_that_arrives_slowly_holds_back_the_ahead_work_for_a_second_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.waiting import wait_until
+
+    monkeypatch.setattr(gw_ahead, "ARRIVAL_SECONDS", 0.2)
+    agent = Agent(17)
+    arrived, finish = threading.Event(), threading.Event()
+
+    def body() -> Iterator[bytes]:
+        import json
+
+        data = json.dumps({"model": "gpt-fake", "messages": agent.messages}).encode()
+        yield data[:10]
+        arrived.set()
+        assert finish.wait(30)
+        yield data[10:]
+
+    with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
+        fake.scripts["agent"] = _script(itertools.count())
+        work = _gateway_of(gw).pipeline.ahead
+        with httpx.Client(base_url=gw.url, timeout=60) as client:
+            out: list[httpx.Response] = []
+            sender = threading.Thread(
+                target=lambda: out.append(
+                    client.post("/v1/chat/completions", content=body(), headers=HEADERS)
+                )
+            )
+            sender.start()
+            try:
+                assert arrived.wait(30)
+                wait_until(work.interrupted, 10, "the arrival marked")
+                wait_until(lambda: not work.interrupted(), 10, "the mark to end, body or not")
+            finally:
+                finish.set()
+                sender.join(60)
+            assert out and out[0].status_code == 200, out
+
+
 def _filed_vectors(tmp_path: Path, in_child: bool) -> dict[str, Any]:
     """Run one conversation through a gateway; the vector documents its compactions filed,
     once none is pending, and whether its child process (if any) stopped with it."""

@@ -18,7 +18,10 @@ reported as an error by :meth:`WorkerEncoder.encode` and killed; the filing fail
 vectors stay pending, and a search files them itself), and no new child is started for a
 back-off that doubles with each failure in a row.
 
-Each serving process has its own child (about 180 MB with the model).
+Each serving process has its own child (about 180 MB with the model). The children of one user
+on a machine take turns computing (a lock file, :func:`lock_path`): at most one vector at a
+time, so they take at most one core whatever the number of serving processes. A child waits
+at most :data:`TURN_WAIT_SECONDS` for its turn (well within its deadline), then computes anyway.
 
 Run as ``python -m contextfold.evidence.embed_worker --out-fd N`` (the gateway starts it).
 """
@@ -56,6 +59,10 @@ _MAX_WHY = 1 << 16
 #: model (a few seconds on a busy machine); a child that takes longer is killed
 FIRST_TEXT_SECONDS = 120.0
 TEXT_SECONDS = 30.0
+#: the longest a child waits for its turn before computing anyway (a child holding the turn
+#: may be starved at the lowest priority, hung or stopped; waiting uses no CPU, which does not
+#: renew the deadline)
+TURN_WAIT_SECONDS = 5.0
 #: after a failure no child is started for this long (doubling up to BACKOFF_MAX): a child
 #: that dies at start costs a model load each time
 BACKOFF_MIN = 1.0
@@ -350,22 +357,42 @@ def lock_path() -> Path:
 
 class _Turn:
     """The machine-wide turn of :func:`lock_path` (an exclusive ``flock``), held while one
-    vector is computed; without ``fcntl`` or the file, no turn is taken."""
+    vector is computed; without ``fcntl`` or a lock file of this user's alone, or after
+    :data:`TURN_WAIT_SECONDS` of waiting, the vector is computed without it."""
 
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
+        self.held = False
 
     def __enter__(self) -> None:
-        if self.fd is not None:
-            import fcntl
+        """Take the turn, waiting at most :data:`TURN_WAIT_SECONDS` (then go on without it)."""
+        if self.fd is None:
+            return
+        import fcntl
 
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        end = time.monotonic() + TURN_WAIT_SECONDS
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.held = True
+                return
+            except BlockingIOError:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 0.02)
+            except OSError:
+                return
 
     def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
+        if self.held and self.fd is not None:
             import fcntl
 
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self.held = False
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 def _one_at_a_time() -> _Turn:
@@ -376,7 +403,9 @@ def _one_at_a_time() -> _Turn:
         fd = os.open(lock_path(), flags, 0o600)
     except (ImportError, OSError):  # no turns: each process computes on its own
         return _Turn(None)
-    if os.fstat(fd).st_uid != os.getuid():  # another user's file (a shared temp folder)
+    info = os.fstat(fd)
+    # another user's file (a shared temp folder), or one others may open (and hold the turn)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
         os.close(fd)
         return _Turn(None)
     return _Turn(fd)

@@ -25,6 +25,7 @@ from ..errors import (
     UnsafeIdError,
 )
 from . import edge, providers
+from .ahead import arrived
 from .body import Arrival, BodyReader, TooDeep
 from .config import GatewayConfig
 from .metrics import Metrics
@@ -200,6 +201,7 @@ class Gateway:
         )
         try:
             if not provider.wants_turn(client):  # an action of this route that is not a turn
+                arrived()  # what follows waits for the upstream
                 side = await provider.side_request(self.pipeline, client)
                 return side if side is not None else await self._forward(request, provider, raw)
             return await rounds.handle(self.pipeline, provider, client)
