@@ -401,3 +401,35 @@ def test_a_turn_held_for_ever_delays_a_child_only_briefly(
     os.chmod(path, 0o644)  # readable by others: anyone could hold the turn
     turn = embed_worker._one_at_a_time()
     assert turn.fd is None
+
+
+def test_a_filing_ended_by_the_shutdown_is_not_reported_as_a_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway closes its encoder when it stops, which ends a text being encoded: that
+    leaves the vectors pending without a warning. The same failure while running warns."""
+    import logging
+    import threading
+    from collections.abc import Callable, Sequence
+
+    backend = open_store(str(tmp_path / "ws"))
+    index_block(EvidenceStore(SessionStore(backend, "s", "a")), session_messages())
+    dying = WorkerEncoder([sys.executable, "-c", "pass"])
+    closing = threading.Event()
+
+    class ClosedMeanwhile:
+        """The gateway starts closing while the text is being encoded."""
+
+        def encode(self, texts: Sequence[str], between: Callable[[], None]) -> object:
+            closing.set()
+            return dying.encode(texts, between)
+
+    with caplog.at_level(logging.DEBUG, logger=store_vectors.__name__):
+        shut = store_vectors.file_pending(backend, "s", closing.is_set, ClosedMeanwhile())
+        assert shut == 0 and closing.is_set()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert store_vectors.file_pending(backend, "s", encoder=dying) == 0
+        assert [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert list(store_vectors.pending_blocks(backend, "s")) == ["s/cb-1"]
+    dying.close()
+    backend.close()

@@ -108,7 +108,10 @@ def _encode(
         except _Stopped:
             return None
         except Exception as exc:  # the model is optional: never a reason to fail a request
-            log.warning("semantic vectors not computed: %s", exc)
+            if stop():  # the gateway is closing (its encoder with it): they stay pending
+                log.debug("semantic vectors left pending at shutdown: %s", exc)
+            else:
+                log.warning("semantic vectors not computed: %s", exc)
             return None
     semantic.STATS["vectors"] += len(texts)
     semantic.STATS["seconds"] += time.perf_counter() - t0
