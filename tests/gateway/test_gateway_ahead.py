@@ -5,7 +5,9 @@ compaction on the next response, and fails open."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -255,6 +257,35 @@ def test_vector_filing_waits_while_a_request_is_prepared() -> None:
     work.filing.shutdown(wait=True)
 
 
+@contextlib.contextmanager
+def held_body(client: httpx.Client, agent: Agent) -> Iterator[None]:
+    """The agent's next request, its body held after 10 bytes until the block ends; its
+    answer is checked then."""
+    arrived, finish = threading.Event(), threading.Event()
+
+    def body() -> Iterator[bytes]:
+        data = json.dumps({"model": "gpt-fake", "messages": agent.messages}).encode()
+        yield data[:10]
+        arrived.set()
+        assert finish.wait(30)
+        yield data[10:]
+
+    out: list[httpx.Response] = []
+    sender = threading.Thread(
+        target=lambda: out.append(
+            client.post("/v1/chat/completions", content=body(), headers=HEADERS)
+        )
+    )
+    sender.start()
+    try:
+        assert arrived.wait(30)
+        yield
+    finally:
+        finish.set()
+        sender.join(60)
+    assert out and out[0].status_code == 200, out
+
+
 def test_the_ahead_work_gives_way_while_a_request_body_arrives(tmp_path: Path) -> None:
     """From the moment a request arrives (before its body has), the work done ahead is told to
     give way: the unit it is finishing then overlaps the body's arrival, and the request
@@ -262,37 +293,14 @@ def test_the_ahead_work_gives_way_while_a_request_body_arrives(tmp_path: Path) -
     from tests.support.waiting import wait_until
 
     agent = Agent(11)
-    arrived, finish = threading.Event(), threading.Event()
-
-    def body() -> Iterator[bytes]:
-        import json
-
-        data = json.dumps({"model": "gpt-fake", "messages": agent.messages}).encode()
-        yield data[:10]
-        arrived.set()
-        assert finish.wait(30)
-        yield data[10:]
-
     with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
         fake.scripts["agent"] = _script(itertools.count())
         work = _gateway_of(gw).pipeline.ahead
         with httpx.Client(base_url=gw.url, timeout=60) as client:
             agent.turn(client)
             assert not work.interrupted()
-            out: list[httpx.Response] = []
-            sender = threading.Thread(
-                target=lambda: out.append(
-                    client.post("/v1/chat/completions", content=body(), headers=HEADERS)
-                )
-            )
-            sender.start()
-            try:
-                assert arrived.wait(30)
+            with held_body(client, agent):
                 wait_until(work.interrupted, 10, "the ahead work told to give way to the request")
-            finally:
-                finish.set()
-                sender.join(60)
-            assert out and out[0].status_code == 200, out
             wait_until(lambda: not work.interrupted(), 10, "no request being served any more")
 
 
@@ -366,36 +374,12 @@ def test_a_body_that_arrives_slowly_holds_back_the_ahead_work_for_a_second_at_mo
 
     monkeypatch.setattr(gw_ahead, "ARRIVAL_SECONDS", 0.2)
     agent = Agent(17)
-    arrived, finish = threading.Event(), threading.Event()
-
-    def body() -> Iterator[bytes]:
-        import json
-
-        data = json.dumps({"model": "gpt-fake", "messages": agent.messages}).encode()
-        yield data[:10]
-        arrived.set()
-        assert finish.wait(30)
-        yield data[10:]
-
     with running(tmp_path, limit=WINDOW, context_window=WINDOW) as (fake, gw):
         fake.scripts["agent"] = _script(itertools.count())
         work = _gateway_of(gw).pipeline.ahead
-        with httpx.Client(base_url=gw.url, timeout=60) as client:
-            out: list[httpx.Response] = []
-            sender = threading.Thread(
-                target=lambda: out.append(
-                    client.post("/v1/chat/completions", content=body(), headers=HEADERS)
-                )
-            )
-            sender.start()
-            try:
-                assert arrived.wait(30)
-                wait_until(work.interrupted, 10, "the arrival marked")
-                wait_until(lambda: not work.interrupted(), 10, "the mark to end, body or not")
-            finally:
-                finish.set()
-                sender.join(60)
-            assert out and out[0].status_code == 200, out
+        with httpx.Client(base_url=gw.url, timeout=60) as client, held_body(client, agent):
+            wait_until(work.interrupted, 10, "the arrival marked")
+            wait_until(lambda: not work.interrupted(), 10, "the mark to end, body or not")
 
 
 def _filed_vectors(tmp_path: Path, in_child: bool) -> dict[str, Any]:
