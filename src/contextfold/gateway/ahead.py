@@ -144,7 +144,7 @@ class AheadWork:
         #: one thread files the evidence vectors left pending (never a request's thread)
         self.filing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cf-filing")
         #: the child process that computes the vectors at the lowest CPU priority (None: the
-        #: filing thread computes them, pausing while requests are being prepared)
+        #: filing thread computes them, pausing while requests arrive or are prepared)
         self.encoder = WorkerEncoder() if vectors_process and semantic.enabled() else None
         self.closing = threading.Event()
         #: requests arriving or being prepared right now: the filing waits between chunks
