@@ -13,9 +13,8 @@ result. This is computed once, here, and every strategy cuts only at :meth:`lega
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from copy import deepcopy
 from dataclasses import replace
 from typing import TypeVar
@@ -37,7 +36,9 @@ class HistoryView(CutPoints, LazyReopen):
         self.history: list[Message] = []
         self.forms: list[Message] = []
         self._tokens: list[int] = []
-        self._cum: list[int] = [0]
+        self._sums: list[int] = [0]
+        #: the first position of ``_sums`` a changed form left stale (None: all current)
+        self._stale_from: int | None = None
         #: OpenAI dicts of the forms, made on first use (None: not made yet); a reopened
         #: session never converts the messages before its boundary
         self._dicts: list[JSONObject | None] = []
@@ -185,21 +186,33 @@ class HistoryView(CutPoints, LazyReopen):
             self.newest_user = n
         self._push_form(self._assistant_form(msg, n) if msg.tool_calls else msg)
 
-    _deferred = False
-    _stale = False
+    @property
+    def _cum(self) -> list[int]:
+        """Prefix sums of the forms' tokens (``_cum[i]``: the tokens before position ``i``).
+        A changed form only marks the sums after it stale; they are brought up to date here,
+        when next read, in one pass: a compaction that rewrites many forms (a batch of
+        offloads, a reload) pays for one pass, not one per form."""
+        start = self._stale_from
+        if start is not None:
+            sums = self._sums
+            rest = itertools.accumulate(self._tokens[start - 1 :], initial=sums[start - 1])
+            next(rest)
+            sums[start:] = rest
+            self._stale_from = None
+        return self._sums
 
-    @contextlib.contextmanager
-    def deferred_sums(self) -> Iterator[None]:
-        """Many set_form calls at once (reloading a session): the prefix sums are rebuilt once
-        at the end instead of after each call."""
-        self._deferred = True
-        try:
-            yield
-        finally:
-            self._deferred = False
-            if self._stale:
-                self._stale = False
-                self._cum[1:] = list(itertools.accumulate(self._tokens))
+    @_cum.setter
+    def _cum(self, sums: list[int]) -> None:
+        self._sums = sums
+        self._stale_from = None
+
+    def _changed(self, index: int, delta: int) -> None:
+        """The form at ``index`` now counts ``delta`` tokens more: the sums after it are
+        stale."""
+        if delta:
+            start = index + 1
+            if self._stale_from is None or start < self._stale_from:
+                self._stale_from = start
 
     def expect_answers(self, index: int, call_ids: set[str]) -> None:
         """Reloading a stored log: the calls of message ``index`` are answered later in the
@@ -210,7 +223,10 @@ class HistoryView(CutPoints, LazyReopen):
         tokens = self._count(form)
         self.forms.append(form)
         self._tokens.append(tokens)
-        self._cum.append(self._cum[-1] + tokens)
+        if self._stale_from is None:
+            self._sums.append(self._sums[-1] + tokens)
+        else:  # made current with the rest when next read
+            self._sums.append(0)
         self._dicts.append(None)
 
     def _assistant_form(self, msg: Message, index: int) -> Message:
@@ -241,13 +257,7 @@ class HistoryView(CutPoints, LazyReopen):
         new = 0 if index in self.retracted else self._count(form)
         self._tokens[index] = new
         self._dicts[index] = None
-        delta = new - old
-        if delta and self._deferred:
-            self._stale = True
-        elif delta:
-            cum = self._cum
-            for j in range(index + 1, len(cum)):
-                cum[j] += delta
+        self._changed(index, new - old)
 
     # ------------------------------------------------------------------ rewrites
     def check_retract(self, positions: Sequence[int]) -> list[int]:
@@ -292,9 +302,7 @@ class HistoryView(CutPoints, LazyReopen):
         """Count a not yet loaded (retracted) message as 0 tokens."""
         delta = -self._tokens[index]
         self._tokens[index] = 0
-        cum = self._cum
-        for j in range(index + 1, len(cum)):
-            cum[j] += delta
+        self._changed(index, delta)
 
     def _pick_users(self) -> None:
         users = [i for i, r in enumerate(self.roles) if r == "user" and i not in self.retracted]

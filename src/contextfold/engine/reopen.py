@@ -232,8 +232,7 @@ def load(ctx: SessionContext) -> None:
         ctx.eviction_store.load(offloads)
     # user data, not derived: a damaged snapshot is an error naming it, never dropped
     ctx.session_state = load_session_state(ctx.session)
-    with ctx.view.deferred_sums():
-        load_view_state(ctx)
+    load_view_state(ctx)
 
 
 def load_all(ctx: SessionContext) -> list[Event]:
@@ -375,9 +374,8 @@ def _entry_of(view: HistoryView, idx: int, entry: OffloadEntry) -> bool:
 
 def reapply_deferred(ctx: SessionContext) -> None:
     deferred, ctx.deferred = ctx.deferred, []
-    with ctx.view.deferred_sums():
-        for idx, entry, policy in deferred:
-            ctx.compactor.reapply(idx, entry, policy)
+    for idx, entry, policy in deferred:
+        ctx.compactor.reapply(idx, entry, policy)
 
 
 def state_data(ctx: SessionContext) -> JSONObject:

@@ -4,12 +4,11 @@ lookup keys, inside the ``BEGIN IMMEDIATE`` transaction :meth:`SQLiteStore.trans
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from ..jsontypes import JSONLike
+from ..jsontypes import JSON, JSONLike
 from .base import Event, SearchDoc, check_keys
 from .base_write import Append, WriteTransaction, check_claim, dump_json
 from .sqlite_bodies import IndexedRow, read_rows, release, share
@@ -48,9 +47,16 @@ class SQLiteTransaction(WriteTransaction):
             "VALUES (?,?,?,?,?,?,?)",
             [(session_id, e.seq, e.kind, now, pack(e.data), e.head, e.detail) for e in a.encoded],
         )
+        # each event's data as given (encoded as JSON above, so it reads as JSON)
         out = [
-            Event(session_id=session_id, seq=e.seq, kind=e.kind, ts=now, data=json.loads(e.data))
-            for e in a.encoded
+            Event(
+                session_id=session_id,
+                seq=en.seq,
+                kind=en.kind,
+                ts=now,
+                data=cast("Mapping[str, JSON]", e.data),
+            )
+            for e, en in zip(a.events, a.encoded, strict=True)
         ]
         n_msg = sum(1 for e in out if e.kind == "message")
         if found is None:
