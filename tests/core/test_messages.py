@@ -230,3 +230,12 @@ def test_unknown_anthropic_role() -> None:
     with pytest.raises(InvalidMessageError, match="unknown role") as info:
         from_anthropic([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}])
     assert info.value.index == 1
+
+
+def test_stable_uuid_is_uuid5_in_the_url_namespace() -> None:
+    import uuid
+
+    from contextfold.core.messages import stable_uuid
+
+    for name in ["", "contextfold:s:0", "contextfold:abc:123456", "ünï:çødé:7", "x" * 300]:
+        assert stable_uuid(name) == str(uuid.uuid5(uuid.NAMESPACE_URL, name))

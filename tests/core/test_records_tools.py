@@ -193,3 +193,12 @@ def test_prepare_anthropic_format(tmp_path: Path) -> None:
     assert [m["role"] for m in view["messages"]] == ["user", "assistant", "user"]
     assert [b["type"] for b in view["messages"][1]["content"]] == ["text", "tool_use", "tool_use"]
     assert len(from_anthropic(view["messages"], view["system"])) == 5
+
+
+def test_an_offload_entry_is_written_as_all_its_fields() -> None:
+    from dataclasses import asdict, replace
+
+    for entry in record(1).offloaded:
+        for e in (entry, replace(entry, tool_name="bash")):
+            assert e.to_dict() == asdict(e)
+            assert OffloadEntry.from_dict(e.to_dict()) == e

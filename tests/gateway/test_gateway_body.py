@@ -244,3 +244,45 @@ def test_no_stage_of_a_turn_changes_the_parsed_objects_later_requests_share(
     known = reader.remembered()[-1]
     known.messages[-1]["content"] = "changed in place"
     assert _intact(reader) != []
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value  # ``levels`` arrays deep
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 8, 128])
+def test_a_new_long_body_is_refused_exactly_where_it_nests_past_the_limit(limit: int) -> None:
+    """A big body read whole checks only the values with more brackets than the levels they
+    may hold; the verdict is always that of counting every level."""
+    msgs = _messages(200)
+    # brackets in strings do not count as levels (the messages' text is full of them)
+    assert len(_raw(msgs)) >= MIN_BYTES
+    cases: list[tuple[bytes, int]] = [(_raw(msgs), 3)]
+    for levels in (limit - 3, limit - 2, limit - 1, limit):
+        if levels < 1:
+            continue
+        # in a message (object 1, messages 2, the message 3, its content from 4 on)
+        deep_msg = [*msgs, {"role": "user", "content": _nested(levels)}]
+        cases.append((_raw(deep_msg), 3 + levels))
+        # in another top-level member (object 1, the member's value from 2 on)
+        cases.append((_raw(msgs, tools=_nested(levels)), max(3, 1 + levels)))
+        # in a string only: no level at all
+        cases.append((_raw(msgs, note=json.dumps(_nested(levels + 5))), 3))
+    for raw, depth in cases:
+        reader = BodyReader()
+        if depth > limit:
+            with pytest.raises(TooDeep):
+                reader.read(raw, limit)
+        else:
+            body, _ = reader.read(raw, limit)
+            assert body == json.loads(raw)
+
+
+def test_a_body_nested_past_the_scanners_own_limit_is_refused_as_too_deep() -> None:
+    raw = b'{"model": "m", "messages": [' + b"[" * 5000 + b"]" * 5000 + b"]}"
+    raw += b" " * MIN_BYTES
+    with pytest.raises((TooDeep, RecursionError)):
+        BodyReader().read(raw, 128)

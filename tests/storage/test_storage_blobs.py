@@ -105,3 +105,50 @@ def test_every_output_a_compaction_took_out_is_in_the_blobs_after_reopening(tmp_
         assert p.sha256 is not None
         body = (tmp_path / "out" / "evidence" / p.sha256[:2] / f"{p.sha256}.txt").read_bytes()
         assert hashlib.sha256(body).hexdigest() == p.sha256
+
+
+def test_a_big_batch_is_written_on_the_helper_threads_and_every_blob_is_whole(
+    tmp_path: Path,
+) -> None:
+    from contextfold.storage import util
+
+    blobs = FileBlobs(tmp_path)
+    datas = [(f"{i}: " + "log line of a long build\n" * 300).encode() for i in range(400)]
+    assert sum(map(len, datas)) >= util.PARALLEL_MIN_BYTES
+    shas = blobs.put_many(datas)
+    assert shas == [hashlib.sha256(d).hexdigest() for d in datas]
+    assert all(blobs.get(s) == d for s, d in zip(shas, datas, strict=True))
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_in_parallel_keeps_the_order_and_raises_the_first_error_after_every_part() -> None:
+    import threading
+
+    from contextfold.storage.util import PARALLEL_MIN_BYTES, in_parallel, pack, pack_many, unpack
+
+    names: set[str] = set()
+
+    def square(x: int) -> int:
+        names.add(threading.current_thread().name)
+        return x * x
+
+    items = list(range(1000))
+    assert in_parallel(square, items, PARALLEL_MIN_BYTES) == [x * x for x in items]
+    assert len(names) > 1  # some parts ran on a helper thread (two cores or more here)
+    assert in_parallel(square, items, 10) == [x * x for x in items]  # small: this thread
+
+    ended: list[int] = []
+
+    def fails_at_10(x: int) -> int:
+        if x == 10:
+            raise ValueError("bad item 10")
+        ended.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="bad item 10"):
+        in_parallel(fails_at_10, items, PARALLEL_MIN_BYTES)
+    assert 999 in ended  # (this thread's part failed) the helpers' parts went on to their end
+    texts = ["short", "x" * 600, "é" * 5000, *(f"line {i}\n" * 200 for i in range(300))]
+    packed = pack_many(texts)
+    assert packed == [pack(t) for t in texts]
+    assert [unpack(p) for p in packed] == texts

@@ -8,6 +8,7 @@ Provider wire formats live in :mod:`contextfold.core.wire`; everything inside th
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import os
@@ -51,6 +52,21 @@ def new_uuid() -> str:
     """A random (version 4) UUID, as text. Unique, not secret: message ids name messages, they
     grant nothing."""
     h = f"{(_random_bits(128) & _VERSION_4) | _VERSION_BITS:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+#: the bytes of RFC 4122's URL namespace (``uuid.NAMESPACE_URL``)
+_URL_NAMESPACE = bytes.fromhex("6ba7b8119dad11d180b400c04fd430c8")
+
+
+def stable_uuid(name: str) -> str:
+    """The name-based (version 5) UUID of ``name`` in the URL namespace, as text: what
+    ``str(uuid.uuid5(uuid.NAMESPACE_URL, name))`` gives, without its objects (one per
+    message of a long history)."""
+    digest = bytearray(hashlib.sha1(_URL_NAMESPACE + name.encode("utf-8")).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
@@ -227,7 +243,13 @@ def _arguments_problem(arguments: str) -> str | None:
         return f"are not valid JSON ({exc})"
     except RecursionError:
         return f"is nested deeper than {MAX_NESTING} levels"
+    if type(parsed) is dict and all(type(v) in _FLAT for v in parsed.values()):
+        return None  # the usual arguments: one level of text, whole numbers, flags
     return _json_problem(parsed)
+
+
+#: values that are always stored exactly (not float: it may be NaN or infinite)
+_FLAT = frozenset({str, int, bool, type(None)})
 
 
 def _scalar_problem(value: object) -> str | None:

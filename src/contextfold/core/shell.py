@@ -196,7 +196,7 @@ def _simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
     cur: list[str] = []
     body: str | None = None
     for tok in tokens:
-        if tok and all(c in ";&|()\n" for c in tok):
+        if tok and not tok.strip(";&|()\n"):  # only operators
             if cur:
                 segs.append((cur, body))
             cur, body = [], None

@@ -11,7 +11,6 @@ hands them in through the small :class:`~contextfold.core.units.Units` protocol.
 from __future__ import annotations
 
 import json
-import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +19,7 @@ from ..compaction.progressive import ProgressiveCompactor
 from ..compaction.stages import Stage
 from ..compaction.summarizers.base import Summarizer
 from ..core.config import ContextConfig
-from ..core.messages import Message
+from ..core.messages import Message, stable_uuid
 from ..core.paths import Workspace
 from ..core.records import CompactionRecord, OffloadEntry, StoreRecordStore
 from ..core.tokens import Calibration, MessageTokenCache, TokenCounter, count_tools
@@ -104,9 +103,7 @@ class SessionContext:
     def uuid_for(self, position: int) -> str:
         """The uuid of a message given without one: derived from (session, position), so the
         same history always gives the same view (evidence ids derive from it)."""
-        return str(
-            uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{self.session_id}:{position}")
-        )
+        return stable_uuid(f"contextfold:{self.session_id}:{position}")
 
     def stores(self) -> list[OffloadStore]:
         """The offload stores in use (the eviction store when it is a separate one)."""

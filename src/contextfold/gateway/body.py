@@ -23,7 +23,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsontypes import JSON
@@ -70,6 +70,8 @@ class _Scan:
     messages: list[Any] | None
     #: char offset just after the ``[`` that opens ``messages``
     opened: int = -1
+    #: char offsets around each top-level value but ``messages``
+    spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _skip(text: str, pos: int) -> int:
@@ -138,7 +140,9 @@ def _members(text: str, pos: int, scan: _Scan, *, first: bool) -> int:
             pos = _array(text, pos + 1, scan.messages, scan.ends)
             scan.body[key] = scan.messages
         else:
+            start = pos
             scan.body[key], pos = _value(text, pos)
+            scan.spans.append((start, pos))
         pos = _skip(text, pos)
         if text.startswith("}", pos):
             return pos + 1
@@ -150,6 +154,24 @@ def _members(text: str, pos: int, scan: _Scan, *, first: bool) -> int:
 def _end(text: str, pos: int) -> None:
     if _skip(text, pos) != len(text):
         raise _Irregular  # trailing data
+
+
+def _nests_deeper(text: str, scan: _Scan, limit: int) -> bool:
+    """Whether a scanned body nests deeper than ``limit``. A value holds at most as many
+    levels as it has brackets (in strings or not): only a value with more brackets than the
+    levels it may hold is checked exactly (all in C; no pass over the whole body)."""
+    if limit < 3:  # the object and its messages array alone reach 2
+        return edge.too_deep(text.encode("utf-8", "surrogatepass"), limit)
+    ends = scan.ends or []
+    spans = [(start, end, 1) for start, end in scan.spans]
+    spans += ((start, end, 2) for start, end in zip([scan.opened, *ends], ends))
+    for start, end, outer in spans:
+        if text.count("[", start, end) + text.count("{", start, end) <= limit - outer:
+            continue
+        value = text[start:end].encode("utf-8", "surrogatepass")
+        if edge.too_deep(value, limit - outer):
+            return True
+    return False
 
 
 def _byte_ends(text: str, char_ends: list[int], base: int) -> tuple[int, ...]:
@@ -250,13 +272,10 @@ class BodyReader:
 
     # ------------------------------------------------------------------ reading
     def _whole(self, raw: bytes, depth: int) -> tuple[JSON, str | None]:
-        if edge.too_deep(raw, depth):
-            raise TooDeep
         scan: _Scan | None = None
         text = ""
         if len(raw) < MIN_BYTES:
-            body = fastjson.loads(raw)
-            return body, self._surrogate(body, raw)
+            return self._standard(raw, depth)
         try:
             text = raw.decode("utf-8")
             if not text.startswith("\ufeff"):
@@ -268,8 +287,10 @@ class BodyReader:
         except (_Irregular, UnicodeDecodeError):
             scan = None
         if scan is None:  # the standard parser: its value, or its error
-            body = fastjson.loads(raw)
-            return body, self._surrogate(body, raw)
+            return self._standard(raw, depth)
+        # (a value nested past the scanner's own limit raised RecursionError: refused too)
+        if _nests_deeper(text, scan, depth):
+            raise TooDeep
         where = self._surrogate(scan.body, raw)
         if where is None and scan.ends and scan.messages is not None:
             opened, *ends = _byte_ends(text, [scan.opened, *scan.ends], 0)
@@ -330,6 +351,13 @@ class BodyReader:
             if not head.startswith(",", pos):
                 return False
             pos = _skip(head, pos + 1)
+
+    def _standard(self, raw: bytes, depth: int) -> tuple[JSON, str | None]:
+        """The standard parser's value (or its error), its depth checked first."""
+        if edge.too_deep(raw, depth):
+            raise TooDeep
+        body = fastjson.loads(raw)
+        return body, self._surrogate(body, raw)
 
     @staticmethod
     def _surrogate(body: Any, raw: bytes) -> str | None:

@@ -102,8 +102,10 @@ def strip_userinfo(url: str) -> str:
 
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")
 _PAIR = re.compile(rb"\[\]|\{\}")
-#: a ``\\uD800``-``\\uDFFF`` escape: only then can a parsed string hold a lone surrogate
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
+#: a ``\\uD800``-``\\uDFFF`` escape, or such a code point encoded: only then can a parsed
+#: string hold a lone surrogate (two patterns: each starts with a literal, searched fast)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ENCODED = re.compile(rb"\xed[\xa0-\xbf]")
 
 
 def too_deep(raw: bytes, limit: int) -> bool:
@@ -124,7 +126,9 @@ def too_deep(raw: bytes, limit: int) -> bool:
 
 
 def may_hold_surrogates(raw: bytes) -> bool:
-    return _SURROGATE_ESCAPE.search(raw) is not None
+    if _SURROGATE_ESCAPE.search(raw) is not None:
+        return True
+    return b"\xed" in raw and _SURROGATE_ENCODED.search(raw) is not None
 
 
 def _position(path: list[str | int]) -> str:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ..core.messages import Message
+from ..core.messages import Message, stable_uuid
 from ..core.records import CompactionRecord
 from ..core.tokens import count_message
 from ..engine.ahead import Lookahead
@@ -31,7 +30,7 @@ log = logging.getLogger("contextfold.gateway")
 
 def message_uuid(session_id: str, position: int) -> str:
     """The uuid ContextManager gives a dict at ``position``: stable across replays."""
-    return str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"contextfold:{session_id}:{position}"))
+    return stable_uuid(f"contextfold:{session_id}:{position}")
 
 
 def _stored_fingerprints(cm: ContextManager) -> tuple[list[str], list[int]] | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import StorageError
 from .base import BlobCorruptError, BlobNotFoundError
-from .util import check_bytes, check_sha, sha256_hex
+from .util import check_bytes, check_sha, in_parallel, sha256_hex
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -43,7 +43,7 @@ _SYNCFS = _load_syncfs()
 _GROUP_MIN = 4
 
 
-def _write(path: Path, raw: bytes, *, sync: bool) -> None:
+def _write(path: Path | str, raw: bytes, *, sync: bool) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(raw)
@@ -53,6 +53,17 @@ def _write(path: Path, raw: bytes, *, sync: bool) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _present(path: str, size: int) -> bool:
+    try:
+        return os.stat(path).st_size == size
+    except OSError:
+        return False
+
+
+def _write_tmp(job: tuple[str, str, bytes]) -> None:
+    _write(job[0], job[2], sync=False)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -116,9 +127,11 @@ class FileBlobs:
         their sha256 digests in order."""
         raws = [check_bytes(d) for d in datas]
         shas = [sha256_hex(r) for r in raws]
+        # plain string paths: thousands of blobs (an emergency compaction's) may come here
+        root = os.fspath(self.dir)
         todo: dict[str, bytes] = {}
         for sha, raw in zip(shas, raws, strict=True):
-            if sha not in todo and not self._present(self.path(sha), len(raw)):
+            if sha not in todo and not _present(os.path.join(root, sha[:2], sha), len(raw)):
                 todo[sha] = raw
         # syncfs flushes everything written to the file system (other programs' writes too):
         # a few blobs are cheaper one fsync at a time
@@ -126,25 +139,24 @@ class FileBlobs:
             for raw in todo.values():
                 self.put(raw)
             return shas
-        tmps: list[tuple[Path, Path]] = []
-        made: set[Path] = set()
+        jobs: list[tuple[str, str, bytes]] = []
+        suffix = f".{os.getpid()}.{threading.get_ident()}.tmp"
+        for sha, raw in todo.items():
+            folder = os.path.join(root, sha[:2])
+            jobs.append((os.path.join(folder, f".{sha}{suffix}"), os.path.join(folder, sha), raw))
         try:
-            for sha, raw in todo.items():
-                target = self.path(sha)
-                if target.parent not in made:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    made.add(target.parent)
-                tmp = self._tmp(target, sha)
-                tmps.append((tmp, target))
-                _write(tmp, raw, sync=False)
+            for folder in sorted({os.path.dirname(target) for _, target, _ in jobs}):
+                os.makedirs(folder, exist_ok=True)
+            # the writes run outside the interpreter lock: on several cores when many
+            in_parallel(_write_tmp, jobs, sum(len(raw) for _, _, raw in jobs))
             _syncfs(self.dir)  # every byte durable before any name points at it
-            for tmp, target in tmps:
+            for tmp, target, _ in jobs:
                 os.replace(tmp, target)
             _syncfs(self.dir)  # the names durable before the rows that reference them commit
         except OSError as exc:
-            for tmp, _ in tmps:
+            for tmp, _, _ in jobs:
                 with contextlib.suppress(OSError):
-                    tmp.unlink()
+                    os.unlink(tmp)
             raise StorageError(f"cannot write {len(todo)} blobs under {self.dir}: {exc}") from exc
         return shas
 

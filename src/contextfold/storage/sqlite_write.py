@@ -14,7 +14,7 @@ from .base_write import Append, WriteTransaction, check_claim, dump_json
 from .sqlite_bodies import IndexedRow, read_rows, release, share
 from .sqlite_schema import session_tag
 from .text import split_fields
-from .util import pack, utc_now
+from .util import pack, pack_many, utc_now
 
 if TYPE_CHECKING:
     from .sqlite import SQLiteStore
@@ -42,10 +42,14 @@ class SQLiteTransaction(WriteTransaction):
         found = self._owner(session_id)
         check_claim(a, found)
         now = utc_now()
+        packed = pack_many([e.data for e in a.encoded])
         con.executemany(
             "INSERT INTO events (session_id, seq, kind, ts, data, head, detail) "
             "VALUES (?,?,?,?,?,?,?)",
-            [(session_id, e.seq, e.kind, now, pack(e.data), e.head, e.detail) for e in a.encoded],
+            [
+                (session_id, e.seq, e.kind, now, data, e.head, e.detail)
+                for e, data in zip(a.encoded, packed, strict=True)
+            ],
         )
         # each event's data as given (encoded as JSON above, so it reads as JSON)
         out = [
