@@ -182,16 +182,28 @@ def simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
     return [(list(tokens), body) for tokens, body in parsed]
 
 
-def _simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
-    text, bodies = split_heredocs(cmd.replace("\\\n", " "))
+#: shlex's tokens (as configured in :func:`_tokens`) of a text without quotes or backslashes:
+#: runs of operator characters, and runs of anything but them and the blanks
+_PLAIN_TOKEN = re.compile(r"[;&|<>()\n]+|[^ \t\r;&|<>()\n]+")
+
+
+def _tokens(text: str) -> list[str]:
+    """The words and operators of a command line, as a POSIX shell splits them."""
+    if "'" not in text and '"' not in text and "\\" not in text:
+        return _PLAIN_TOKEN.findall(text)  # the usual command: no quoting to undo (all in C)
     try:
         lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")
         lex.whitespace = " \t\r"
         lex.whitespace_split = True
         lex.commenters = ""
-        tokens = list(lex)
-    except ValueError:
-        tokens = re.findall(r"[;&|<>()\n]+|[^\s;&|<>()]+", text)
+        return list(lex)
+    except ValueError:  # unbalanced quotes
+        return re.findall(r"[;&|<>()\n]+|[^\s;&|<>()]+", text)
+
+
+def _simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
+    text, bodies = split_heredocs(cmd.replace("\\\n", " "))
+    tokens = _tokens(text)
     segs: list[tuple[list[str], str | None]] = []
     cur: list[str] = []
     body: str | None = None
