@@ -284,11 +284,12 @@ class BodyReader:
                 if not text.startswith("{", pos):
                     raise _Irregular
                 _end(text, _members(text, pos + 1, scan, first=True))
-        except (_Irregular, UnicodeDecodeError):
+        except (_Irregular, UnicodeDecodeError, ValueError, RecursionError):
+            # not JSON, or nested past the scanner's own limit: the depth is checked first
+            # there, so a body both too deep and broken is refused as too deep
             scan = None
         if scan is None:  # the standard parser: its value, or its error
             return self._standard(raw, depth)
-        # (a value nested past the scanner's own limit raised RecursionError: refused too)
         if _nests_deeper(text, scan, depth):
             raise TooDeep
         where = self._surrogate(scan.body, raw)

@@ -8,7 +8,7 @@ import re
 import threading
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import TypeVar
 
@@ -64,6 +64,7 @@ PARALLEL_MIN_BYTES = 1 << 20
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
+_PREFIX = "contextfold-io"
 
 
 def _helper_count() -> int:
@@ -79,7 +80,7 @@ def _helpers() -> ThreadPoolExecutor | None:
         return None
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():  # (a forked child has none of its threads)
-            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="contextfold-io")
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix=_PREFIX)
             _pool_pid = os.getpid()
         return _pool
 
@@ -89,25 +90,38 @@ def in_parallel(fn: Callable[[T], R], items: Sequence[T], size: int) -> list[R]:
     threads when ``size`` (the bytes involved) is worth it. ``fn`` must be thread-safe; its
     first error is raised once every part has ended."""
     pool = _helpers() if size >= PARALLEL_MIN_BYTES and len(items) > 1 else None
-    if pool is None:
-        return [fn(x) for x in items]
+    if pool is None or threading.current_thread().name.startswith(_PREFIX):
+        return [fn(x) for x in items]  # (a helper waiting for helpers could wait forever)
     parts = min(len(items), _helper_count() + 1)
     step = -(-len(items) // parts)
     chunks = [items[i : i + step] for i in range(0, len(items), step)]
-    futures = [pool.submit(_each, fn, c) for c in chunks[1:]]
-    out: list[R] = []
+    futures: list[Future[list[R]]] = []
+    inline = [chunks[0]]
+    for k, chunk in enumerate(chunks[1:], 1):
+        try:
+            futures.append(pool.submit(_each, fn, chunk))
+        except RuntimeError:  # the interpreter is shutting down: the rest on this thread
+            inline += chunks[k:]
+            break
+    results: list[list[R]] = []
     error: BaseException | None = None
     try:
-        out.extend(fn(x) for x in chunks[0])
+        results = [_each(fn, chunk) for chunk in inline]
     except BaseException as exc:  # the helpers' parts still end before this returns
         error = exc
+    done: list[list[R]] = []
     for future in futures:
         try:
-            out.extend(future.result())
+            done.append(future.result())
         except BaseException as exc:
             error = error or exc
     if error is not None:
         raise error
+    out = results[0]
+    for part in done:
+        out.extend(part)
+    for part in results[1:]:  # the chunks after the submitted ones, in order
+        out.extend(part)
     return out
 
 
