@@ -165,8 +165,7 @@ def split_heredocs(cmd: str) -> tuple[str, list[str]]:
     return "\n".join(out), bodies
 
 
-#: Parsed command lines (the same command is read several times: at ingest, by the evidence
-#: index, by the summarizer). Bounded; cleared whole when full (values are immutable).
+#: Parsed command lines (each is read at ingest, by the evidence index, by the summarizer)
 _PARSED: dict[str, tuple[tuple[tuple[str, ...], str | None], ...]] = {}
 _PARSED_MAX = 32_768
 
@@ -182,20 +181,16 @@ def simple_commands(cmd: str) -> list[tuple[list[str], str | None]]:
     return [(list(tokens), body) for tokens, body in parsed]
 
 
-#: shlex's tokens (as configured in :func:`_tokens`) of a text without quotes or backslashes:
-#: runs of operator characters, and runs of anything but them and the blanks
 _PLAIN_TOKEN = re.compile(r"[;&|<>()\n]+|[^ \t\r;&|<>()\n]+")
 
 
 def _tokens(text: str) -> list[str]:
     """The words and operators of a command line, as a POSIX shell splits them."""
     if "'" not in text and '"' not in text and "\\" not in text:
-        return _PLAIN_TOKEN.findall(text)  # the usual command: no quoting to undo (all in C)
+        return _PLAIN_TOKEN.findall(text)  # nothing to unquote: shlex's tokens, all in C
+    lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")
+    lex.whitespace, lex.whitespace_split, lex.commenters = " \t\r", True, ""
     try:
-        lex = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()\n")
-        lex.whitespace = " \t\r"
-        lex.whitespace_split = True
-        lex.commenters = ""
         return list(lex)
     except ValueError:  # unbalanced quotes
         return re.findall(r"[;&|<>()\n]+|[^\s;&|<>()]+", text)
